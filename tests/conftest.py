@@ -1,0 +1,4 @@
+"""Suite-wide set-up. Locust monkey-patches the process with gevent on import; doing it
+first, before any test module imports ssl/urllib, keeps the patching complete."""
+
+import locust  # noqa: F401

@@ -1,0 +1,140 @@
+"""A deliberately misbehaving OpenAI-style SSE server for client tests.
+
+Run as ``python scripted_server.py PORT``. The request path picks the behaviour:
+``POST /<script>/v1/chat/completions?gap_ms=10&n=5``. Every script streams chat chunks
+(or errors) the way a real or broken server would; see ``SCRIPTS``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from urllib.parse import parse_qs, urlsplit
+
+import gevent
+from gevent.server import StreamServer
+
+
+def chunk(i: int, text: str, cum: int | None, finish: str | None = None) -> bytes:
+    obj = {
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}],
+    }
+    if cum is not None:
+        obj["usage"] = {"prompt_tokens": 7, "completion_tokens": cum, "total_tokens": 7 + cum}
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+ROLE = b'data: {"id":"chatcmpl-scripted","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}],"usage":{"prompt_tokens":7,"completion_tokens":0,"total_tokens":7}}\n\n'
+TRAILER = b'data: {"id":"chatcmpl-scripted","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":%d,"total_tokens":%d}}\n\n'
+DONE = b"data: [DONE]\n\n"
+
+
+def script_events(name: str, n: int, per_chunk: int) -> list[bytes | float | str]:
+    """Bytes to write, floats are extra sleeps (s), 'CUT' closes the socket, 'STALL' sleeps 60 s."""
+    ev: list[bytes | float | str] = [ROLE]
+    cum = 0
+    for i in range(n):
+        cum += per_chunk
+        usage = None if name in ("no_usage", "usage_trailer_only") else cum
+        text = " ".join(f"w{i}_{k}" for k in range(per_chunk))
+        c = chunk(i, text + " ", usage, "length" if i == n - 1 else None)
+        if name == "crlf":
+            c = c.replace(b"\n", b"\r\n")
+        if name == "keepalive":
+            ev.append(b": keep-alive\n\n")
+        if name == "no_blank_lines":
+            c = c.replace(b"\n\n", b"\n")
+        if name == "split" and len(c) > 20:
+            ev.extend([c[:13], 0.002, c[13:]])
+            continue
+        ev.append(c)
+        if name == "cut" and i == n // 2:
+            return ev + ["CUT"]
+        if name == "stall" and i == n // 2:
+            return ev + ["STALL"]
+    if name == "invalid_json":
+        ev.insert(2, b"data: {not json\n\n")
+    if name == "event_error":
+        ev.append(b'event: error\ndata: {"error": {"message": "engine died", "type": "InternalServerError"}}\n\n')
+        return ev
+    if name not in ("no_usage",):
+        ev.append(TRAILER % (cum, 7 + cum))
+    if name != "no_done":
+        ev.append(DONE)
+    return ev
+
+
+def handle(sock, _addr) -> None:
+    f = sock.makefile("rb")
+    try:
+        while True:
+            line = f.readline()
+            if not line:
+                return
+            method, target, _ = line.decode().split(" ", 2)
+            length = 0
+            while True:
+                h = f.readline()
+                if h in (b"\r\n", b"\n", b""):
+                    break
+                k, _, v = h.decode().partition(":")
+                if k.strip().lower() == "content-length":
+                    length = int(v.strip())
+            if length:
+                f.read(length)
+            url = urlsplit(target)
+            q = {k: v[0] for k, v in parse_qs(url.query).items()}
+            name = url.path.strip("/").split("/")[0]
+            gap = float(q.get("gap_ms", "5")) / 1000.0
+            n = int(q.get("n", "5"))
+            per_chunk = int(q.get("per_chunk", "1"))
+            if name.startswith("http_"):
+                code = int(name[5:])
+                body = json.dumps({"error": {"message": f"scripted {code}", "type": "RateLimitError" if code == 429 else "ServerError", "code": code}}).encode()
+                sock.sendall(b"HTTP/1.1 %d Err\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (code, len(body), body))
+                continue
+            if name == "slow_headers":
+                gevent.sleep(float(q.get("delay_s", "5")))
+            close_delimited = name == "close_delimited"
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            head += b"Connection: close\r\n\r\n" if close_delimited else b"Transfer-Encoding: chunked\r\n\r\n"
+            sock.sendall(head)
+            for item in script_events(name, n, per_chunk):
+                if item == "CUT":
+                    sock.close()
+                    return
+                if item == "STALL":
+                    gevent.sleep(60)
+                    return
+                if isinstance(item, float):
+                    gevent.sleep(item)
+                    continue
+                data = item if close_delimited else b"%x\r\n%s\r\n" % (len(item), item)
+                sock.sendall(data)
+                if item.startswith(b"data: {") and b'"content": "' in item:
+                    gevent.sleep(gap)
+            if close_delimited:
+                sock.close()
+                return
+            sock.sendall(b"0\r\n\r\n")
+    except (OSError, ValueError):
+        return
+    finally:
+        try:
+            sock.close()
+        except OSError:
+            pass
+
+
+if __name__ == "__main__":
+    port = int(sys.argv[1])
+    server = StreamServer(("127.0.0.1", port), handle)
+    print("ready", flush=True)
+    deadline = time.monotonic() + float(sys.argv[2]) if len(sys.argv) > 2 else None
+    server.start()
+    while deadline is None or time.monotonic() < deadline:
+        gevent.sleep(0.5)
+    server.stop()

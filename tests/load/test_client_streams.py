@@ -1,0 +1,125 @@
+"""The streaming client against a scripted server: every malformed-stream case becomes a
+record with the right outcome, partial tokens kept, timings taken per read."""
+
+import gevent
+import pytest
+from geventhttpclient import HTTPClient
+
+from tokenswarm.load.client import stream_call
+from tokenswarm.load.stream import WallAnchor
+from tests.helpers.procs import scripted_server
+
+BASE = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="QAUser", request_key="k",
+            scheduled_at=0.0, schedule_lag_ms=0.0)
+BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true}'
+
+
+@pytest.fixture(scope="module")
+def server():
+    with scripted_server() as url:
+        yield url
+
+
+def call(server, script, query="", first_token_s=5.0, total_s=10.0, client=None):
+    host, port = server.split("//")[1].split(":")
+    client = client or HTTPClient(host, int(port), connection_timeout=2, network_timeout=30, concurrency=4)
+    path = f"/{script}/v1/chat/completions?{query}"
+    rec, text = stream_call(client, path, BODY, {"Content-Type": "application/json"}, base=BASE,
+                            anchor=WallAnchor(0.0, 0.0), first_token_timeout_s=first_token_s,
+                            total_timeout_s=total_s, keep_output=True)
+    return rec, text, client
+
+
+def test_normal_stream_counts_every_token_and_chunk(server):
+    rec, text, _ = call(server, "normal", "n=6&gap_ms=20")
+    assert rec.outcome == "ok" and rec.output_tokens == 6 and rec.chunk_tokens == [1] * 6
+    assert len(rec.chunk_offsets_ms) == 6
+    gaps = [b - a for a, b in zip(rec.chunk_offsets_ms, rec.chunk_offsets_ms[1:])]
+    # one read per event: gaps reflect the server's 20 ms pacing, not a batching artifact
+    assert sorted(gaps)[len(gaps) // 2] > 15
+    assert text.startswith("w0_0 ") and rec.output_text == text
+
+
+def test_multi_token_chunks(server):
+    rec, _, _ = call(server, "normal", "n=4&per_chunk=3")
+    assert rec.chunk_tokens == [3, 3, 3, 3] and rec.output_tokens == 12
+
+
+@pytest.mark.parametrize("script", ["split", "crlf", "keepalive", "no_blank_lines", "close_delimited"])
+def test_awkward_but_valid_framings_are_read_exactly(server, script):
+    rec, _, _ = call(server, script, "n=5&gap_ms=5")
+    assert rec.outcome == "ok", rec.error
+    assert rec.chunk_tokens == [1] * 5 and rec.output_tokens == 5
+
+
+def test_missing_done_after_finish_reason_is_ok(server):
+    rec, _, _ = call(server, "no_done", "n=3")
+    assert rec.outcome == "ok" and rec.output_tokens == 3
+
+
+def test_usage_absent_leaves_chunk_tokens_unknown(server):
+    rec, _, _ = call(server, "no_usage", "n=3")
+    assert rec.outcome == "ok" and rec.chunk_tokens is None and rec.tokens_estimated
+
+
+def test_invalid_json_in_stream(server):
+    rec, _, _ = call(server, "invalid_json", "n=3")
+    assert rec.outcome == "stream_error" and "invalid JSON" in rec.error and rec.output_tokens == 3
+
+
+def test_error_event_inside_stream(server):
+    rec, _, _ = call(server, "event_error", "n=3")
+    assert rec.outcome == "stream_error" and "engine died" in rec.error and rec.chunk_tokens == [1, 1, 1]
+
+
+def test_connection_cut_mid_stream_keeps_partial_tokens(server):
+    rec, _, _ = call(server, "cut", "n=6")
+    assert rec.outcome == "stream_error" and rec.error == "connection closed mid-stream"
+    assert rec.chunk_tokens == [1, 1, 1, 1] and rec.output_tokens == 4
+
+
+def test_stall_hits_the_total_deadline_with_partial_tokens(server):
+    rec, _, _ = call(server, "stall", "n=6", total_s=0.5)
+    assert rec.outcome == "timeout" and rec.error == "total timeout"
+    assert rec.output_tokens == 4 and 450 <= rec.e2e_ms < 2000
+
+
+def test_slow_first_token_hits_the_first_token_deadline(server):
+    rec, _, _ = call(server, "slow_headers", "delay_s=3", first_token_s=0.3)
+    assert rec.outcome == "timeout" and rec.error == "first_token timeout" and rec.ttft_ms is None
+
+
+@pytest.mark.parametrize("code", [429, 500, 503])
+def test_http_errors_keep_status_and_server_message(server, code):
+    rec, _, _ = call(server, f"http_{code}")
+    assert rec.outcome == "http_error" and rec.http_status == code and f"scripted {code}" in rec.error
+    assert rec.ttft_ms is None
+
+
+def test_connection_is_reused_after_a_complete_stream_and_after_an_error(server):
+    _, _, client = call(server, "normal", "n=2")
+    _, _, client = call(server, "http_429", client=client)
+    rec, _, _ = call(server, "normal", "n=2", client=client)
+    assert rec.outcome == "ok"
+
+
+def test_connection_refused_is_an_http_error():
+    from tests.helpers.procs import free_port
+    rec, _, _ = call(f"http://127.0.0.1:{free_port()}", "normal")
+    assert rec.outcome == "http_error" and rec.error == "connection refused" and rec.http_status is None
+
+
+def test_killed_greenlet_yields_a_cancelled_record(server):
+    got = []
+    host, port = server.split("//")[1].split(":")
+    client = HTTPClient(host, int(port), connection_timeout=2, network_timeout=30)
+
+    def run():
+        stream_call(client, "/normal/v1/chat/completions?n=50&gap_ms=20", BODY, {}, base=BASE,
+                    anchor=WallAnchor(0.0, 0.0), first_token_timeout_s=5, total_timeout_s=10,
+                    on_cancel=lambda r, t: got.append(r))
+
+    g = gevent.spawn(run)
+    gevent.sleep(0.25)
+    g.kill()
+    assert len(got) == 1 and got[0].outcome == "cancelled" and got[0].output_tokens >= 3

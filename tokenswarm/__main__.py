@@ -1,0 +1,3 @@
+from tokenswarm.cli import main
+
+raise SystemExit(main())

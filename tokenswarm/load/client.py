@@ -1,0 +1,216 @@
+"""The streaming client: one OpenAI-compatible call in, one :class:`RequestRecord` out.
+
+Why not ``FastHttpSession.iter_lines()``: geventhttpclient's ``read(n)`` waits until ``n``
+bytes are buffered, so SSE events arrive in 1-4 KiB batches and token timings are falsified
+(measured: TTFT 612 ms instead of 205 ms, most gaps 0 ms). Instead we take the user's
+geventhttpclient connection (FastHttpUser's pool, timeouts and TLS settings), and read
+*whatever the socket has* with one ``recv``; its C parser removes the chunked framing, we
+split the SSE lines in bulk and take ONE timestamp per read, right after ``recv`` returns and
+before any parsing. Events that came in one read share that timestamp.
+
+Deadlines: ``connect`` is the pool's connection timeout; ``first_token`` and ``total`` are
+gevent timeouts around the call. A timeout still yields a record (``outcome: timeout``)
+with the tokens received so far. A user killed mid-stream (end of run) yields a
+``cancelled`` record before the kill propagates.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import gevent
+import orjson
+from gevent import GreenletExit
+
+from tokenswarm.load.sse import SSEParser
+from tokenswarm.load.stream import StreamState, WallAnchor, error_from_body
+from tokenswarm.record import Outcome, RequestRecord
+
+RECV_BYTES = 65536
+ERROR_BODY_LIMIT = 65536
+
+
+class _Deadline(Exception):
+    """Raised by a gevent.Timeout; ``kind`` says which deadline passed."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+def read_available(resp: Any) -> bytes:
+    """Return body bytes the connection has now, blocking only if it has none.
+
+    ``b""`` means the message is complete (or the peer closed). Works on geventhttpclient's
+    ``HTTPSocketResponse``: ``feed`` runs its C parser (de-chunking) into ``_body_buffer``.
+    """
+    buf = resp._body_buffer
+    while not buf:
+        if resp.message_complete:
+            return b""
+        sock = resp._sock
+        if sock is None:
+            return b""
+        data = sock.recv(RECV_BYTES)
+        if not data:
+            if _close_delimited(resp):
+                return b""  # EOF is the end of such a body; [DONE] tells if it was complete
+            raise ConnectionError("connection closed mid-stream")
+        resp.feed(data)
+    out = bytes(buf)
+    del buf[:]
+    return out
+
+
+def _close_delimited(resp: Any) -> bool:
+    return resp.get("content-length") is None and "chunked" not in str(resp.get("transfer-encoding") or "").lower()
+
+
+def discard_connection(resp: Any) -> None:
+    """Close (never reuse) the socket of a response we stopped reading halfway."""
+    pool, sock = getattr(resp, "_pool", None), getattr(resp, "_sock", None)
+    resp._sock = None
+    resp._pool = None
+    if sock is not None:
+        if pool is not None:
+            pool.release_socket(sock)  # closes it and frees the pool slot
+        else:
+            sock.close()
+
+
+class StreamHooks:
+    """Callbacks the client calls while a stream progresses (wired to Locust events)."""
+
+    __slots__ = ("on_first_token", "on_chunks")
+
+    def __init__(
+        self,
+        on_first_token: Callable[[dict[str, Any], float], None] | None = None,
+        on_chunks: Callable[[dict[str, Any], float, int], None] | None = None,
+    ) -> None:
+        self.on_first_token = on_first_token
+        self.on_chunks = on_chunks
+
+
+def stream_call(
+    http_client: Any,
+    path: str,
+    body: bytes,
+    headers: dict[str, str],
+    *,
+    base: dict[str, Any],
+    anchor: WallAnchor,
+    first_token_timeout_s: float,
+    total_timeout_s: float,
+    keep_output: bool = False,
+    stream: bool = True,
+    hooks: StreamHooks | None = None,
+    on_cancel: Callable[[RequestRecord, str], None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[RequestRecord, str]:
+    """POST ``body`` to ``path`` and observe the answer. Returns ``(record, output_text)``.
+
+    ``base`` carries the record's identity fields (run_id, seq, task, scheduled_at...).
+    Never raises for target misbehaviour. When the calling greenlet is killed (end of run)
+    the ``cancelled`` record goes to ``on_cancel`` and ``GreenletExit`` propagates.
+    """
+    sent = clock()
+    state = StreamState(sent)
+    status: int | None = None
+    resp = None
+    total = gevent.Timeout(total_timeout_s, _Deadline("total"))
+    first = gevent.Timeout(min(first_token_timeout_s, total_timeout_s), _Deadline("first_token"))
+    total.start()
+    first.start()
+    outcome: Outcome | None = None
+    error: str | None = None
+    try:
+        resp = http_client.request("POST", path, body=body, headers=headers)
+        status = resp.status_code
+        if status >= 300:
+            raw = _read_error_body(resp)
+            outcome, error = Outcome.HTTP_ERROR, error_from_body(status, raw)
+        elif not stream:
+            raw = resp.read()
+            now = clock()
+            first.cancel()
+            try:
+                state.on_json_body(now, orjson.loads(raw))
+            except (orjson.JSONDecodeError, AttributeError):
+                outcome, error = Outcome.STREAM_ERROR, "malformed JSON body"
+        else:
+            parser = SSEParser()
+            on_first = hooks.on_first_token if hooks else None
+            on_chunks = hooks.on_chunks if hooks else None
+            while True:
+                data = read_available(resp)
+                now = clock()  # one timestamp per read, before parsing
+                events = parser.feed(data) if data else parser.close()
+                if events:
+                    had_first = bool(state.times)
+                    added = state.on_events(now, events)
+                    if added:
+                        if not had_first:
+                            first.cancel()
+                            if on_first is not None:
+                                on_first(base, (now - sent) * 1000.0)
+                        if on_chunks is not None:
+                            on_chunks(base, (now - sent) * 1000.0, added)
+                if not data:
+                    break
+            if not resp.message_complete:
+                discard_connection(resp)
+    except _Deadline as exc:
+        outcome, error = Outcome.TIMEOUT, f"{exc.kind} timeout"
+        if resp is not None:
+            discard_connection(resp)
+    except GreenletExit:
+        if resp is not None:
+            discard_connection(resp)
+        first.cancel()
+        total.cancel()
+        record = state.finish(
+            clock(), outcome=Outcome.CANCELLED, http_status=status, error="cancelled by generator",
+            anchor=anchor, base=base, keep_output=keep_output,
+        )
+        if on_cancel is not None:
+            on_cancel(record, state.text())
+        raise
+    except (ConnectionError, OSError) as exc:
+        outcome = Outcome.HTTP_ERROR if status is None else Outcome.STREAM_ERROR
+        error = _conn_error_text(exc, status is None)
+        if resp is not None:
+            discard_connection(resp)
+    except Exception as exc:  # parser errors from geventhttpclient, bad chunk framing...
+        outcome = Outcome.HTTP_ERROR if status is None else Outcome.STREAM_ERROR
+        error = f"{type(exc).__name__}: {str(exc)[:120]}"
+        if resp is not None:
+            discard_connection(resp)
+    finally:
+        first.cancel()
+        total.cancel()
+    end = clock()
+    record = state.finish(
+        end, outcome=outcome, http_status=status, error=error, anchor=anchor, base=base, keep_output=keep_output
+    )
+    return record, state.text()
+
+
+def _read_error_body(resp: Any) -> bytes:
+    try:
+        content = resp.read(ERROR_BODY_LIMIT)
+    except Exception:
+        content = b""
+    if not resp.message_complete:
+        discard_connection(resp)
+    return content
+
+
+def _conn_error_text(exc: BaseException, before_response: bool) -> str:
+    name = type(exc).__name__
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if before_response:
+        return f"connection failed: {name}"
+    return "connection closed mid-stream" if "closed" in str(exc) else f"stream broken: {name}"

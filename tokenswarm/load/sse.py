@@ -1,0 +1,81 @@
+"""Incremental Server-Sent-Events parser for OpenAI-style streams (pure, no I/O).
+
+Bytes are fed exactly as the socket delivered them; complete events come out. It copes
+with what real servers and proxies do: a ``data:`` line split across TCP segments,
+``\\r\\n`` line ends, comment / keep-alive lines (``: ping``), ``event:`` lines (an
+``event: error`` marks the payload as an error), ``id:``/``retry:`` fields, and a stream
+that ends without a blank line after its last event.
+
+Per the SSE spec an event is dispatched at a blank line and several ``data:`` lines of one
+event are joined with ``\\n``. Servers that omit the blank line between events (seen in
+the wild) are handled too: a new ``data:`` line whose predecessor already holds a complete
+JSON object or ``[DONE]`` dispatches the previous one.
+"""
+
+from __future__ import annotations
+
+__all__ = ["SSEParser", "SSEEvent"]
+
+#: (event type or None, data payload bytes)
+SSEEvent = tuple
+
+
+class SSEParser:
+    """Feed bytes, get ``(event_type, data)`` tuples for every complete event."""
+
+    __slots__ = ("_tail", "_data", "_event")
+
+    def __init__(self) -> None:
+        self._tail = b""  # incomplete last line
+        self._data: list[bytes] = []  # data lines of the event being built
+        self._event: bytes | None = None
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        """Parse ``chunk`` (any split) and return the events it completed."""
+        if self._tail:
+            chunk = self._tail + chunk
+        lines = chunk.split(b"\n")
+        self._tail = lines.pop()  # b"" when the chunk ended with a newline
+        out: list[SSEEvent] = []
+        data = self._data
+        for line in lines:
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            if not line:  # blank line: dispatch
+                if data:
+                    out.append((self._event_name(), b"\n".join(data)))
+                    data.clear()
+                self._event = None
+                continue
+            if line.startswith(b"data:"):
+                payload = line[5:]
+                if payload.startswith(b" "):
+                    payload = payload[1:]
+                if data and _looks_complete(data[-1]):
+                    # Previous event never got its blank line; it was complete already.
+                    out.append((self._event_name(), b"\n".join(data)))
+                    data.clear()
+                    self._event = None
+                data.append(payload)
+            elif line.startswith(b":"):
+                continue  # comment / keep-alive
+            elif line.startswith(b"event:"):
+                self._event = line[6:].strip()
+            # id:, retry: and unknown fields carry nothing we need.
+        return out
+
+    def close(self) -> list[SSEEvent]:
+        """End of stream: flush an event that was not terminated by a blank line."""
+        out = self.feed(b"\n") if self._tail else []
+        if self._data:
+            out.append((self._event_name(), b"\n".join(self._data)))
+            self._data.clear()
+        return out
+
+    def _event_name(self) -> str | None:
+        return self._event.decode("utf-8", "replace") if self._event else None
+
+
+def _looks_complete(payload: bytes) -> bool:
+    p = payload.rstrip()
+    return p == b"[DONE]" or (p.startswith(b"{") and p.endswith(b"}"))

@@ -1,0 +1,95 @@
+"""Metric glossary: every latency/throughput metric tokenswarm reports, defined once.
+
+The load generator's live statistics, the analysis package and the README all use these
+definitions and names. Each function takes the fields of one :class:`~tokenswarm.record.RequestRecord`
+and returns ``None`` when the metric was not observed (never ``0``).
+
+Terms
+-----
+chunk
+    One SSE ``data:`` event that carried generated content. Under speculative decoding a
+    chunk can carry several tokens; the role-only first event and the usage-only last event
+    are not chunks.
+token
+    As counted by the server (``usage``). Per-chunk token counts come from the server's
+    cumulative ``continuous_usage_stats`` (or token ids); they are never guessed from text.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+#: name -> (unit, definition). The README glossary is generated from / checked against this.
+GLOSSARY: dict[str, tuple[str, str]] = {
+    "ttft_ms": ("ms", "Time to first token: arrival of the first content chunk minus sent_at."),
+    "e2e_ms": ("ms", "End-to-end latency: end of the response (last byte or [DONE]) minus sent_at."),
+    "schedule_lag_ms": (
+        "ms",
+        "sent_at minus scheduled_at: how late the generator sent the request versus its plan.",
+    ),
+    "ttft_from_schedule_ms": ("ms", "schedule_lag_ms + ttft_ms: TTFT as an open-loop user experiences it."),
+    "e2e_from_schedule_ms": ("ms", "schedule_lag_ms + e2e_ms: E2E as an open-loop user experiences it."),
+    "tpot_ms": ("ms", "Time per output token, per request: (e2e_ms - ttft_ms) / (output_tokens - 1)."),
+    "itl_ms": (
+        "ms",
+        "Inter-token latency, one sample per token after the first chunk: a chunk of n tokens "
+        "arriving g ms after the previous chunk gives n samples of g/n.",
+    ),
+    "inter_chunk_ms": ("ms", "Raw gap between consecutive content chunks (one sample per gap)."),
+    "tokens_per_chunk": ("tokens", "Tokens carried by one content chunk (exact counts only)."),
+    "output_tps": (
+        "tokens/s",
+        "Output tokens per second of one request: output_tokens / (e2e_ms / 1000).",
+    ),
+}
+
+
+def tpot_ms(ttft_ms: float | None, e2e_ms: float | None, output_tokens: int | None) -> float | None:
+    """Time per output token of one request; ``None`` with fewer than 2 tokens."""
+    if ttft_ms is None or e2e_ms is None or output_tokens is None or output_tokens < 2:
+        return None
+    return (e2e_ms - ttft_ms) / (output_tokens - 1)
+
+
+def inter_chunk_ms(chunk_offsets_ms: Sequence[float] | None) -> list[float]:
+    """Gaps between consecutive content chunks."""
+    if not chunk_offsets_ms:
+        return []
+    return [b - a for a, b in zip(chunk_offsets_ms, chunk_offsets_ms[1:])]
+
+
+def itl_ms(chunk_offsets_ms: Sequence[float] | None, chunk_tokens: Sequence[int] | None) -> list[float]:
+    """Per-token inter-token latencies.
+
+    The first chunk's tokens have no predecessor and give no sample. Each later chunk of
+    ``n`` tokens after a gap ``g`` yields ``n`` samples of ``g / n`` (so the samples of a request
+    add up to ``last_chunk - first_chunk``). Without exact per-chunk counts each chunk is one
+    sample of its gap: the caller must then say the values are per chunk, not per token.
+    """
+    if not chunk_offsets_ms or len(chunk_offsets_ms) < 2:
+        return []
+    out: list[float] = []
+    if chunk_tokens is None:
+        return inter_chunk_ms(chunk_offsets_ms)
+    prev = chunk_offsets_ms[0]
+    for t, n in zip(chunk_offsets_ms[1:], chunk_tokens[1:]):
+        gap = t - prev
+        prev = t
+        if n <= 0:
+            continue
+        out.extend([gap / n] * n)
+    return out
+
+
+def output_tps(output_tokens: int | None, e2e_ms: float | None) -> float | None:
+    """Output tokens per second of one request."""
+    if output_tokens is None or e2e_ms is None or e2e_ms <= 0:
+        return None
+    return output_tokens / (e2e_ms / 1000.0)
+
+
+def with_schedule(lag_ms: float | None, value_ms: float | None) -> float | None:
+    """Schedule-inclusive latency: ``lag + value`` (a missing lag counts as none)."""
+    if value_ms is None:
+        return None
+    return value_ms + (lag_ms or 0.0)
