@@ -1,0 +1,74 @@
+"""Live histograms: within 1 % of exact quantiles, and merging equals recording together."""
+
+import random
+
+import numpy as np
+import pytest
+
+from tokenswarm.load.livestats import LiveStats, LogHistogram, TaskStats
+from tokenswarm.record import RequestRecord
+
+
+def test_quantiles_within_one_percent_of_exact_at_every_magnitude():
+    rng = np.random.default_rng(3)
+    values = np.concatenate([rng.lognormal(0, 1, 5000), rng.lognormal(6, 1.5, 5000)])
+    h = LogHistogram()
+    for v in values:
+        h.add(float(v))
+    for q in (0.5, 0.9, 0.99, 0.999):
+        exact = float(np.quantile(values, q, method="inverted_cdf"))
+        assert h.quantile(q) == pytest.approx(exact, rel=0.011)
+    assert h.count == len(values) and h.mean == pytest.approx(values.mean())
+    assert h.min == values.min() and h.max == values.max()
+
+
+def test_merge_of_parts_equals_the_whole_and_survives_serialisation():
+    vals = [random.Random(1).uniform(0.001, 5000) for _ in range(3000)]
+    whole, a, b = LogHistogram(), LogHistogram(), LogHistogram()
+    for i, v in enumerate(vals):
+        whole.add(v)
+        (a if i % 2 else b).add(v)
+    merged = LogHistogram.from_dict(a.to_dict())
+    merged.merge(LogHistogram.from_dict(b.to_dict()))
+    assert merged.buckets == whole.buckets and merged.count == whole.count
+    assert merged.quantile(0.99) == whole.quantile(0.99)
+
+
+def rec(task, outcome="ok", offs=(100.0, 150.0, 250.0), toks=(1, 1, 2), e2e=260.0, out=4):
+    return RequestRecord(run_id="r", worker_id="w", seq=0, task=task, user_class="U", outcome=outcome,
+                         request_key="k", scheduled_at=0.0, sent_at=0.0, schedule_lag_ms=0.5,
+                         ttft_ms=offs[0] if offs else None, e2e_ms=e2e, chunk_offsets_ms=list(offs),
+                         chunk_tokens=list(toks), output_tokens=out)
+
+
+def test_observe_counts_itl_per_token_and_tokens_per_chunk():
+    s = LiveStats(clock=lambda: 1000.0)
+    s.observe(rec("qa"))
+    t = s.tasks["qa"]
+    # gaps: 50 ms for 1 token, 100 ms for 2 tokens -> ITL samples 50, 50, 50
+    assert t.hists["itl_ms"].count == 3 and t.hists["itl_ms"].max == pytest.approx(50.0)
+    assert t.chunks == 2 and t.chunk_tokens == 3  # first chunk excluded
+    assert t.hists["tpot_ms"].mean == pytest.approx((260 - 100) / 3)
+
+
+def test_failures_count_but_do_not_enter_e2e():
+    s = LiveStats(clock=lambda: 1000.0)
+    s.observe(rec("qa", outcome="timeout", offs=(), toks=(), out=None))
+    t = s.tasks["qa"]
+    assert t.failures == 1 and t.hists["e2e_ms"].count == 0 and t.hists["ttft_ms"].count == 0
+
+
+def test_worker_deltas_merge_on_master_exactly_once():
+    now = [1000.0]
+    w1, w2, master = LiveStats(clock=lambda: now[0]), LiveStats(clock=lambda: now[0]), LiveStats(clock=lambda: now[0])
+    for _ in range(5):
+        w1.observe(rec("qa"))
+        w2.observe(rec("code"))
+    master.merge_delta(w1.take_delta())
+    master.merge_delta(w2.take_delta())
+    master.merge_delta(w1.take_delta())  # empty delta: nothing double counted
+    assert master.tasks["qa"].requests == 5 and master.tasks["code"].requests == 5
+    assert master.total().output_tokens == 40
+    now[0] = 1001.5
+    assert master.rate(window_s=1) == (40.0, 10.0, 0.0)
+    assert isinstance(TaskStats.from_dict(master.tasks["qa"].to_dict()), TaskStats)

@@ -1,0 +1,1 @@
+"""Recording and collection: run directories, record files, worker->master relay, scraping."""

@@ -1,0 +1,85 @@
+"""Scrape Prometheus ``/metrics`` endpoints into ``server_metrics.jsonl`` (master only).
+
+Parsing uses prometheus_client's text parser. ``_created`` series are dropped (they are
+timestamps, not counters). Each line is one scrape of one endpoint, tagged with the load
+step current at scrape time; see docs/CONTRACTS.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import urllib.error
+import urllib.request
+from typing import IO, Any, Callable
+
+import gevent
+import orjson
+from prometheus_client.parser import text_string_to_metric_families
+
+log = logging.getLogger("tokenswarm")
+
+
+def parse_metrics(text: str) -> list[dict[str, Any]]:
+    """Samples of a Prometheus text exposition as ``{"name", "labels", "value"}`` dicts."""
+    out = []
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name.endswith("_created"):
+                continue
+            out.append({"name": s.name, "labels": dict(s.labels), "value": float(s.value)})
+    return out
+
+
+def fetch(url: str, timeout_s: float = 5.0, headers: dict[str, str] | None = None) -> str:
+    req = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 (URL from the scenario)
+        return resp.read().decode("utf-8", "replace")
+
+
+class Scraper:
+    """Scrapes ``url`` every ``interval_s`` into ``out`` until stopped."""
+
+    def __init__(self, source: str, url: str, interval_s: float, out: IO[bytes],
+                 step: Callable[[], int | None], headers: dict[str, str] | None = None) -> None:
+        self.source, self.url, self.interval_s, self.out = source, url, interval_s, out
+        self.step = step
+        self.headers = headers
+        self.scrapes = 0
+        self.failures = 0
+        self._greenlet: gevent.Greenlet | None = None
+        self._warned = False
+
+    def scrape_once(self) -> dict[str, Any]:
+        line: dict[str, Any] = {"scraped_at": round(time.time(), 6), "source": self.source, "url": self.url,
+                                "step": self.step(), "error": None, "samples": []}
+        try:
+            line["samples"] = parse_metrics(fetch(self.url, min(5.0, self.interval_s * 2), self.headers))
+            self.scrapes += 1
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            self.failures += 1
+            line["error"] = f"{type(exc).__name__}: {str(exc)[:120]}"
+            if not self._warned:
+                self._warned = True
+                log.warning("tokenswarm: cannot scrape %s metrics at %s (%s); will keep trying",
+                            self.source, self.url, line["error"])
+        self.out.write(orjson.dumps(line) + b"\n")
+        self.out.flush()
+        return line
+
+    def _loop(self) -> None:
+        next_t = time.monotonic()
+        while True:
+            self.scrape_once()
+            next_t += self.interval_s
+            gevent.sleep(max(0.0, next_t - time.monotonic()))
+
+    def start(self) -> None:
+        self._greenlet = gevent.spawn(self._loop)
+
+    def stop(self, final_scrape: bool = True) -> None:
+        if self._greenlet is not None:
+            self._greenlet.kill(block=True)
+            self._greenlet = None
+            if final_scrape:
+                self.scrape_once()  # the counters' final values close the last step's window

@@ -1,0 +1,1 @@
+"""Load generation: Locust users, streaming client, load shapes, scenarios and prompts."""

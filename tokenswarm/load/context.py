@@ -1,0 +1,191 @@
+"""Per-process run state shared by the users of one Locust process (local, master or worker).
+
+It owns the wall-clock anchor, the gap-free sequence counter, the current load step, the
+record sink, the live statistics and the prompt sources. Users read it; the plugin
+(``tokenswarm.load.plugin``) creates it at test start and tears it down at test stop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import random
+import socket
+import time
+from typing import Any, Callable
+
+import orjson
+
+from tokenswarm.load.livestats import LiveStats
+from tokenswarm.load.stream import WallAnchor
+from tokenswarm.record import RequestRecord
+
+log = logging.getLogger("tokenswarm")
+
+#: A dispatch later than this versus its schedule counts as "late" (generator behind).
+LATE_THRESHOLD_MS = 10.0
+
+
+def request_key(api: str, payload: Any, max_tokens: int | None, sampling: dict[str, Any]) -> str:
+    """Stable hash of what was asked (content + sampling), independent of model name and run."""
+    blob = orjson.dumps({"api": api, "input": payload, "max_tokens": max_tokens, "sampling": sampling},
+                        option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(blob).hexdigest()
+
+
+def endpoint_path(base_url: str, api: str) -> str:
+    """Request path for ``api`` under ``base_url`` (which may or may not end in ``/v1``)."""
+    from urllib.parse import urlsplit
+
+    prefix = urlsplit(base_url).path.rstrip("/")
+    if not prefix.endswith("/v1"):
+        prefix += "/v1"
+    return prefix + ("/chat/completions" if api == "chat" else "/completions")
+
+
+class RunContext:
+    """State of one process for one test run."""
+
+    def __init__(self, *, scenario: Any, run_id: str, worker_id: str, base_url: str, model: str,
+                 sink: Any, role: str, worker_index: int = 0, events: Any = None,
+                 request_event: Callable[..., None] | None = None, prompt_sources: dict[str, Any] | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.scenario = scenario
+        self.run_id = run_id
+        self.worker_id = worker_id
+        self.worker_index = worker_index
+        self.role = role
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.sink = sink
+        self.events = events
+        self.request_event = request_event
+        self.clock = clock
+        self.anchor = WallAnchor(time.time(), clock())  # the one wall-clock reading of this process
+        self.live = LiveStats()
+        self.prompt_sources: dict[str, Any] = prompt_sources or {}
+        self._next_seq = 0
+        self.requests_started = 0
+        self.in_flight = 0
+        self.late_dispatches = 0
+        self.max_schedule_lag_ms = 0.0
+        self.stopping = False
+        # current load step (broadcast by the shape on the master)
+        self.step_index: int | None = None
+        self.step_name: str | None = None
+        self.step_kind: str | None = None
+        self.step_target: float | None = None
+        self.phase: str | None = None
+        self.worker_count = 1
+        target = scenario.target
+        self.api = target.api
+        self.path = endpoint_path(self.base_url, self.api)
+        self.headers = {"Content-Type": "application/json", "Accept": "text/event-stream",
+                        "Accept-Encoding": "identity", **target.headers}
+        key = target.api_key()
+        if key:
+            self.headers["Authorization"] = f"Bearer {key}"
+        self.keep_outputs = scenario.traffic.keep_outputs
+        self.stream_options = {"include_usage": True}
+        if target.continuous_usage_stats:
+            self.stream_options["continuous_usage_stats"] = True
+        self._warned_late = False
+
+    # -- identity -------------------------------------------------------------------------------
+    def next_seq(self) -> int:
+        seq = self._next_seq
+        self._next_seq += 1
+        return seq
+
+    @property
+    def last_seq(self) -> int | None:
+        return self._next_seq - 1 if self._next_seq else None
+
+    def rng_for(self, *parts: Any) -> random.Random:
+        """A deterministic RNG for (scenario seed, worker index, parts...)."""
+        return random.Random(f"{self.scenario.traffic.seed}:{self.worker_index}:" + ":".join(map(str, parts)))
+
+    # -- steps ----------------------------------------------------------------------------------
+    def set_step(self, msg: dict[str, Any]) -> None:
+        self.step_index = msg.get("index")
+        self.step_name = msg.get("name")
+        self.step_kind = msg.get("kind")
+        self.step_target = msg.get("target")
+        self.phase = msg.get("phase")
+        self.worker_count = max(1, int(msg.get("worker_count") or 1))
+
+    def rate_per_worker(self) -> float | None:
+        if self.step_kind != "rate" or not self.step_target:
+            return None
+        return float(self.step_target) / self.worker_count
+
+    # -- requests -------------------------------------------------------------------------------
+    def body(self, payload_key: str, payload: Any, max_tokens: int, sampling: dict[str, Any],
+             extra: dict[str, Any] | None = None) -> bytes:
+        body: dict[str, Any] = {"model": self.model, payload_key: payload, "max_tokens": max_tokens,
+                                "stream": True, "stream_options": self.stream_options, **sampling}
+        if extra:
+            body.update(extra)
+        return orjson.dumps(body)
+
+    def base(self, *, task: str, user_class: str, scheduled_s: float, sent_estimate_s: float, key: str,
+             session_id: str | None = None, turn: int | None = None, max_tokens: int | None = None,
+             temperature: float | None = None) -> dict[str, Any]:
+        """Identity fields of a record; ``seq`` is assigned when the record is emitted."""
+        lag = (sent_estimate_s - scheduled_s) * 1000.0
+        if lag > self.max_schedule_lag_ms:
+            self.max_schedule_lag_ms = lag
+        return {"run_id": self.run_id, "worker_id": self.worker_id, "seq": -1, "task": task,
+                "user_class": user_class, "request_key": key, "scheduled_at": self.anchor.epoch(scheduled_s),
+                "schedule_lag_ms": round(lag, 3), "session_id": session_id, "turn": turn,
+                "step": self.step_index, "phase": self.phase, "api": self.api, "model": self.model,
+                "max_tokens": max_tokens, "temperature": temperature}
+
+    def note_late(self, lag_ms: float) -> None:
+        """Count a dispatch that left later than planned; warn loudly the first time."""
+        if lag_ms > LATE_THRESHOLD_MS:
+            self.late_dispatches += 1
+            if not self._warned_late:
+                self._warned_late = True
+                log.warning("tokenswarm: the GENERATOR IS FALLING BEHIND its arrival schedule (a dispatch left "
+                            "%.1f ms late). Latencies still count from the schedule; add workers or lower the rate.",
+                            lag_ms)
+
+    def emit(self, record: RequestRecord, user: Any = None) -> RequestRecord:
+        """Give the record its sequence number and hand it to the sink, live stats and listeners."""
+        record = _with_seq(record, self.next_seq())
+        self.sink.add(record)
+        self.live.observe(record)
+        if self.events is not None:
+            self.events.llm_request.fire(record=record, user=user)
+        if self.request_event is not None and record.outcome != "cancelled":
+            exc = None if record.outcome == "ok" else _LLMFailure(_locust_error(record))
+            self.request_event(request_type="POST", name=record.task, response_time=record.e2e_ms,
+                               response_length=record.output_tokens or 0, exception=exc, context={},
+                               url=self.path, response=None, start_time=record.sent_at)
+        return record
+
+
+class _LLMFailure(Exception):
+    """Low-cardinality failure shown in Locust's failures table."""
+
+
+def _locust_error(record: RequestRecord) -> str:
+    # Locust keys its failure table by message text: keep it to outcome + status/kind.
+    if record.outcome == "http_error":
+        return f"http_error {record.http_status}" if record.http_status else "http_error connection"
+    if record.outcome == "timeout":
+        return f"timeout ({(record.error or '').split(' ')[0]})"
+    return record.outcome
+
+
+def _with_seq(record: RequestRecord, seq: int) -> RequestRecord:
+    import dataclasses
+
+    return dataclasses.replace(record, seq=seq)
+
+
+def make_worker_id(index: int | None = None) -> str:
+    base = f"{socket.gethostname()}-{os.getpid()}"
+    return base if index is None or index < 0 else f"{base}-w{index}"

@@ -1,0 +1,258 @@
+"""Live, mergeable LLM statistics for progress lines, the web UI and worker->master merging.
+
+Exact percentiles come later, from the raw records (analysis). Live numbers use a
+log-bucketed histogram: bucket ``i`` holds values in ``[B**i, B**(i+1))`` microseconds with
+``B = 1.01``, so every reported percentile is within 1 % of the true value, at any
+magnitude. Histograms merge by adding bucket counts -- workers ship deltas and the master
+adds them; percentiles are never averaged.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from typing import Any, Iterable
+
+_BASE = 1.01
+_LOG_BASE = math.log(_BASE)
+_ZERO_BUCKET = -1  # values below 1 us
+
+
+class LogHistogram:
+    """Counts of values (ms) in 1 %-wide buckets, with exact count/sum/min/max."""
+
+    __slots__ = ("buckets", "count", "total", "min", "max")
+
+    def __init__(self) -> None:
+        self.buckets: dict[int, int] = {}
+        self.count = 0
+        self.total = 0.0
+        self.min: float | None = None
+        self.max: float | None = None
+
+    def add(self, value_ms: float, n: int = 1) -> None:
+        us = value_ms * 1000.0
+        key = int(math.log(us) / _LOG_BASE) if us >= 1.0 else _ZERO_BUCKET
+        self.buckets[key] = self.buckets.get(key, 0) + n
+        self.count += n
+        self.total += value_ms * n
+        if self.min is None or value_ms < self.min:
+            self.min = value_ms
+        if self.max is None or value_ms > self.max:
+            self.max = value_ms
+
+    def merge(self, other: "LogHistogram") -> None:
+        for k, c in other.buckets.items():
+            self.buckets[k] = self.buckets.get(k, 0) + c
+        self.count += other.count
+        self.total += other.total
+        if other.min is not None and (self.min is None or other.min < self.min):
+            self.min = other.min
+        if other.max is not None and (self.max is None or other.max > self.max):
+            self.max = other.max
+
+    def quantile(self, q: float) -> float | None:
+        """Nearest-rank quantile (q in [0, 1]); the bucket's geometric middle, clamped to min/max."""
+        if not self.count:
+            return None
+        rank = max(1, math.ceil(q * self.count))
+        seen = 0
+        for k in sorted(self.buckets):
+            seen += self.buckets[k]
+            if seen >= rank:
+                mid = 0.0 if k == _ZERO_BUCKET else (_BASE ** (k + 0.5)) / 1000.0
+                assert self.min is not None and self.max is not None
+                return min(max(mid, self.min), self.max)
+        return self.max
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"b": self.buckets, "n": self.count, "s": self.total, "lo": self.min, "hi": self.max}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "LogHistogram":
+        h = cls()
+        h.buckets = {int(k): int(v) for k, v in d["b"].items()}
+        h.count, h.total, h.min, h.max = d["n"], d["s"], d["lo"], d["hi"]
+        return h
+
+
+HIST_NAMES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "schedule_lag_ms")
+
+
+class TaskStats:
+    """Counters and histograms of one task (or of the total)."""
+
+    __slots__ = ("requests", "failures", "outcomes", "output_tokens", "chunks", "chunk_tokens",
+                 "spec_accepted", "spec_drafts", "hists")
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.failures = 0
+        self.outcomes: dict[str, int] = {}
+        self.output_tokens = 0
+        self.chunks = 0  # content chunks with exact token counts
+        self.chunk_tokens = 0  # tokens in those chunks
+        self.spec_accepted = 0  # from per-request server stats, when sent
+        self.spec_drafts = 0
+        self.hists = {name: LogHistogram() for name in HIST_NAMES}
+
+    def merge(self, other: "TaskStats") -> None:
+        self.requests += other.requests
+        self.failures += other.failures
+        for k, v in other.outcomes.items():
+            self.outcomes[k] = self.outcomes.get(k, 0) + v
+        self.output_tokens += other.output_tokens
+        self.chunks += other.chunks
+        self.chunk_tokens += other.chunk_tokens
+        self.spec_accepted += other.spec_accepted
+        self.spec_drafts += other.spec_drafts
+        for name, h in other.hists.items():
+            self.hists[name].merge(h)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"requests": self.requests, "failures": self.failures, "outcomes": self.outcomes,
+                "output_tokens": self.output_tokens, "chunks": self.chunks, "chunk_tokens": self.chunk_tokens,
+                "spec_accepted": self.spec_accepted, "spec_drafts": self.spec_drafts,
+                "hists": {k: h.to_dict() for k, h in self.hists.items()}}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TaskStats":
+        t = cls()
+        t.requests, t.failures = d["requests"], d["failures"]
+        t.outcomes = dict(d["outcomes"])
+        t.output_tokens, t.chunks, t.chunk_tokens = d["output_tokens"], d["chunks"], d["chunk_tokens"]
+        t.spec_accepted, t.spec_drafts = d.get("spec_accepted", 0), d.get("spec_drafts", 0)
+        t.hists = {k: LogHistogram.from_dict(v) for k, v in d["hists"].items()}
+        return t
+
+
+class LiveStats:
+    """Per-task :class:`TaskStats` plus a per-second output-token series for live rates."""
+
+    def __init__(self, clock=time.time, window_s: int = 600) -> None:
+        self.tasks: dict[str, TaskStats] = {}
+        self.clock = clock
+        self.per_second: deque[list] = deque(maxlen=window_s)  # [epoch_second, tokens, requests, errors]
+
+    def task(self, name: str) -> TaskStats:
+        t = self.tasks.get(name)
+        if t is None:
+            t = self.tasks[name] = TaskStats()
+        return t
+
+    def observe(self, record: Any) -> None:
+        """Add one finished :class:`~tokenswarm.record.RequestRecord`."""
+        from tokenswarm.metrics import tpot_ms
+
+        t = self.task(record.task)
+        t.requests += 1
+        t.outcomes[record.outcome] = t.outcomes.get(record.outcome, 0) + 1
+        failed = record.outcome not in ("ok", "cancelled")
+        if failed:
+            t.failures += 1
+        out = record.output_tokens or 0
+        t.output_tokens += out
+        h = t.hists
+        if record.schedule_lag_ms is not None:
+            h["schedule_lag_ms"].add(max(record.schedule_lag_ms, 0.0))
+        if record.ttft_ms is not None:
+            h["ttft_ms"].add(record.ttft_ms)
+        if record.outcome == "ok" and record.e2e_ms is not None:
+            h["e2e_ms"].add(record.e2e_ms)
+            tp = tpot_ms(record.ttft_ms, record.e2e_ms, record.output_tokens)
+            if tp is not None:
+                h["tpot_ms"].add(tp)
+        offs, toks = record.chunk_offsets_ms, record.chunk_tokens
+        if offs and toks is not None:
+            itl = h["itl_ms"]
+            prev = offs[0]
+            for off, n in zip(offs[1:], toks[1:]):
+                if n > 0:
+                    itl.add((off - prev) / n, n)  # n tokens of gap/n each (glossary: itl_ms)
+                prev = off
+            t.chunks += len(toks) - 1
+            t.chunk_tokens += sum(toks) - toks[0]
+        sd = record.spec_decode
+        if sd:
+            t.spec_accepted += int(sd.get("num_accepted_draft_tokens") or 0)
+            t.spec_drafts += int(sd.get("num_spec_steps") or 0)
+        self._tick(out, 1, 1 if failed else 0)
+
+    def _tick(self, tokens: int, requests: int, errors: int) -> None:
+        sec = int(self.clock())
+        if self.per_second and self.per_second[-1][0] == sec:
+            row = self.per_second[-1]
+            row[1] += tokens
+            row[2] += requests
+            row[3] += errors
+        else:
+            self.per_second.append([sec, tokens, requests, errors])
+
+    def rate(self, window_s: int = 10) -> tuple[float, float, float]:
+        """(output tokens/s, requests/s, errors/s) over the last ``window_s`` full seconds."""
+        now = int(self.clock())
+        rows = [r for r in self.per_second if now - window_s <= r[0] < now]
+        return tuple(sum(r[i] for r in rows) / window_s for i in (1, 2, 3))  # type: ignore[return-value]
+
+    def total(self) -> TaskStats:
+        tot = TaskStats()
+        for t in self.tasks.values():
+            tot.merge(t)
+        return tot
+
+    # -- shipping deltas worker -> master -------------------------------------------------------
+    def take_delta(self) -> dict[str, Any]:
+        """Serialise and reset (what a worker sends in each report)."""
+        d = {"tasks": {k: t.to_dict() for k, t in self.tasks.items()}, "per_second": [list(r) for r in self.per_second]}
+        self.tasks = {}
+        self.per_second.clear()
+        return d
+
+    def merge_delta(self, d: dict[str, Any]) -> None:
+        for name, td in d.get("tasks", {}).items():
+            self.task(name).merge(TaskStats.from_dict(td))
+        for sec, tokens, reqs, errs in d.get("per_second", []):
+            self._merge_second(int(sec), tokens, reqs, errs)
+
+    def _merge_second(self, sec: int, tokens: int, reqs: int, errs: int) -> None:
+        for row in reversed(self.per_second):
+            if row[0] == sec:
+                row[1] += tokens
+                row[2] += reqs
+                row[3] += errs
+                return
+            if row[0] < sec:
+                break
+        self.per_second.append([sec, tokens, reqs, errs])
+        if len(self.per_second) > 1 and self.per_second[-2][0] > sec:
+            rows = sorted(self.per_second, key=lambda r: r[0])
+            self.per_second.clear()
+            self.per_second.extend(rows)
+
+
+def summary_rows(stats: LiveStats, names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """Table rows (per task, then 'Total') used by the progress line, web UI and CSV."""
+    rows = []
+    items = [(n, stats.tasks[n]) for n in (names or sorted(stats.tasks))] + [("Total", stats.total())]
+    for name, t in items:
+        h = t.hists
+
+        def q(metric: str, p: float) -> float | None:
+            v = h[metric].quantile(p)
+            return None if v is None else round(v, 1)
+
+        rows.append({
+            "name": name, "requests": t.requests, "failures": t.failures,
+            "ttft_p50_ms": q("ttft_ms", .5), "ttft_p95_ms": q("ttft_ms", .95), "ttft_p99_ms": q("ttft_ms", .99),
+            "tpot_p50_ms": q("tpot_ms", .5), "tpot_p95_ms": q("tpot_ms", .95), "tpot_p99_ms": q("tpot_ms", .99),
+            "itl_p50_ms": q("itl_ms", .5), "itl_p99_ms": q("itl_ms", .99),
+            "output_tokens": t.output_tokens,
+            "tokens_per_chunk": round(t.chunk_tokens / t.chunks, 2) if t.chunks else None,
+            "spec_mean_accepted_len": round(1 + t.spec_accepted / t.spec_drafts, 2) if t.spec_drafts else None,
+        })
+    return rows

@@ -1,0 +1,607 @@
+"""Wiring tokenswarm into Locust: options, events, messages, run directory, progress.
+
+Imported by the locustfile (``locustfiles/llm.py`` -> ``tokenswarm.locustfile``). Roles:
+
+* local (no ``--master``/``--worker``): loads the scenario, runs users, writes the run dir.
+* master: loads the scenario, runs the shape, scrapes metrics, collects worker records.
+* worker: gets the resolved scenario, run id and target through the spawn message (Locust
+  forwards custom options only then), runs users and relays records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import gevent
+from locust import events
+from locust.event import EventHook
+from locust.runners import MasterRunner, WorkerRunner
+
+from tokenswarm.collect.manifest import Manifest, command_line, default_run_dir, new_run_id
+from tokenswarm.collect.relay import MSG_FINAL, MSG_RECORDS, Collector, FileSink, RelaySink, spool_dir_default
+from tokenswarm.collect.scrape import Scraper
+from tokenswarm.collect.writer import RecordsWriter
+from tokenswarm.load import runtime
+from tokenswarm.load.context import RunContext, make_worker_id
+from tokenswarm.load.livestats import LiveStats, summary_rows
+from tokenswarm.load.steps import StepMachine, plan_steps
+
+log = logging.getLogger("tokenswarm")
+
+MSG_STEP = "tokenswarm_step"
+EXIT_BAD_CONFIG = 2
+EXIT_RUN_BROKE = 3
+
+
+def install_events(evs: Any) -> None:
+    """Add tokenswarm's streaming hooks to a Locust ``Events`` object (idempotent).
+
+    * ``llm_request(record, user)`` -- a request finished (any outcome), with its record.
+    * ``llm_first_token(task, ttft_ms, base)`` -- the first content chunk arrived.
+    * ``llm_chunk(task, offset_ms, chunks, base)`` -- content chunk(s) arrived in one read.
+    """
+    for name in ("llm_request", "llm_first_token", "llm_chunk"):
+        if not isinstance(getattr(evs, name, None), EventHook):
+            setattr(evs, name, EventHook())
+
+
+install_events(events)
+
+
+@events.init_command_line_parser.add_listener
+def _add_options(parser: Any) -> None:
+    group = parser  # Locust's own add_argument (groups do not take include_in_web_ui)
+    group.add_argument("--scenario", type=str, default=os.environ.get("TOKENSWARM_SCENARIO"),
+                       help="Scenario YAML (path or name under scenarios/)", include_in_web_ui=False)
+    group.add_argument("--out", type=str, default=None, include_in_web_ui=False,
+                       help="Run directory (default: runs/<run id>)")
+    group.add_argument("--set", dest="tokenswarm_set", action="append", default=[], include_in_web_ui=False,
+                       help="Override a scenario field: --set load.steps=[1,2] (repeatable)")
+    group.add_argument("--records-gzip", action="store_true", default=False, include_in_web_ui=False,
+                       help="Write records.jsonl.gz")
+    group.add_argument("--records-rotate-mb", type=float, default=0, include_in_web_ui=False,
+                       help="Rotate records files at this size (0 = one file)")
+    for hidden in ("tokenswarm_scenario_data", "tokenswarm_run_id", "tokenswarm_base_url", "tokenswarm_model"):
+        group.add_argument("--" + hidden.replace("_", "-"), dest=hidden, default="", help=argparse.SUPPRESS,
+                           include_in_web_ui=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# master / local
+# ---------------------------------------------------------------------------------------------
+class RunController:
+    """Owns the run directory, manifest, shape state, scraping and progress (master/local)."""
+
+    def __init__(self, environment: Any, scenario: Any, fixed_users: bool) -> None:
+        self.env = environment
+        self.scenario = scenario
+        self.fixed_users = fixed_users
+        self.is_master = isinstance(environment.runner, MasterRunner)
+        self.machine: StepMachine | None = None
+        self.manifest: Manifest | None = None
+        self.writer: RecordsWriter | None = None
+        self.collector: Collector | None = None
+        self.ctx: RunContext | None = None
+        self.scrapers: list[Scraper] = []
+        self.metrics_fh = None
+        self.run_dir: Path | None = None
+        self.live = LiveStats()  # master: merged worker deltas; local: the ctx's own
+        self.worker_status: dict[str, dict[str, Any]] = {}
+        self._greenlets: list[gevent.Greenlet] = []
+        self._last_broadcast = 0.0
+        self._step_msg: dict[str, Any] | None = None
+        self.finished = False
+        self._pending: list[Any] = []
+        self.runs = 0
+        self.overrides: dict[str, Any] | None = None
+
+    # -- start -------------------------------------------------------------------------------
+    def start(self) -> None:
+        opts = self.env.parsed_options
+        sc = self.scenario
+        self.runs += 1
+        self.finished = False
+        self.worker_status = {}
+        if not self.is_master:
+            self.live = LiveStats()
+        base_url = (self.env.host or sc.target.base_url or "").rstrip("/")
+        if not base_url:
+            self._abort("no target: give --host or target.base_url in the scenario", EXIT_BAD_CONFIG)
+            return
+        model, models_response, server_headers = discover_model(base_url, sc.target)
+        if model is None:
+            self._abort(f"target {base_url} does not answer GET /v1/models ({models_response}); "
+                        "is the server running and the URL right?", EXIT_RUN_BROKE)
+            return
+        run_id = new_run_id()
+        out = Path(opts.out) if opts.out else default_run_dir(run_id)
+        if opts.out and self.runs > 1:
+            out = Path(f"{opts.out}-{self.runs}")
+        self.run_dir = out
+        out.mkdir(parents=True, exist_ok=True)
+        self.manifest = Manifest(out, run_id, scenario=sc.resolved(), scenario_name=sc.name,
+                                 command=command_line(), load_mode="fixed" if self.fixed_users else sc.load.mode)
+        self.manifest.data["target"] = {"base_url": base_url, "api": sc.target.api, "model": model,
+                                        "models_response": models_response, "server_headers": server_headers}
+        self.writer = RecordsWriter(out, gzip_output=bool(opts.records_gzip),
+                                    rotate_bytes=int(opts.records_rotate_mb * 1e6) or None)
+        # Workers get everything they need through the spawn message's parsed options.
+        opts.tokenswarm_scenario_data = json.dumps(sc_data(sc, self.overrides))
+        opts.tokenswarm_run_id = run_id
+        opts.tokenswarm_base_url = base_url
+        opts.tokenswarm_model = model
+        if self.is_master:
+            self.collector = Collector(self.writer)
+            ctx_sink = FileSink(self.writer)  # unused for records on the master, keeps the API uniform
+            self.ctx = RunContext(scenario=sc, run_id=run_id, worker_id="master", base_url=base_url, model=model,
+                                  sink=ctx_sink, role="master", events=self.env.events)
+        else:
+            self.ctx = build_worker_context(self.env, sc, run_id, base_url, model, FileSink(self.writer), "local", 0)
+            self.live = self.ctx.live
+        runtime.set_context(self.ctx)
+        if self.fixed_users:
+            self.machine = None
+            self._step_msg = {"index": 0, "name": f"u{opts.num_users}", "kind": "concurrency",
+                              "target": opts.num_users, "phase": "steady", "worker_count": 1}
+            self.manifest.data["steps"] = [{"index": 0, "name": self._step_msg["name"], "kind": "concurrency",
+                                            "target": opts.num_users, "started_at": time.time(),
+                                            "steady_at": time.time(), "ended_at": None}]
+            self._broadcast(self._step_msg)
+        for tr in self._pending:  # the shape's first tick comes before test_start
+            self._record_transition(tr)
+        self._pending = []
+        self.manifest.write()
+        self._start_scrapers(base_url)
+        self._greenlets.append(gevent.spawn(self._periodic))
+        log.info("tokenswarm: run %s -> %s (target %s, model %s)", run_id, out, base_url, model)
+
+    def _abort(self, message: str, code: int) -> None:
+        log.error("tokenswarm: %s", message)
+        print(f"tokenswarm: {message}", file=sys.stderr)
+        self.env.process_exit_code = code
+        gevent.spawn_later(0.1, self.env.runner.quit)
+
+    def _start_scrapers(self, base_url: str) -> None:
+        t = self.scenario.target
+        endpoints = []
+        url = t.metrics_endpoint(base_url)
+        if url:
+            endpoints.append(("target", url))
+        endpoints.extend(t.extra_metrics)
+        if not endpoints:
+            return
+        assert self.run_dir is not None
+        self.metrics_fh = open(self.run_dir / "server_metrics.jsonl", "ab")
+        for source, u in endpoints:
+            s = Scraper(source, u, t.scrape_interval_s, self.metrics_fh, step=lambda: self.ctx.step_index if self.ctx else None)
+            s.scrape_once()  # a baseline sample before any load
+            s.start()
+            self.scrapers.append(s)
+
+    # -- shape ---------------------------------------------------------------------------------
+    def users_for(self, step: Any, runner: Any) -> int:
+        if step.kind == "rate":
+            return max(1, getattr(runner, "worker_count", 1) if self.is_master else 1)
+        return int(step.target)
+
+    def new_machine(self) -> StepMachine:
+        load = self.scenario.load
+        return StepMachine(plan_steps(load.mode, list(load.steps), load.warmup_s, load.step_duration_s))
+
+    def shape_tick(self, runner: Any, now_s: float):
+        if self.fixed_users:
+            return None
+        if self.machine is None or (self.machine.done and self.finished):
+            self.machine, self._pending = self.new_machine(), []  # a new run (e.g. started again in the UI)
+        machine = self.machine
+        transitions = machine.advance(now_s, lambda step: runner.user_count == self.users_for(step, runner))
+        for tr in transitions:
+            if self.manifest is None or self.finished:
+                self._pending.append(tr)
+            else:
+                self._record_transition(tr)
+        if machine.done:
+            return None
+        step = machine.current
+        assert step is not None
+        if self._step_msg is not None and time.monotonic() - self._last_broadcast > 5.0:
+            self._broadcast(self._step_msg)  # late-joining workers learn the step too
+        from tokenswarm.load.users import CLOSED_LOOP_USERS, OpenLoopUser
+
+        classes = [OpenLoopUser] if step.kind == "rate" else [c for c in CLOSED_LOOP_USERS if c.weight > 0]
+        return (self.users_for(step, runner), self.scenario.load.spawn_rate, classes)
+
+    def _record_transition(self, tr: Any) -> None:
+        assert self.manifest is not None and self.ctx is not None
+        steps = self.manifest.data["steps"]
+        epoch = self.ctx.anchor.epoch(tr.at_s)  # at_s is perf_counter time, as the anchor's
+        if tr.phase == "warmup":
+            steps.append({"index": tr.step.index, "name": tr.step.name, "kind": tr.step.kind,
+                          "target": tr.step.target, "started_at": epoch, "steady_at": None, "ended_at": None})
+            if len(steps) > 1 and steps[-2]["ended_at"] is None:
+                steps[-2]["ended_at"] = epoch
+        elif tr.phase == "steady":
+            steps[-1]["steady_at"] = epoch
+        elif tr.phase == "done":
+            steps[-1]["ended_at"] = epoch
+        if tr.phase != "done":
+            wc = getattr(self.env.runner, "worker_count", 1) if self.is_master else 1
+            self._step_msg = {"index": tr.step.index, "name": tr.step.name, "kind": tr.step.kind,
+                              "target": tr.step.target, "phase": tr.phase, "worker_count": max(1, wc)}
+            self._broadcast(self._step_msg)
+            log.info("tokenswarm: step %s (%s %g) %s", tr.step.name, tr.step.kind, tr.step.target, tr.phase)
+        self.manifest.write()
+
+    def _broadcast(self, msg: dict[str, Any]) -> None:
+        self._last_broadcast = time.monotonic()
+        if self.ctx is not None:
+            self.ctx.set_step(msg)
+        if self.is_master:
+            self.env.runner.send_message(MSG_STEP, msg)
+
+    # -- during the run --------------------------------------------------------------------------
+    def on_worker_report(self, client_id: str, data: dict[str, Any]) -> None:
+        info = data.get("tokenswarm")
+        if not info:
+            return
+        self.live.merge_delta(info.get("live", {}))
+        info = {k: v for k, v in info.items() if k != "live"}
+        info["client_id"] = client_id
+        info["seen_at"] = time.time()
+        self.worker_status[info["worker_id"]] = info
+        if self.collector is not None:
+            acc = self.collector.account(info["worker_id"])
+            acc.client_id, acc.host, acc.pid = client_id, info.get("host"), info.get("pid")
+            acc.clock_offset_s = round(info.get("wall_s", time.time()) - time.time(), 3)
+            self.collector.on_progress(info["worker_id"], info.get("last_seq"), info.get("requests_started", 0))
+
+    def _periodic(self) -> None:
+        while True:
+            gevent.sleep(5.0)
+            if self.writer is not None:
+                self.writer.flush()
+            if self.env.parsed_options.headless:
+                print(self.progress_line(), flush=True)
+
+    def progress_line(self) -> str:
+        live = self.live
+        tok_s, req_s, err_s = live.rate(10)
+        in_flight = (sum(w.get("in_flight", 0) for w in self.worker_status.values()) if self.is_master
+                     else (self.ctx.in_flight if self.ctx else 0))
+        late = (sum(w.get("late_dispatches", 0) for w in self.worker_status.values()) if self.is_master
+                else (self.ctx.late_dispatches if self.ctx else 0))
+        total = [r for r in summary_rows(live, []) if r["name"] == "Total"][0]
+        step = "-"
+        if self.ctx is not None and self.ctx.step_name:
+            step = f"{self.ctx.step_name} {self.ctx.phase}"
+            if self.machine is not None:
+                left = self.machine.remaining_s(time.perf_counter())
+                nsteps = len(self.machine.steps)
+                step += f" ({self.machine.index + 1}/{nsteps}" + (f", {left:.0f}s left)" if left is not None else ", ramping)")
+        line = (f"[tokenswarm] step {step} | users {self.env.runner.user_count} | in flight {in_flight} | "
+                f"out {tok_s:.0f} tok/s | {req_s:.1f} req/s | errors {total['failures']} | "
+                f"TTFT p50 {fmt(total['ttft_p50_ms'])} p99 {fmt(total['ttft_p99_ms'])} ms | "
+                f"TPOT p50 {fmt(total['tpot_p50_ms'])} ms")
+        if late:
+            line += f" | WARNING generator behind schedule: {late} late dispatches"
+        return line
+
+    # -- stop ------------------------------------------------------------------------------------
+    def stop(self) -> None:
+        if self.manifest is None or self.finished:
+            return
+        self.finished = True
+        if self.ctx is not None:
+            self.ctx.stopping = True
+        if self.collector is not None:
+            deadline = time.monotonic() + 15.0
+            while not self._workers_settled() and time.monotonic() < deadline:
+                gevent.sleep(0.2)
+            for wid, acc in self.collector.workers.items():
+                if not acc.final_received:
+                    self.collector.on_worker_lost(wid, "worker stopped reporting before the end (killed or lost)")
+        for g in self._greenlets:
+            g.kill(block=False)
+        for s in self.scrapers:
+            s.stop(final_scrape=True)
+        if self.metrics_fh is not None:
+            self.metrics_fh.close()
+        if self.writer is not None:
+            self.writer.close()
+        self.finalize_manifest()
+        print(f"tokenswarm: records and manifest written to {self.run_dir}", flush=True)
+
+    def _workers_settled(self) -> bool:
+        assert self.collector is not None
+        runner = self.env.runner
+        alive = {c.id for c in runner.clients.values() if c.state not in ("missing",)} if self.is_master else set()
+        for acc in self.collector.workers.values():
+            if not acc.final_received and acc.client_id in alive:
+                return False
+        return True
+
+    def finalize_manifest(self) -> None:
+        m = self.manifest
+        assert m is not None
+        d = m.data
+        d["ended_at"] = time.time()
+        for st in d["steps"]:
+            if st.get("ended_at") is None:
+                st["ended_at"] = d["ended_at"]
+        if self.collector is not None:
+            d["workers"] = [a.to_dict() for a in self.collector.workers.values()]
+            d["totals"] = self.collector.totals()
+            for a in self.collector.workers.values():
+                if a.lost_reason:
+                    m.warn(f"worker {a.worker_id}: {a.lost_reason}; missing seqs {a.missing}")
+            health = self._health_from_workers()
+        elif self.ctx is not None:
+            ctx = self.ctx
+            d["workers"] = [{"worker_id": ctx.worker_id, "host": os.uname().nodename, "pid": os.getpid(),
+                             "clock_offset_s": 0.0, "records_received": ctx._next_seq,
+                             "last_seq": ctx.last_seq, "missing_seqs": [], "lost_reason": None}]
+            d["totals"] = {"requests_started": ctx.requests_started, "records_received": ctx._next_seq,
+                           "records_lost": 0}
+            health = {"late_dispatches": ctx.late_dispatches, "max_schedule_lag_ms": round(ctx.max_schedule_lag_ms, 3)}
+        else:
+            health = {}
+        health["cpu_warning"] = bool(getattr(self.env.runner, "cpu_warning_emitted", False)) or health.get("cpu_warning", False)
+        d["generator_health"] = {**d.get("generator_health", {}), **health}
+        if health.get("late_dispatches"):
+            m.warn(f"the generator fell behind its arrival schedule {health['late_dispatches']} times "
+                   "(latencies count from the schedule; see schedule_lag_ms)")
+        if health.get("cpu_warning"):
+            m.warn("a load generator process used more than 90% CPU: timings may be inflated")
+        d["complete"] = True
+        m.write()
+
+    def _health_from_workers(self) -> dict[str, Any]:
+        ws = list(self.worker_status.values())
+        return {"late_dispatches": sum(w.get("late_dispatches", 0) for w in ws),
+                "max_schedule_lag_ms": max((w.get("max_schedule_lag_ms", 0) for w in ws), default=0.0),
+                "cpu_warning": any(w.get("cpu_warning") for w in ws)}
+
+
+def fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0f}"
+
+
+def sc_data(scenario: Any, overrides: dict[str, Any] | None) -> dict[str, Any]:
+    """What a worker needs to rebuild the scenario (the file may not exist on its machine)."""
+    import yaml
+
+    path = scenario.path
+    raw = yaml.safe_load(Path(path).read_text()) if path and os.path.exists(path) else None
+    return {"raw": raw, "path": path, "overrides": overrides}
+
+
+def discover_model(base_url: str, target: Any) -> tuple[str | None, Any, dict[str, str]]:
+    """``(model, /v1/models answer or error text, server headers)``; model None if unreachable."""
+    from tokenswarm.load.context import endpoint_path
+
+    models_url = endpoint_path(base_url, "chat").rsplit("/chat/completions", 1)[0] + "/models"
+    full = base_url.split("://", 1)[0] + "://" + base_url.split("://", 1)[1].split("/", 1)[0] + models_url
+    headers = dict(target.headers)
+    key = target.api_key()
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    try:
+        req = urllib.request.Request(full, headers=headers)
+        with urllib.request.urlopen(req, timeout=target.connect_timeout_s) as resp:  # noqa: S310
+            body = json.loads(resp.read() or b"{}")
+            server_headers = {k.lower(): v for k, v in resp.headers.items() if k.lower() in ("server", "x-version")}
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        if target.model != "auto" and isinstance(exc, urllib.error.HTTPError):
+            return target.model, f"HTTP {exc.code}", {}  # reachable; no /v1/models
+        return None, f"{type(exc).__name__}: {exc}", {}
+    if target.model != "auto":
+        return target.model, body, server_headers
+    data = body.get("data") if isinstance(body, dict) else None
+    if not data:
+        return None, "no models listed", server_headers
+    return data[0].get("id"), body, server_headers
+
+
+# ---------------------------------------------------------------------------------------------
+# per-process context (local and worker)
+# ---------------------------------------------------------------------------------------------
+def build_worker_context(env: Any, sc: Any, run_id: str, base_url: str, model: str, sink: Any, role: str,
+                         index: int) -> RunContext:
+    from tokenswarm.load.prompts import PromptSource
+    from tokenswarm.load.tokencount import make_token_counter
+
+    counter = make_token_counter(base_url, model, sc.traffic.tokenizer, headers=dict(sc.target.headers))
+    worker_id = make_worker_id(index if role == "worker" else None)
+    sources = {}
+    for t in sc.traffic.classes:
+        if t.weight > 0:
+            sources[t.name] = PromptSource(t, counter, seed=sc.traffic.seed * 1000 + index, api=sc.target.api)
+    ctx = RunContext(scenario=sc, run_id=run_id, worker_id=worker_id, base_url=base_url, model=model, sink=sink,
+                     role=role, worker_index=index, events=env.events, request_event=env.events.request.fire,
+                     prompt_sources=sources)
+    apply_user_settings(sc, base_url)
+    return ctx
+
+
+def apply_user_settings(sc: Any, base_url: str) -> None:
+    """Timeouts, TLS, host and pool sizes of the user classes, from the scenario."""
+    from tokenswarm.load.users import CLOSED_LOOP_USERS, OpenLoopUser
+
+    t = sc.target
+    for cls in (*CLOSED_LOOP_USERS, OpenLoopUser):
+        cls.host = base_url
+        cls.connection_timeout = t.connect_timeout_s
+        cls.network_timeout = t.total_timeout_s
+        cls.insecure = not t.verify_tls
+    OpenLoopUser.concurrency = max(16, sc.load.max_in_flight)
+
+
+def set_class_weights(sc: Any, mode: str) -> None:
+    from tokenswarm.load.users import CLOSED_LOOP_USERS, OpenLoopUser
+
+    for cls in CLOSED_LOOP_USERS:
+        w = sum(t.weight for t in sc.traffic.classes if t.kind == cls.kind)
+        cls.weight = 0 if mode == "open" else w
+    OpenLoopUser.weight = 1 if mode == "open" else 0
+
+
+def load_scenario_from_options(opts: Any) -> Any:
+    from tokenswarm.load.scenario import load_scenario, parse_override, resolve_scenario_path
+
+    if not opts.scenario:
+        raise SystemExit("tokenswarm: --scenario is required (e.g. --scenario scenarios/mix.yaml)")
+    overrides = dict(parse_override(s) for s in opts.tokenswarm_set or [])
+    sc = load_scenario(resolve_scenario_path(opts.scenario), overrides or None)
+    return sc, overrides
+
+
+# ---------------------------------------------------------------------------------------------
+# event listeners
+# ---------------------------------------------------------------------------------------------
+@events.init.add_listener
+def _on_init(environment: Any, **_kw: Any) -> None:
+    install_events(environment.events)
+    runner = environment.runner
+    opts = environment.parsed_options
+    if opts is None:
+        return
+    if isinstance(runner, WorkerRunner):
+        _init_worker(environment)
+        return
+    from tokenswarm.load.scenario import ScenarioError
+
+    try:
+        sc, overrides = load_scenario_from_options(opts)
+    except ScenarioError as exc:
+        print(f"tokenswarm: {exc}", file=sys.stderr)
+        sys.exit(EXIT_BAD_CONFIG)
+    fixed = opts.num_users is not None
+    if fixed:
+        environment.shape_class = None  # -u/--users: a fixed concurrency for -t, as Locust users expect
+    set_class_weights(sc, "closed" if fixed else sc.load.mode)
+    if not opts.stop_timeout:
+        environment.stop_timeout = sc.load.stop_timeout_s
+    if not environment.host and sc.target.base_url:
+        environment.host = sc.target.base_url
+    apply_user_settings(sc, environment.host or sc.target.base_url or "")
+    ctl = RunController(environment, sc, fixed)
+    ctl.overrides = overrides or None
+    runtime.set_run(ctl)
+    if isinstance(runner, MasterRunner):
+        collector_proxy = _CollectorProxy(ctl)
+        runner.register_message(MSG_RECORDS, collector_proxy.on_records)
+        runner.register_message(MSG_FINAL, collector_proxy.on_final)
+        environment.events.worker_report.add_listener(lambda client_id, data, **kw: ctl.on_worker_report(client_id, data))
+    else:
+        runner.register_message(MSG_STEP, lambda environment, msg, **kw: None)  # local: ctx updated directly
+    environment.events.test_start.add_listener(lambda environment, **kw: ctl.start())
+    environment.events.test_stopping.add_listener(lambda environment, **kw: _set_stopping())
+    environment.events.test_stop.add_listener(lambda environment, **kw: ctl.stop())
+    environment.events.quitting.add_listener(lambda environment, **kw: ctl.stop())
+    if environment.web_ui is not None:
+        try:
+            from tokenswarm.webui import install as install_webui
+        except ImportError:
+            install_webui = None
+        if install_webui is not None:
+            install_webui(environment, ctl)
+
+
+class _CollectorProxy:
+    def __init__(self, ctl: RunController) -> None:
+        self.ctl = ctl
+
+    def on_records(self, environment: Any, msg: Any, **_kw: Any) -> None:
+        if self.ctl.collector is not None:
+            self.ctl.collector.on_batch(msg.data)
+
+    def on_final(self, environment: Any, msg: Any, **_kw: Any) -> None:
+        if self.ctl.collector is not None:
+            self.ctl.collector.on_final(msg.data)
+
+
+def _set_stopping() -> None:
+    try:
+        runtime.context().stopping = True
+    except RuntimeError:
+        pass
+
+
+def _init_worker(environment: Any) -> None:
+    runner = environment.runner
+    state: dict[str, Any] = {"ctx": None}
+
+    def on_step(environment: Any, msg: Any, **_kw: Any) -> None:
+        ctx = state["ctx"]
+        if ctx is not None:
+            ctx.set_step(msg.data)
+        else:
+            state["pending_step"] = msg.data
+
+    runner.register_message(MSG_STEP, on_step)
+
+    @environment.events.test_start.add_listener
+    def _start(environment: Any, **_kw: Any) -> None:
+        from tokenswarm.load.scenario import parse_scenario
+
+        opts = environment.parsed_options
+        data = json.loads(opts.tokenswarm_scenario_data or "{}")
+        raw = data.get("raw")
+        if raw is None:
+            log.error("tokenswarm: the master sent no scenario; is the master running tokenswarm's locustfile?")
+            return
+        from tokenswarm.load.scenario import apply_overrides
+
+        raw = apply_overrides(raw, data.get("overrides"), data.get("path") or "<scenario>")
+        sc = parse_scenario(raw, data.get("path") or "<scenario>")
+        index = max(0, runner.worker_index)
+        sink = RelaySink(lambda t, d: runner.send_message(t, d), make_worker_id(index), spool_dir=spool_dir_default())
+        ctx = build_worker_context(environment, sc, opts.tokenswarm_run_id, opts.tokenswarm_base_url,
+                                   opts.tokenswarm_model, sink, "worker", index)
+        if state.get("pending_step"):
+            ctx.set_step(state.pop("pending_step"))
+        state["ctx"] = ctx
+        runtime.set_context(ctx)
+        state["flusher"] = gevent.spawn(_flush_loop, sink)
+
+    @environment.events.test_stopping.add_listener
+    def _stopping(environment: Any, **_kw: Any) -> None:
+        if state["ctx"] is not None:
+            state["ctx"].stopping = True
+
+    @environment.events.test_stop.add_listener
+    def _stop(environment: Any, **_kw: Any) -> None:
+        ctx = state["ctx"]
+        if ctx is None:
+            return
+        if state.get("flusher") is not None:
+            state["flusher"].kill(block=False)
+        ctx.sink.final(ctx.last_seq, ctx.requests_started)
+        state["ctx"] = None
+
+    @environment.events.report_to_master.add_listener
+    def _report(client_id: str, data: dict[str, Any], **_kw: Any) -> None:
+        ctx = state["ctx"]
+        if ctx is None:
+            return
+        data["tokenswarm"] = {
+            "worker_id": ctx.worker_id, "host": os.uname().nodename, "pid": os.getpid(), "wall_s": time.time(),
+            "in_flight": ctx.in_flight, "requests_started": ctx.requests_started, "last_seq": ctx.last_seq,
+            "late_dispatches": ctx.late_dispatches, "max_schedule_lag_ms": round(ctx.max_schedule_lag_ms, 3),
+            "cpu_warning": bool(getattr(runner, "cpu_warning_emitted", False)), "live": ctx.live.take_delta(),
+        }
+
+
+def _flush_loop(sink: Any) -> None:
+    while True:
+        gevent.sleep(0.5)
+        sink.flush()

@@ -1,0 +1,32 @@
+"""Process-global handle on the current run (one Locust process runs one test at a time)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_state: dict[str, Any] = {"context": None, "run": None}
+
+
+def context() -> Any:
+    """The :class:`~tokenswarm.load.context.RunContext` of the running test."""
+    ctx = _state["context"]
+    if ctx is None:
+        raise RuntimeError("tokenswarm: no run context - is the tokenswarm plugin loaded (locustfiles/llm.py)?")
+    return ctx
+
+
+def set_context(ctx: Any) -> None:
+    _state["context"] = ctx
+
+
+def run() -> Any:
+    """The master/local :class:`~tokenswarm.load.plugin.RunController` (None on workers)."""
+    return _state["run"]
+
+
+def set_run(controller: Any) -> None:
+    _state["run"] = controller
+
+
+def context_or_none() -> Any:
+    return _state["context"]

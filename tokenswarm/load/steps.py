@@ -1,0 +1,135 @@
+"""The load plan as a pure state machine: steps, warm-up, steady windows (time injected).
+
+A step is one load level: a number of users (closed loop) or a request rate (open loop).
+Each step goes ``ramping`` (until the runner reports the target reached) -> ``warmup``
+(``warmup_s``) -> ``steady`` (``duration_s``) -> next step. Records started while a step is
+ramping or warming up are tagged ``phase="warmup"``; analysis uses ``steady`` ones.
+Moving on when the target is *reached*, not after a fixed time, keeps a slow ramp from
+eating the steady window (Locust's master blocks while it spawns).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+PHASE_WARMUP = "warmup"
+PHASE_STEADY = "steady"
+
+
+@dataclass(frozen=True)
+class Step:
+    index: int
+    name: str
+    kind: str  # "concurrency" | "rate"
+    target: float  # users, or requests/s
+    warmup_s: float
+    duration_s: float
+
+
+def plan_steps(mode: str, targets: list[float] | tuple[float, ...], warmup_s: float, duration_s: float) -> list[Step]:
+    """Steps for a closed (``concurrency``) or open (``rate``) load plan."""
+    kind = "concurrency" if mode == "closed" else "rate"
+    steps = []
+    for i, t in enumerate(targets):
+        name = f"c{int(t)}" if kind == "concurrency" else f"r{t:g}"
+        steps.append(Step(i, name, kind, float(t), float(warmup_s), float(duration_s)))
+    return steps
+
+
+@dataclass
+class StepTimes:
+    started_s: float
+    steady_s: float | None = None
+    ended_s: float | None = None
+
+
+@dataclass
+class Transition:
+    step: Step
+    phase: str  # "warmup" | "steady" | "done"
+    at_s: float
+
+
+@dataclass
+class StepMachine:
+    """Advance with ``advance(now_s, reached)``; it returns the transitions that happened.
+
+    ``reached`` says whether the runner holds a step's target load: a callable taking the
+    step (so a late tick can catch up through several steps correctly) or a plain bool
+    about the current step.
+    """
+
+    steps: list[Step]
+    index: int = 0
+    phase: str | None = None  # None before start; "ramping"/"warmup"/"steady"; "done"
+    reached_s: float | None = None
+    times: list[StepTimes] = field(default_factory=list)
+
+    @property
+    def current(self) -> Step | None:
+        return self.steps[self.index] if self.index < len(self.steps) else None
+
+    @property
+    def done(self) -> bool:
+        return self.phase == "done"
+
+    def advance(self, now_s: float, reached: "bool | Callable[[Step], bool]") -> list[Transition]:
+        out: list[Transition] = []
+        is_reached = reached if callable(reached) else (lambda _s, _r=reached: _r)
+        while True:
+            step = self.current
+            if step is None:
+                if self.phase != "done":
+                    self.phase = "done"
+                return out
+            if self.phase is None:
+                self.phase = "ramping"
+                self.times.append(StepTimes(started_s=now_s))
+                out.append(Transition(step, PHASE_WARMUP, now_s))
+                continue
+            if self.phase == "ramping":
+                if not is_reached(step):
+                    return out
+                # Entered and found at target within this same call (a late tick catching up):
+                # the target was held from the step's start.
+                started = self.times[-1].started_s
+                self.reached_s = started if out and out[-1].step is step else now_s
+                self.phase = "warmup"
+                continue
+            if self.phase == "warmup":
+                assert self.reached_s is not None
+                steady_at = self.reached_s + step.warmup_s
+                if now_s < steady_at:
+                    return out
+                self.phase = "steady"
+                self.times[-1].steady_s = steady_at
+                out.append(Transition(step, PHASE_STEADY, steady_at))
+                continue
+            if self.phase == "steady":
+                end_at = (self.times[-1].steady_s or now_s) + step.duration_s
+                if now_s < end_at:
+                    return out
+                self.times[-1].ended_s = end_at
+                self.index += 1
+                self.phase = None if self.index < len(self.steps) else "done"
+                if self.phase == "done":
+                    out.append(Transition(step, "done", end_at))
+                    return out
+                # next step starts at the end of this one
+                nxt = self.current
+                assert nxt is not None
+                self.phase = "ramping"
+                self.times.append(StepTimes(started_s=end_at))
+                out.append(Transition(nxt, PHASE_WARMUP, end_at))
+                continue
+            return out
+
+    def remaining_s(self, now_s: float) -> float | None:
+        """Seconds left in the current step's warm-up + steady window (None while ramping)."""
+        step = self.current
+        if step is None or self.reached_s is None or self.phase not in ("warmup", "steady"):
+            return None
+        if self.phase == "warmup":
+            return max(0.0, self.reached_s + step.warmup_s - now_s) + step.duration_s
+        return max(0.0, (self.times[-1].steady_s or now_s) + step.duration_s - now_s)

@@ -1,0 +1,257 @@
+"""Locust user classes: the four traffic types, and the open-loop dispatcher.
+
+Closed loop (concurrency steps): every user runs one request at a time -- ``QAUser``,
+``SummarizationUser``, ``CodeUser``, ``MultiTurnUser`` (and the opt-in ``AbnormalUser``);
+their Locust weights come from the scenario's class weights. Within a kind, a user sticks
+to one scenario task (chosen by weight at start), so per-task statistics stay meaningful.
+
+Open loop (rate steps): one ``OpenLoopUser`` per worker process dispatches requests on an
+arrival schedule, independently of response times (bounded by ``max_in_flight``). Each
+request's latency counts from its *scheduled* time; lag is recorded and counted.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from typing import Any
+
+import gevent
+import gevent.pool
+from geventhttpclient.url import URL
+from locust import FastHttpUser, constant, task
+from locust.exception import StopUser
+
+from tokenswarm.load import runtime
+from tokenswarm.load.arrivals import ArrivalProcess
+from tokenswarm.load.client import StreamHooks, stream_call
+from tokenswarm.load.context import RunContext, request_key
+
+KIND_CLASSES: dict[str, str] = {
+    "qa": "QAUser",
+    "summarization": "SummarizationUser",
+    "code": "CodeUser",
+    "multi_turn": "MultiTurnUser",
+    "abnormal": "AbnormalUser",
+}
+
+
+def pick_task(tasks: list[Any], rng: random.Random) -> Any:
+    weights = [max(t.weight, 0.0) for t in tasks]
+    return rng.choices(tasks, weights=weights)[0]
+
+
+class Conversationalist:
+    """Runs requests for one user or dispatch slot; shared by closed and open loop."""
+
+    def __init__(self, ctx: RunContext, user: FastHttpUser, http: Any, user_class: str) -> None:
+        self.ctx = ctx
+        self.user = user
+        self.http = http
+        self.user_class = user_class
+        events = ctx.events
+        self.hooks = None
+        if events is not None:
+            first, chunk = events.llm_first_token, events.llm_chunk
+            # Only build hooks when someone listens: the per-chunk path stays free otherwise.
+            if first._handlers or chunk._handlers:
+                self.hooks = StreamHooks(
+                    on_first_token=(lambda base, ms: first.fire(task=base["task"], ttft_ms=ms, base=base))
+                    if first._handlers else None,
+                    on_chunks=(lambda base, ms, n: chunk.fire(task=base["task"], offset_ms=ms, chunks=n, base=base))
+                    if chunk._handlers else None,
+                )
+
+    def send(self, task_cfg: Any, payload_key: str, payload: Any, max_tokens: int, scheduled_s: float,
+             *, session_id: str | None = None, turn: int | None = None, extra: dict | None = None) -> tuple[Any, str]:
+        ctx = self.ctx
+        sampling = task_cfg.sampling.params()
+        if extra:
+            sampling = {**sampling, **{k: v for k, v in extra.items() if k != "max_tokens"}}
+            max_tokens = extra.get("max_tokens", max_tokens)
+        key = request_key(ctx.api, payload, max_tokens, sampling)
+        body = ctx.body(payload_key, payload, max_tokens, sampling)
+        now = ctx.clock()
+        base = ctx.base(task=task_cfg.name, user_class=self.user_class, scheduled_s=scheduled_s,
+                        sent_estimate_s=now, key=key, session_id=session_id, turn=turn, max_tokens=max_tokens,
+                        temperature=sampling.get("temperature"))
+        target = ctx.scenario.target
+        ctx.requests_started += 1
+        ctx.in_flight += 1
+        try:
+            record, text = stream_call(
+                self.http, ctx.path, body, ctx.headers, base=base, anchor=ctx.anchor,
+                first_token_timeout_s=target.first_token_timeout_s, total_timeout_s=target.total_timeout_s,
+                keep_output=ctx.keep_outputs, hooks=self.hooks, clock=ctx.clock,
+                on_cancel=lambda rec, _text: ctx.emit(rec, self.user),
+            )
+        finally:
+            ctx.in_flight -= 1
+        return ctx.emit(record, self.user), text
+
+    def single(self, task_cfg: Any, rng: random.Random, scheduled_s: float) -> None:
+        prompt = self.ctx.prompt_sources[task_cfg.name].next_prompt(rng)
+        if prompt.messages is not None:
+            payload_key, payload = "messages", list(prompt.messages)
+        else:
+            payload_key, payload = "prompt", prompt.text
+        extra = dict(prompt.params) if prompt.params else None
+        self.send(task_cfg, payload_key, payload, prompt.max_tokens, scheduled_s, extra=extra)
+
+    def conversation(self, task_cfg: Any, rng: random.Random, scheduled_s: float) -> None:
+        """All turns of one conversation; each turn re-sends the history with the real replies."""
+        ctx = self.ctx
+        conv = ctx.prompt_sources[task_cfg.name].conversation(rng)
+        session_id = uuid.UUID(int=rng.getrandbits(128)).hex[:16]
+        history: list[dict[str, str]] = [{"role": "system", "content": conv.system}] if conv.system else []
+        prompt_text = ""
+        for turn in range(conv.turns):
+            if turn:
+                gevent.sleep(conv.think_time_s(turn))
+                scheduled_s = ctx.clock()
+            msg = conv.user_message(turn)
+            if ctx.api == "chat":
+                history.append({"role": "user", "content": msg})
+                payload_key, payload = "messages", list(history)
+            else:
+                prompt_text += f"User: {msg}\nAssistant:"
+                payload_key, payload = "prompt", prompt_text
+            record, text = self.send(task_cfg, payload_key, payload, conv.max_tokens(turn), scheduled_s,
+                                     session_id=session_id, turn=turn)
+            if record.outcome != "ok":
+                return  # a conversation cannot continue without the reply
+            if ctx.api == "chat":
+                history.append({"role": "assistant", "content": text})
+            else:
+                prompt_text += f" {text}\n"
+
+
+class LLMUser(FastHttpUser):
+    """Base of the closed-loop users: one request in flight, think time from the scenario."""
+
+    abstract = True
+    kind = ""
+    wait_time = constant(0)
+    concurrency = 2
+    # network_timeout bounds each socket read; our gevent deadlines bound TTFT and the total.
+    network_timeout = 600.0
+    connection_timeout = 10.0
+
+    def on_start(self) -> None:
+        ctx = runtime.context_or_none()
+        if ctx is None:  # the run was aborted at start (target down, bad config): nothing to do
+            raise StopUser()
+        self.ctx = ctx
+        tasks = [t for t in ctx.scenario.traffic.classes if t.kind == self.kind and t.weight > 0]
+        self.rng = ctx.rng_for(self.kind, id(self), time.perf_counter_ns())
+        self.task_cfg = pick_task(tasks, self.rng) if tasks else None
+        http = self.client.client.clientpool.get_client(URL(ctx.base_url))
+        self.runner_ = Conversationalist(ctx, self, http, type(self).__name__)
+
+    @task
+    def one_request(self) -> None:
+        if self.task_cfg is None:
+            gevent.sleep(1.0)
+            return
+        scheduled = self.ctx.clock()
+        if self.kind == "multi_turn":
+            self.runner_.conversation(self.task_cfg, self.rng, scheduled)
+        else:
+            self.runner_.single(self.task_cfg, self.rng, scheduled)
+        think = self.task_cfg.think_time_s.sample(self.rng)
+        if think > 0:
+            gevent.sleep(think)
+
+
+class QAUser(LLMUser):
+    """Short questions, short-to-medium answers."""
+
+    kind = "qa"
+
+
+class SummarizationUser(LLMUser):
+    """Long documents with a short summary instruction."""
+
+    kind = "summarization"
+
+
+class CodeUser(LLMUser):
+    """Code completion and generation from real (stdlib) source code."""
+
+    kind = "code"
+
+
+class MultiTurnUser(LLMUser):
+    """Conversations of N turns sending the whole history, sticky to this user."""
+
+    kind = "multi_turn"
+
+
+class AbnormalUser(LLMUser):
+    """Opt-in abnormal inputs (empty prompts, over-long prompts, odd Unicode, bad parameters)."""
+
+    kind = "abnormal"
+
+
+class OpenLoopUser(FastHttpUser):
+    """One per worker: dispatches requests on the arrival schedule of the current rate step."""
+
+    wait_time = constant(0)
+    concurrency = 1024
+    network_timeout = 600.0
+    connection_timeout = 10.0
+    weight = 0  # spawned only when the shape asks for it (open-loop scenarios)
+
+    def on_start(self) -> None:
+        ctx = runtime.context_or_none()
+        if ctx is None:
+            raise StopUser()
+        self.ctx = ctx
+        self.tasks_ = [t for t in ctx.scenario.traffic.classes if t.weight > 0]
+        self.rng = ctx.rng_for("open", id(self))
+        self.http = self.client.client.clientpool.get_client(URL(ctx.base_url))
+        per_worker_cap = max(1, ctx.scenario.load.max_in_flight // max(1, ctx.worker_count))
+        self.pool = gevent.pool.Pool(per_worker_cap)
+
+    @task
+    def dispatch(self) -> None:
+        ctx = self.ctx
+        load = ctx.scenario.load
+        process: ArrivalProcess | None = None
+        rate_seen: float | None = None
+        next_s = ctx.clock()
+        try:
+            while not ctx.stopping:
+                rate = ctx.rate_per_worker()
+                if rate is None:
+                    gevent.sleep(0.05)
+                    next_s = ctx.clock()
+                    continue
+                if rate != rate_seen:
+                    process = ArrivalProcess(rate, load.arrival, load.burstiness, self.rng)
+                    rate_seen = rate
+                assert process is not None
+                next_s += process.next_interval_s()
+                wait = next_s - ctx.clock()
+                if wait > 0:
+                    gevent.sleep(wait)
+                if self.pool.full():
+                    self.pool.wait_available()  # at the in-flight cap: the lag shows and counts
+                ctx.note_late((ctx.clock() - next_s) * 1000.0)
+                task_cfg = pick_task(self.tasks_, self.rng)
+                rng = random.Random(self.rng.getrandbits(64))
+                self.pool.spawn(self._one, task_cfg, rng, next_s)
+            self.pool.join(timeout=load.stop_timeout_s)
+        finally:
+            self.pool.kill(block=True, timeout=5)  # in-flight streams become 'cancelled' records
+
+    def _one(self, task_cfg: Any, rng: random.Random, scheduled_s: float) -> None:
+        conv = Conversationalist(self.ctx, self, self.http, f"OpenLoop:{task_cfg.kind}")
+        if task_cfg.kind == "multi_turn":
+            conv.conversation(task_cfg, rng, scheduled_s)
+        else:
+            conv.single(task_cfg, rng, scheduled_s)
+
+
+CLOSED_LOOP_USERS = (QAUser, SummarizationUser, CodeUser, MultiTurnUser, AbnormalUser)

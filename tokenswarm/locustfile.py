@@ -1,0 +1,16 @@
+"""tokenswarm's Locust entry point: user classes, the scenario shape and the plugin.
+
+Use through ``locustfiles/llm.py`` (``locust -f locustfiles/llm.py --scenario scenarios/mix.yaml``)
+or ``tokenswarm run``.
+"""
+
+from tokenswarm.load import plugin  # noqa: F401  (registers options and event listeners)
+from tokenswarm.load.shape import ScenarioShape  # noqa: F401
+from tokenswarm.load.users import (  # noqa: F401
+    AbnormalUser,
+    CodeUser,
+    MultiTurnUser,
+    OpenLoopUser,
+    QAUser,
+    SummarizationUser,
+)
