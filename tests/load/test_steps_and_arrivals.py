@@ -69,3 +69,11 @@ def test_invalid_arrival_settings_are_rejected_with_the_reason():
         ArrivalProcess(1, "uniform")
     with pytest.raises(ValueError, match="rate must be > 0"):
         ArrivalProcess(0)
+
+
+def test_a_target_that_is_never_reached_times_out_and_is_remembered():
+    m = StepMachine(plan_steps("closed", [8], warmup_s=1, duration_s=2), max_ramp_s=30)
+    m.advance(0.0, reached=False)
+    assert m.advance(29.0, reached=False) == [] and m.phase == "ramping"
+    m.advance(31.0, reached=False)
+    assert m.phase == "warmup" and m.ramp_timeouts == [0]

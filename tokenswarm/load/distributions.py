@@ -171,16 +171,24 @@ def make_dist(spec: Any, where: str, *, floor: float | None = None, integer: boo
     if isinstance(spec, (int, float)) and not isinstance(spec, bool):
         spec = {"dist": "fixed", "value": spec}
     if not isinstance(spec, dict):
-        raise DistSpecError(where, "a number or a mapping with 'dist' (one of " + ", ".join(KINDS) + ")", spec)
+        raise DistSpecError(
+            where, "a number or a mapping with 'dist' (one of " + ", ".join(KINDS) + ")", spec
+        )
     kind = spec.get("dist")
     if kind not in KINDS:
         raise DistSpecError(f"{where}.dist", "one of " + ", ".join(KINDS), kind)
     allowed = _KEYS[kind]
     for key in spec:
         if key != "dist" and key not in allowed:
-            raise DistSpecError(f"{where}.{key}", f"unknown field, expected one of dist, {', '.join(allowed)}", key)
-    required = {"fixed": ("value",), "uniform": ("min", "max"), "normal": ("mean", "stddev"),
-                "lognormal": ("mean", "sigma")}[kind]
+            raise DistSpecError(
+                f"{where}.{key}", f"unknown field, expected one of dist, {', '.join(allowed)}", key
+            )
+    required = {
+        "fixed": ("value",),
+        "uniform": ("min", "max"),
+        "normal": ("mean", "stddev"),
+        "lognormal": ("mean", "sigma"),
+    }[kind]
     for key in required:
         if key not in spec:
             raise DistSpecError(f"{where}.{key}", f"a number ({kind} needs {', '.join(required)})", None)
@@ -209,7 +217,9 @@ def make_dist(spec: Any, where: str, *, floor: float | None = None, integer: boo
         return Fixed(lo=None, hi=None, spec=clean, value=value)
     if kind == "uniform":
         if integer and math.ceil(lo) > math.floor(hi):
-            raise DistSpecError(f"{where}.max", "an integer range containing at least one integer", spec["max"])
+            raise DistSpecError(
+                f"{where}.max", "an integer range containing at least one integer", spec["max"]
+            )
         return Uniform(lo=lo, hi=hi, spec=clean)
     if kind == "normal":
         mean = _num(spec, "mean", where)

@@ -195,7 +195,9 @@ class RunController:
 
     def new_machine(self) -> StepMachine:
         load = self.scenario.load
-        return StepMachine(plan_steps(load.mode, list(load.steps), load.warmup_s, load.step_duration_s))
+        slowest_ramp_s = max(load.steps) / max(load.spawn_rate, 0.1) if load.mode == "closed" else 0.0
+        return StepMachine(plan_steps(load.mode, list(load.steps), load.warmup_s, load.step_duration_s),
+                           max_ramp_s=max(30.0, 3 * slowest_ramp_s + 10.0))
 
     def shape_tick(self, runner: Any, now_s: float):
         if self.fixed_users:
@@ -203,7 +205,11 @@ class RunController:
         if self.machine is None or (self.machine.done and self.finished):
             self.machine, self._pending = self.new_machine(), []  # a new run (e.g. started again in the UI)
         machine = self.machine
-        transitions = machine.advance(now_s, lambda step: runner.user_count == self.users_for(step, runner))
+        timeouts = len(machine.ramp_timeouts)
+        transitions = machine.advance(now_s, lambda step: runner.user_count >= self.users_for(step, runner))
+        if len(machine.ramp_timeouts) > timeouts and self.manifest is not None:
+            self.manifest.warn(f"step {machine.steps[machine.ramp_timeouts[-1]].name}: target load not reached "
+                               f"(only {runner.user_count} users); it ran at the load it had")
         for tr in transitions:
             if self.manifest is None or self.finished:
                 self._pending.append(tr)
@@ -303,7 +309,8 @@ class RunController:
         if self.ctx is not None:
             self.ctx.stopping = True
         if self.collector is not None:
-            deadline = time.monotonic() + 15.0
+            self._stop_workers()
+            deadline = time.monotonic() + float(self.env.stop_timeout or 0) + 20.0
             while not self._workers_settled() and time.monotonic() < deadline:
                 gevent.sleep(0.2)
             for wid, acc in self.collector.workers.items():
@@ -320,10 +327,23 @@ class RunController:
         self.finalize_manifest()
         print(f"tokenswarm: records and manifest written to {self.run_dir}", flush=True)
 
+    def _stop_workers(self) -> None:
+        """Make sure workers stop (and so flush) before the master closes the run directory.
+
+        Locust's headless quit fires the master's test_stop *before* telling workers anything,
+        so without this the last records would arrive after the files were closed.
+        """
+        from locust.rpc import Message
+
+        runner = self.env.runner
+        for client in list(runner.clients.all):
+            if client.state not in ("missing", "stopped", "ready", "init"):
+                runner.server.send_to_client(Message("stop", None, client.id))
+
     def _workers_settled(self) -> bool:
         assert self.collector is not None
         runner = self.env.runner
-        alive = {c.id for c in runner.clients.values() if c.state not in ("missing",)} if self.is_master else set()
+        alive = {c.id for c in runner.clients.all if c.state != "missing"} if self.is_master else set()
         for acc in self.collector.workers.values():
             if not acc.final_received and acc.client_id in alive:
                 return False

@@ -30,7 +30,6 @@ from typing import Any
 from tokenswarm.load.corpora import (
     DatasetItem,
     code_corpus,
-    cut_at_line,
     cut_at_space,
     documented_functions,
     load_dataset,
@@ -47,14 +46,14 @@ HUGE_MAX_TOKENS = 10_000_000
 
 @dataclass(frozen=True)
 class Prompt:
-    """One single-shot request's content. Exactly one of ``messages`` (chat) / ``text`` (completions) is set."""
+    """One single-shot request: ``messages`` (chat) or ``text`` (completions) is set, not both."""
 
     messages: tuple[dict, ...] | None
     text: str | None
     target_prompt_tokens: int
     max_tokens: int
-    source: str                      # provenance, e.g. "pydoc:topics/for", "stdlib:json/decoder.py:120"
-    abnormal: str | None = None      # abnormal case name (see scenario.ABNORMAL_CASES) or None
+    source: str  # provenance, e.g. "pydoc:topics/for", "stdlib:json/decoder.py:120"
+    abnormal: str | None = None  # abnormal case name (see scenario.ABNORMAL_CASES) or None
     params: dict = field(default_factory=dict, compare=False)  # request-body overrides (abnormal cases)
 
 
@@ -65,10 +64,10 @@ class Conversation:
     turns: int
     user_messages: tuple[str, ...]
     max_tokens_per_turn: tuple[int, ...]
-    think_times_s: tuple[float, ...]          # pause before each turn; think_times_s[0] == 0
+    think_times_s: tuple[float, ...]  # pause before each turn; think_times_s[0] == 0
     target_tokens_per_turn: tuple[int, ...]
     source: str
-    system: str | None = None                 # system message to put first, if the dataset had one
+    system: str | None = None  # system message to put first, if the dataset had one
 
     def user_message(self, turn: int) -> str:
         """The user message of 0-based ``turn``."""
@@ -94,7 +93,7 @@ class Calibration:
     counter: str
     chars_per_token: float
     samples: int
-    median_abs_error_pct: float | None   # |predicted - counted| / counted over the samples
+    median_abs_error_pct: float | None  # |predicted - counted| / counted over the samples
 
 
 _QA_TEMPLATES = (
@@ -115,8 +114,10 @@ _FOLLOWUPS = (
     "Is that different in older Python versions?",
     "Thanks. And how does it interact with {t}?",
 )
-_UNICODE = ("Ünïcödé tëst: 你好，世界！ Привет, мир. مرحبا بالعالم 🙂🚀👩🏽‍💻 "
-            "e\u0301 \u200bzero-width\u200b ｆｕｌｌｗｉｄｔｈ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 — what does this say?")
+_UNICODE = (
+    "Ünïcödé tëst: 你好，世界！ Привет, мир. مرحبا بالعالم 🙂🚀👩🏽‍💻 "
+    "e\u0301 \u200bzero-width\u200b ｆｕｌｌｗｉｄｔｈ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 — what does this say?"
+)
 _INIT_CHARS_PER_TOKEN = {"prose": 4.0, "code": 3.5, "dataset": 4.0}
 
 
@@ -128,8 +129,15 @@ def _topic_phrase(title: str) -> str:
 class PromptSource:
     """Prompts of one task. Build once per worker process at test start (it calibrates)."""
 
-    def __init__(self, task: TaskConfig, counter: TokenCounter | None, seed: int, pool_size: int = 64,
-                 api: str = "chat", code_files: int = 64):
+    def __init__(
+        self,
+        task: TaskConfig,
+        counter: TokenCounter | None,
+        seed: int,
+        pool_size: int = 64,
+        api: str = "chat",
+        code_files: int = 64,
+    ):
         if api not in ("chat", "completions"):
             raise ValueError(f"api must be 'chat' or 'completions', got {api!r}")
         self.task = task
@@ -222,10 +230,14 @@ class PromptSource:
             texts, counts = texts + f_texts, counts + f_counts
         else:
             ratio = {}
-        errors = [abs(len(t) / ratio.get(id(t), self.chars_per_token) - c) / c * 100
-                  for t, c in zip(texts, counts) if c > 0]
-        return Calibration(self.counter.name, self.chars_per_token, len(texts),
-                           statistics.median(errors) if errors else None)
+        errors = [
+            abs(len(t) / ratio.get(id(t), self.chars_per_token) - c) / c * 100
+            for t, c in zip(texts, counts)
+            if c > 0
+        ]
+        return Calibration(
+            self.counter.name, self.chars_per_token, len(texts), statistics.median(errors) if errors else None
+        )
 
     def _fit(self, rng: random.Random, n: int, build, attr: str) -> tuple[list[str], list[int]]:
         texts: list[str] = []
@@ -284,7 +296,9 @@ class PromptSource:
         room = budget - len(head) - len(question_part)
         if room < 24:  # too short for context: the bare question, cut to size if it is long
             short = question + tail
-            return (short if len(short) <= budget else cut_at_space(question, max(budget, 8))), f"pydoc:topics/{topic.key}"
+            return (
+                short if len(short) <= budget else cut_at_space(question, max(budget, 8))
+            ), f"pydoc:topics/{topic.key}"
         _, excerpt = corpus.excerpt(rng, room, topic=topic)
         return head + excerpt + question_part, f"pydoc:topics/{topic.key}"
 
@@ -342,21 +356,24 @@ class PromptSource:
         doc = fn.docstring if len(fn.docstring) <= 600 else cut_at_space(fn.docstring, 600)
         if self.api == "chat":
             head = "Here is part of a Python module, for context:\n\n```python\n"
-            ask = (f"\n```\n\nWrite the function below for this module. Reply with code only.\n\n"
-                   f"    {fn.signature}\n\nIt should do this:\n{doc}")
+            ask = (
+                f"\n```\n\nWrite the function below for this module. Reply with code only.\n\n"
+                f"    {fn.signature}\n\nIt should do this:\n{doc}"
+            )
         else:
             head = ""
-            indent = fn.signature[: len(fn.signature) - len(fn.signature.lstrip())]
-            ask = f"\n\n{fn.signature}\n{indent}    \"\"\"{doc}\n{indent}    \"\"\"\n"
+            indent = fn.indent
+            body_doc = doc.replace("\n", "\n" + indent + "    ")
+            ask = f'\n\n{indent}{fn.signature}\n{indent}    """{body_doc}\n{indent}    """\n'
         room = budget - len(head) - len(ask)
         text = read_source(rel)
         before = text[: fn.offset]
         if room <= 0:
             context = ""
         elif len(before) >= room:
-            context = before[len(before) - room:]
+            context = before[len(before) - room :]
             nl = context.find("\n")
-            context = context[nl + 1:] if 0 <= nl < 120 else context
+            context = context[nl + 1 :] if 0 <= nl < 120 else context
         else:  # file head too short: put another module's code first
             _, extra = corpus.excerpt(rng, room - len(before))
             context = extra + "\n\n# file: " + rel + "\n" + before
@@ -394,8 +411,9 @@ class PromptSource:
         if case == "huge_max_tokens":
             return self._wrap(text, target, HUGE_MAX_TOKENS, source, abnormal=case)
         if case == "invalid_params":
-            return self._wrap(text, target, max_tokens, source, abnormal=case,
-                              params={"temperature": -1.0, "top_p": 7.0})
+            return self._wrap(
+                text, target, max_tokens, source, abnormal=case, params={"temperature": -1.0, "top_p": 7.0}
+            )
         return self._wrap(text, target, max_tokens, source, abnormal=case)  # cancel_early
 
 
@@ -419,7 +437,8 @@ def conversation_text(conv: Conversation, turn: int, replies: list[str]) -> str:
     return render_messages_as_text(conversation_messages(conv, turn, replies))
 
 
-def build_prompt_sources(tasks, counter: TokenCounter | None, seed: int, api: str = "chat",
-                         pool_size: int = 64) -> dict[str, PromptSource]:
+def build_prompt_sources(
+    tasks, counter: TokenCounter | None, seed: int, api: str = "chat", pool_size: int = 64
+) -> dict[str, PromptSource]:
     """One :class:`PromptSource` per task name (tasks with weight 0 included, they are cheap)."""
     return {t.name: PromptSource(t, counter, seed, pool_size=pool_size, api=api) for t in tasks}

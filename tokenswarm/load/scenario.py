@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +31,32 @@ DATASET_FORMATS = ("auto", "jsonl", "sharegpt")
 #: abnormal request kinds an ``abnormal`` task can send (see docs/scenarios.md)
 ABNORMAL_CASES = ("empty_prompt", "huge_max_tokens", "invalid_params", "cancel_early", "unicode")
 SLO_NAMES = (
-    "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms",
-    "tpot_p50_ms", "tpot_p95_ms", "tpot_p99_ms",
-    "itl_p99_ms", "e2e_p95_ms", "e2e_p99_ms",
-    "error_rate", "min_output_tps", "min_goodput_share",
+    "ttft_p50_ms",
+    "ttft_p95_ms",
+    "ttft_p99_ms",
+    "tpot_p50_ms",
+    "tpot_p95_ms",
+    "tpot_p99_ms",
+    "itl_p99_ms",
+    "e2e_p95_ms",
+    "e2e_p99_ms",
+    "error_rate",
+    "min_output_tps",
+    "min_goodput_share",
 )
 #: field names that would hold a literal secret; the key must come from ``api_key_env``
-_SECRET_FIELDS = ("api_key", "apikey", "key", "token", "openai_api_key", "authorization", "password",
-                  "secret", "bearer", "access_token")
+_SECRET_FIELDS = (
+    "api_key",
+    "apikey",
+    "key",
+    "token",
+    "openai_api_key",
+    "authorization",
+    "password",
+    "secret",
+    "bearer",
+    "access_token",
+)
 _SECRET_HEADER = re.compile(r"auth|key|token|secret|cookie|password", re.IGNORECASE)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _KEY_LIKE = re.compile(r"^(sk|pk|rk|hf|gsk|xai)[-_]|^[A-Za-z0-9_\-]{40,}$")
@@ -118,9 +136,9 @@ class TaskConfig:
     think_time_s: Dist
     sampling: Sampling
     dataset: DatasetConfig | None
-    followup_tokens: Dist | None = None          # multi_turn: user messages after turn 0
-    completion_share: float = 0.5                # code: share of completion (vs generation) prompts
-    abnormal_cases: tuple[tuple[str, float], ...] = ()   # abnormal: (case, weight)
+    followup_tokens: Dist | None = None  # multi_turn: user messages after turn 0
+    completion_share: float = 0.5  # code: share of completion (vs generation) prompts
+    abnormal_cases: tuple[tuple[str, float], ...] = ()  # abnormal: (case, weight)
 
 
 @dataclass(frozen=True)
@@ -140,7 +158,7 @@ class TargetConfig:
     metrics_url: str | None
     scrape_interval_s: float
     extra_metrics: tuple[tuple[str, str], ...]
-    metrics_auto: bool = False   # metrics_url was 'auto': derive it from whatever base_url is used
+    metrics_auto: bool = False  # metrics_url was 'auto': derive it from whatever base_url is used
 
     def api_key(self) -> str | None:
         """The API key from the environment (read now, never stored); ``None`` if unset/empty."""
@@ -182,7 +200,7 @@ class LoadConfig:
     max_in_flight: int
     stop_timeout_s: float
     ramp_s: float
-    report_interval_s: float | None = None   # live window summaries (soak); None = off
+    report_interval_s: float | None = None  # live window summaries (soak); None = off
 
 
 @dataclass(frozen=True)
@@ -216,29 +234,45 @@ class Scenario:
             "description": self.description,
             "path": self.path,
             "target": {
-                "base_url": t.base_url, "api": t.api, "model": t.model, "api_key_env": t.api_key_env,
+                "base_url": t.base_url,
+                "api": t.api,
+                "model": t.model,
+                "api_key_env": t.api_key_env,
                 "headers": mask_headers(t.headers),
-                "timeouts": {"connect_s": t.connect_timeout_s, "first_token_s": t.first_token_timeout_s,
-                             "total_s": t.total_timeout_s},
-                "continuous_usage_stats": t.continuous_usage_stats, "verify_tls": t.verify_tls,
+                "timeouts": {
+                    "connect_s": t.connect_timeout_s,
+                    "first_token_s": t.first_token_timeout_s,
+                    "total_s": t.total_timeout_s,
+                },
+                "continuous_usage_stats": t.continuous_usage_stats,
+                "verify_tls": t.verify_tls,
                 "metrics_url": "auto" if t.metrics_auto and t.metrics_url is None else t.metrics_url,
                 "scrape_interval_s": t.scrape_interval_s,
                 "extra_metrics": [{"name": n, "url": u} for n, u in t.extra_metrics],
             },
             "traffic": {
-                "seed": self.traffic.seed, "keep_outputs": self.traffic.keep_outputs,
+                "seed": self.traffic.seed,
+                "keep_outputs": self.traffic.keep_outputs,
                 "tokenizer": self.traffic.tokenizer,
                 "classes": {task.name: _task_dict(task) for task in self.traffic.classes},
             },
             "load": {
-                "mode": self.load.mode, "steps": list(self.load.steps), "warmup_s": self.load.warmup_s,
-                "step_duration_s": self.load.step_duration_s, "spawn_rate": self.load.spawn_rate,
-                "arrival": self.load.arrival, "burstiness": self.load.burstiness,
-                "max_in_flight": self.load.max_in_flight, "stop_timeout_s": self.load.stop_timeout_s,
-                "ramp_s": self.load.ramp_s, "report_interval_s": self.load.report_interval_s,
+                "mode": self.load.mode,
+                "steps": list(self.load.steps),
+                "warmup_s": self.load.warmup_s,
+                "step_duration_s": self.load.step_duration_s,
+                "spawn_rate": self.load.spawn_rate,
+                "arrival": self.load.arrival,
+                "burstiness": self.load.burstiness,
+                "max_in_flight": self.load.max_in_flight,
+                "stop_timeout_s": self.load.stop_timeout_s,
+                "ramp_s": self.load.ramp_s,
+                "report_interval_s": self.load.report_interval_s,
             },
             "slo": {**self.slo.overall, "per_task": {k: dict(v) for k, v in self.slo.per_task.items()}},
-            "cost": None if self.cost is None else {"gpu_hour_usd": self.cost.gpu_hour_usd, "gpus": self.cost.gpus},
+            "cost": None
+            if self.cost is None
+            else {"gpu_hour_usd": self.cost.gpu_hour_usd, "gpus": self.cost.gpus},
         }
 
 
@@ -291,14 +325,17 @@ class _Section:
         self.data, self.path, self.file, self.known = data, path, file, known
         for key in data:
             if not isinstance(key, str) or key not in known:
-                raise ScenarioError(file, self.at(str(key)), "one of " + ", ".join(known), key,
-                                    problem="unknown field")
+                raise ScenarioError(
+                    file, self.at(str(key)), "one of " + ", ".join(known), key, problem="unknown field"
+                )
 
     def at(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
 
     def err(self, key: str, expected: str, got: Any = _MISSING) -> ScenarioError:
-        return ScenarioError(self.file, self.at(key), expected, self.data.get(key, got) if got is _MISSING else got)
+        return ScenarioError(
+            self.file, self.at(key), expected, self.data.get(key, got) if got is _MISSING else got
+        )
 
     def has(self, key: str) -> bool:
         return key in self.data and self.data[key] is not None
@@ -328,8 +365,17 @@ class _Section:
             raise self.err(key, "true or false")
         return v
 
-    def num(self, key: str, default: Any, *, ge: float | None = None, gt: float | None = None,
-            le: float | None = None, integer: bool = False, duration: bool = False) -> Any:
+    def num(
+        self,
+        key: str,
+        default: Any,
+        *,
+        ge: float | None = None,
+        gt: float | None = None,
+        le: float | None = None,
+        integer: bool = False,
+        duration: bool = False,
+    ) -> Any:
         if not self.has(key):
             return default
         v = self.data[key]
@@ -343,8 +389,11 @@ class _Section:
             raise self.err(key, what)
         if integer and v != int(v):
             raise self.err(key, what)
-        for bound, ok, text in ((ge, lambda x, b: x >= b, ">="), (gt, lambda x, b: x > b, ">"),
-                                (le, lambda x, b: x <= b, "<=")):
+        for bound, ok, text in (
+            (ge, lambda x, b: x >= b, ">="),
+            (gt, lambda x, b: x > b, ">"),
+            (le, lambda x, b: x <= b, "<="),
+        ):
             if bound is not None and not ok(v, bound):
                 raise self.err(key, f"{what} {text} {bound:g}")
         return int(v) if integer else float(v)
@@ -365,8 +414,19 @@ class _Section:
 # --------------------------------------------------------------------------- parsing
 
 _TOP = ("name", "description", "target", "traffic", "load", "slo", "cost")
-_TARGET = ("base_url", "api", "model", "api_key_env", "headers", "timeouts", "continuous_usage_stats",
-           "verify_tls", "metrics_url", "scrape_interval_s", "extra_metrics")
+_TARGET = (
+    "base_url",
+    "api",
+    "model",
+    "api_key_env",
+    "headers",
+    "timeouts",
+    "continuous_usage_stats",
+    "verify_tls",
+    "metrics_url",
+    "scrape_interval_s",
+    "extra_metrics",
+)
 _TIMEOUTS = ("connect_s", "first_token_s", "total_s")
 _TRAFFIC = ("seed", "keep_outputs", "tokenizer", "sampling", "classes")
 _SAMPLING = ("temperature", "top_p", "seed", "stop", "ignore_eos")
@@ -378,25 +438,46 @@ _TASK_FIELDS = {
     "multi_turn": _TASK_COMMON + ("prompt_tokens", "followup_tokens", "turns"),
     "abnormal": ("kind", "weight", "prompt_tokens", "output_tokens", "think_time_s", "sampling", "cases"),
 }
-_LOAD = ("mode", "steps", "warmup_s", "step_duration_s", "spawn_rate", "arrival", "burstiness",
-         "max_in_flight", "stop_timeout_s", "ramp_s", "report_interval_s")
+_LOAD = (
+    "mode",
+    "steps",
+    "warmup_s",
+    "step_duration_s",
+    "spawn_rate",
+    "arrival",
+    "burstiness",
+    "max_in_flight",
+    "stop_timeout_s",
+    "ramp_s",
+    "report_interval_s",
+)
 _COST = ("gpu_hour_usd", "gpus")
 
 #: per-kind defaults of the length/time distributions (documented in docs/scenarios.md)
 DEFAULTS: dict[str, dict[str, Any]] = {
-    "qa": {"prompt_tokens": {"dist": "lognormal", "mean": 60, "sigma": 0.5, "min": 8, "max": 400},
-           "output_tokens": {"dist": "uniform", "min": 32, "max": 256}},
-    "summarization": {"document_tokens": {"dist": "uniform", "min": 1000, "max": 8000},
-                      "output_tokens": {"dist": "uniform", "min": 64, "max": 256}},
-    "code": {"prompt_tokens": {"dist": "uniform", "min": 200, "max": 2000},
-             "output_tokens": {"dist": "uniform", "min": 64, "max": 512}},
-    "multi_turn": {"prompt_tokens": {"dist": "lognormal", "mean": 80, "sigma": 0.6, "min": 8, "max": 1000},
-                   "followup_tokens": {"dist": "lognormal", "mean": 30, "sigma": 0.6, "min": 4, "max": 300},
-                   "output_tokens": {"dist": "uniform", "min": 32, "max": 256},
-                   "turns": {"dist": "uniform", "min": 2, "max": 5},
-                   "think_time_s": {"dist": "uniform", "min": 0.5, "max": 2.0}},
-    "abnormal": {"prompt_tokens": {"dist": "fixed", "value": 32},
-                 "output_tokens": {"dist": "fixed", "value": 16}},
+    "qa": {
+        "prompt_tokens": {"dist": "lognormal", "mean": 60, "sigma": 0.5, "min": 8, "max": 400},
+        "output_tokens": {"dist": "uniform", "min": 32, "max": 256},
+    },
+    "summarization": {
+        "document_tokens": {"dist": "uniform", "min": 1000, "max": 8000},
+        "output_tokens": {"dist": "uniform", "min": 64, "max": 256},
+    },
+    "code": {
+        "prompt_tokens": {"dist": "uniform", "min": 200, "max": 2000},
+        "output_tokens": {"dist": "uniform", "min": 64, "max": 512},
+    },
+    "multi_turn": {
+        "prompt_tokens": {"dist": "lognormal", "mean": 80, "sigma": 0.6, "min": 8, "max": 1000},
+        "followup_tokens": {"dist": "lognormal", "mean": 30, "sigma": 0.6, "min": 4, "max": 300},
+        "output_tokens": {"dist": "uniform", "min": 32, "max": 256},
+        "turns": {"dist": "uniform", "min": 2, "max": 5},
+        "think_time_s": {"dist": "uniform", "min": 0.5, "max": 2.0},
+    },
+    "abnormal": {
+        "prompt_tokens": {"dist": "fixed", "value": 32},
+        "output_tokens": {"dist": "fixed", "value": 16},
+    },
 }
 
 
@@ -453,7 +534,9 @@ def load_scenario(path: str | os.PathLike, overrides: dict | None = None) -> Sce
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ScenarioError(file, "(top level)", "a mapping of sections (name, target, traffic, load, ...)", data)
+        raise ScenarioError(
+            file, "(top level)", "a mapping of sections (name, target, traffic, load, ...)", data
+        )
     data = apply_overrides(data, overrides, file)
     scenario = parse_scenario(data, source=file)
     _check_datasets(scenario)
@@ -469,7 +552,7 @@ def _check_datasets(scenario: Scenario) -> None:
 
 
 def parse_scenario(data: dict, source: str = "<scenario>") -> Scenario:
-    """Validate an already-parsed YAML mapping. Relative paths resolve against ``source``'s folder, then cwd."""
+    """Validate a parsed YAML mapping; relative paths resolve against ``source``'s folder, then cwd."""
     file = source
     base_dir = Path(source).parent if source and os.path.isfile(source) else Path.cwd()
     _reject_literal_secrets(data, "", file)
@@ -487,8 +570,9 @@ def parse_scenario(data: dict, source: str = "<scenario>") -> Scenario:
         if not c.has("gpu_hour_usd"):
             raise c.err("gpu_hour_usd", "a number > 0")
         cost = CostConfig(c.num("gpu_hour_usd", None, gt=0), c.num("gpus", 1, ge=1, integer=True))
-    return Scenario(name, description, source if os.path.isfile(source) else None,
-                    target, traffic, load, slo, cost)
+    return Scenario(
+        name, description, source if os.path.isfile(source) else None, target, traffic, load, slo, cost
+    )
 
 
 def _reject_literal_secrets(data: Any, prefix: str, file: str) -> None:
@@ -501,9 +585,13 @@ def _reject_literal_secrets(data: Any, prefix: str, file: str) -> None:
             continue
         for key in sec:
             if isinstance(key, str) and key.lower() in _SECRET_FIELDS:
-                raise ScenarioError(file, f"{prefix}{pre}{key}",
-                                    "target.api_key_env: the NAME of an environment variable holding the key",
-                                    "***", problem="a literal API key is not allowed in a scenario file")
+                raise ScenarioError(
+                    file,
+                    f"{prefix}{pre}{key}",
+                    "target.api_key_env: the NAME of an environment variable holding the key",
+                    "***",
+                    problem="a literal API key is not allowed in a scenario file",
+                )
 
 
 def _parse_target(top: _Section, file: str) -> TargetConfig:
@@ -520,8 +608,13 @@ def _parse_target(top: _Section, file: str) -> TargetConfig:
     key_env = t.str_("api_key_env", None)
     if key_env is not None:
         if _KEY_LIKE.search(key_env):
-            raise ScenarioError(file, t.at("api_key_env"), "the NAME of an environment variable (e.g. OPENAI_API_KEY)",
-                                "***", problem="this looks like a key itself")
+            raise ScenarioError(
+                file,
+                t.at("api_key_env"),
+                "the NAME of an environment variable (e.g. OPENAI_API_KEY)",
+                "***",
+                problem="this looks like a key itself",
+            )
         if not _ENV_NAME.match(key_env):
             raise t.err("api_key_env", "an environment variable name like OPENAI_API_KEY")
     headers_raw = t.raw("headers", {})
@@ -530,8 +623,12 @@ def _parse_target(top: _Section, file: str) -> TargetConfig:
     headers: dict[str, str] = {}
     for k, v in headers_raw.items():
         if not isinstance(k, str) or not isinstance(v, str):
-            raise ScenarioError(file, t.at(f"headers.{k}"), "a string header value",
-                                "***" if _SECRET_HEADER.search(str(k)) else v)
+            raise ScenarioError(
+                file,
+                t.at(f"headers.{k}"),
+                "a string header value",
+                "***" if _SECRET_HEADER.search(str(k)) else v,
+            )
         headers[k] = v
     to = t.section("timeouts", _TIMEOUTS)
     connect = to.num("connect_s", 10.0, gt=0)
@@ -563,18 +660,32 @@ def _parse_target(top: _Section, file: str) -> TargetConfig:
             raise e.err("url", "an http(s) URL")
         extra.append((ename, url))
     return TargetConfig(
-        base_url=base_url, api=api, model=model, api_key_env=key_env, headers=headers,
-        connect_timeout_s=connect, first_token_timeout_s=first, total_timeout_s=total,
-        continuous_usage_stats=t.bool_("continuous_usage_stats", True), verify_tls=t.bool_("verify_tls", True),
-        metrics_url=metrics_url, scrape_interval_s=t.num("scrape_interval_s", 5.0, gt=0),
-        extra_metrics=tuple(extra), metrics_auto=metrics_auto,
+        base_url=base_url,
+        api=api,
+        model=model,
+        api_key_env=key_env,
+        headers=headers,
+        connect_timeout_s=connect,
+        first_token_timeout_s=first,
+        total_timeout_s=total,
+        continuous_usage_stats=t.bool_("continuous_usage_stats", True),
+        verify_tls=t.bool_("verify_tls", True),
+        metrics_url=metrics_url,
+        scrape_interval_s=t.num("scrape_interval_s", 5.0, gt=0),
+        extra_metrics=tuple(extra),
+        metrics_auto=metrics_auto,
     )
 
 
 def _parse_sampling(s: _Section, base: Sampling) -> Sampling:
     if "max_tokens" in s.data:
-        raise ScenarioError(s.file, s.at("max_tokens"), "output_tokens on the class (max_tokens is drawn from it)",
-                            s.data["max_tokens"], problem="not a sampling field")
+        raise ScenarioError(
+            s.file,
+            s.at("max_tokens"),
+            "output_tokens on the class (max_tokens is drawn from it)",
+            s.data["max_tokens"],
+            problem="not a sampling field",
+        )
     s = _Section(s.data, s.path, s.file, _SAMPLING)
     stop = base.stop
     if s.has("stop"):
@@ -595,7 +706,7 @@ def _parse_sampling(s: _Section, base: Sampling) -> Sampling:
 
 def _resolve_file(raw: str, base_dir: Path) -> str | None:
     p = Path(os.path.expanduser(raw))
-    for cand in ([p] if p.is_absolute() else [base_dir / p, Path.cwd() / p]):
+    for cand in [p] if p.is_absolute() else [base_dir / p, Path.cwd() / p]:
         if cand.is_file():
             return str(cand.resolve())
     return None
@@ -609,12 +720,16 @@ def _parse_traffic(top: _Section, file: str, base_dir: Path) -> TrafficConfig:
         raw = tr.str_("tokenizer")
         tokenizer = _resolve_file(raw, base_dir)
         if tokenizer is None:
-            raise tr.err("tokenizer", f"a tokenizer.json file (relative to {base_dir} or the working directory)")
+            raise tr.err(
+                "tokenizer", f"a tokenizer.json file (relative to {base_dir} or the working directory)"
+            )
         try:
             import tokenizers  # noqa: F401  (optional dependency, only needed when named)
         except ImportError:
-            raise tr.err("tokenizer", "the 'tokenizers' package to be installed for a local tokenizer "
-                                      "(pip install tokenizers)") from None
+            raise tr.err(
+                "tokenizer",
+                "the 'tokenizers' package to be installed for a local tokenizer (pip install tokenizers)",
+            ) from None
     base_sampling = _parse_sampling(tr.section("sampling", _SAMPLING + ("max_tokens",)), Sampling())
     classes_raw = tr.data.get("classes")
     if not isinstance(classes_raw, dict) or not classes_raw:
@@ -623,30 +738,47 @@ def _parse_traffic(top: _Section, file: str, base_dir: Path) -> TrafficConfig:
     for cname, cfg in classes_raw.items():
         classes.append(_parse_task(str(cname), cfg, tr.at(f"classes.{cname}"), file, base_dir, base_sampling))
     if sum(c.weight for c in classes) <= 0:
-        raise ScenarioError(file, tr.at("classes"), "at least one class with weight > 0",
-                            {c.name: c.weight for c in classes})
-    return TrafficConfig(seed=seed, keep_outputs=tr.bool_("keep_outputs", False), tokenizer=tokenizer,
-                         classes=tuple(classes))
+        raise ScenarioError(
+            file, tr.at("classes"), "at least one class with weight > 0", {c.name: c.weight for c in classes}
+        )
+    return TrafficConfig(
+        seed=seed, keep_outputs=tr.bool_("keep_outputs", False), tokenizer=tokenizer, classes=tuple(classes)
+    )
 
 
-def _parse_task(name: str, cfg: Any, path: str, file: str, base_dir: Path, base_sampling: Sampling) -> TaskConfig:
+def _parse_task(
+    name: str, cfg: Any, path: str, file: str, base_dir: Path, base_sampling: Sampling
+) -> TaskConfig:
     if not _CLASS_NAME.match(name):
         raise ScenarioError(file, path, "a class name of letters, digits, '_' or '-'", name)
     if not isinstance(cfg, dict):
         raise ScenarioError(file, path, "a mapping (kind, weight, prompt_tokens, ...)", cfg)
     kind = cfg.get("kind", name if name in KINDS else None)
     if kind not in KINDS:
-        raise ScenarioError(file, f"{path}.kind", "one of " + ", ".join(KINDS)
-                            + " (required when the class name is not a kind)", kind)
+        raise ScenarioError(
+            file,
+            f"{path}.kind",
+            "one of " + ", ".join(KINDS) + " (required when the class name is not a kind)",
+            kind,
+        )
     if kind == "summarization" and "prompt_tokens" in cfg:
-        raise ScenarioError(file, f"{path}.prompt_tokens", "document_tokens for summarization",
-                            cfg["prompt_tokens"], problem="not used by summarization")
+        raise ScenarioError(
+            file,
+            f"{path}.prompt_tokens",
+            "document_tokens for summarization",
+            cfg["prompt_tokens"],
+            problem="not used by summarization",
+        )
     s = _Section(cfg, path, file, _TASK_FIELDS[kind])
     d = DEFAULTS[kind]
     weight = s.num("weight", 1.0, ge=0)
     output = s.dist("output_tokens", d["output_tokens"], floor=1, integer=True)
     document = s.dist("document_tokens", d.get("document_tokens"), floor=1, integer=True)
-    prompt = document if kind == "summarization" else s.dist("prompt_tokens", d["prompt_tokens"], floor=0 if kind == "abnormal" else 1, integer=True)
+    prompt = (
+        document
+        if kind == "summarization"
+        else s.dist("prompt_tokens", d["prompt_tokens"], floor=0 if kind == "abnormal" else 1, integer=True)
+    )
     turns = s.dist("turns", d.get("turns"), floor=1, integer=True)
     followup = s.dist("followup_tokens", d.get("followup_tokens"), floor=1, integer=True)
     think = s.dist("think_time_s", d.get("think_time_s", 0), floor=0, integer=False)
@@ -657,7 +789,9 @@ def _parse_task(name: str, cfg: Any, path: str, file: str, base_dir: Path, base_
         raw_path = ds.str_("path")
         resolved = _resolve_file(raw_path, base_dir)
         if resolved is None:
-            raise ds.err("path", f"an existing dataset file (relative to {base_dir} or the working directory)")
+            raise ds.err(
+                "path", f"an existing dataset file (relative to {base_dir} or the working directory)"
+            )
         dataset = DatasetConfig(resolved, ds.str_("format", "auto", DATASET_FORMATS))
     completion_share = s.num("completion_share", 0.5, ge=0, le=1)
     cases: tuple[tuple[str, float], ...] = ()
@@ -669,10 +803,21 @@ def _parse_task(name: str, cfg: Any, path: str, file: str, base_dir: Path, base_
         cases = tuple((c, cs.num(c, 0.0, ge=0)) for c in ABNORMAL_CASES if cs.has(c))
         if not cases or sum(w for _, w in cases) <= 0:
             raise s.err("cases", "at least one of " + ", ".join(ABNORMAL_CASES) + " with weight > 0")
-    return TaskConfig(name=name, kind=kind, weight=weight, prompt_tokens=prompt, output_tokens=output,
-                      document_tokens=document, turns=turns, think_time_s=think, sampling=sampling,
-                      dataset=dataset, followup_tokens=followup, completion_share=completion_share,
-                      abnormal_cases=cases)
+    return TaskConfig(
+        name=name,
+        kind=kind,
+        weight=weight,
+        prompt_tokens=prompt,
+        output_tokens=output,
+        document_tokens=document,
+        turns=turns,
+        think_time_s=think,
+        sampling=sampling,
+        dataset=dataset,
+        followup_tokens=followup,
+        completion_share=completion_share,
+        abnormal_cases=cases,
+    )
 
 
 def _parse_load(top: _Section) -> LoadConfig:
@@ -682,25 +827,33 @@ def _parse_load(top: _Section) -> LoadConfig:
     if isinstance(raw_steps, (int, float)) and not isinstance(raw_steps, bool):
         raw_steps = [raw_steps]
     if not isinstance(raw_steps, list) or not raw_steps:
-        raise ld.err("steps", "a non-empty list of " + ("user counts" if mode == "closed" else "request rates (req/s)"))
+        raise ld.err(
+            "steps", "a non-empty list of " + ("user counts" if mode == "closed" else "request rates (req/s)")
+        )
     steps = []
     for i, v in enumerate(raw_steps):
         ok_num = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
         if mode == "closed" and not (ok_num and v >= 1 and v == int(v)):
-            raise ScenarioError(ld.file, ld.at(f"steps[{i}]"), "a whole number of users >= 1 (mode closed)", v)
+            raise ScenarioError(
+                ld.file, ld.at(f"steps[{i}]"), "a whole number of users >= 1 (mode closed)", v
+            )
         if mode == "open" and not (ok_num and v > 0):
-            raise ScenarioError(ld.file, ld.at(f"steps[{i}]"), "a positive request rate in req/s (mode open)", v)
+            raise ScenarioError(
+                ld.file, ld.at(f"steps[{i}]"), "a positive request rate in req/s (mode open)", v
+            )
         steps.append(float(v))
     arrival = ld.str_("arrival", "poisson", ARRIVALS)
     burstiness = ld.num("burstiness", 1.0, gt=0)
     if arrival != "gamma" and burstiness != 1.0:
         raise ld.err("burstiness", "1.0 unless arrival is gamma (poisson is gamma with shape 1)")
     return LoadConfig(
-        mode=mode, steps=tuple(steps),
+        mode=mode,
+        steps=tuple(steps),
         warmup_s=ld.num("warmup_s", 10.0, ge=0, duration=True),
         step_duration_s=ld.num("step_duration_s", 30.0, gt=0, duration=True),
         spawn_rate=ld.num("spawn_rate", 100.0, gt=0),
-        arrival=arrival, burstiness=burstiness,
+        arrival=arrival,
+        burstiness=burstiness,
         max_in_flight=ld.num("max_in_flight", 1024, ge=1, integer=True),
         stop_timeout_s=ld.num("stop_timeout_s", 30.0, ge=0, duration=True),
         ramp_s=ld.num("ramp_s", 0.0, ge=0, duration=True),
@@ -731,8 +884,13 @@ def _parse_slo(top: _Section, file: str, task_names: set[str]) -> SloConfig:
         raise sl.err("per_task", "a mapping of task name -> SLOs")
     for tname, vals in pt_raw.items():
         if tname not in task_names:
-            raise ScenarioError(file, sl.at(f"per_task.{tname}"), "a task name from traffic.classes ("
-                                + ", ".join(sorted(task_names)) + ")", tname, problem="unknown task")
+            raise ScenarioError(
+                file,
+                sl.at(f"per_task.{tname}"),
+                "a task name from traffic.classes (" + ", ".join(sorted(task_names)) + ")",
+                tname,
+                problem="unknown task",
+            )
         per_task[tname] = _slo_values(_Section(vals, sl.at(f"per_task.{tname}"), file, SLO_NAMES), SLO_NAMES)
     return SloConfig(overall=overall, per_task=per_task)
 

@@ -65,6 +65,9 @@ class StepMachine:
     phase: str | None = None  # None before start; "ramping"/"warmup"/"steady"; "done"
     reached_s: float | None = None
     times: list[StepTimes] = field(default_factory=list)
+    #: give up waiting for a target after this long (e.g. a worker died and its users are gone)
+    max_ramp_s: float = float("inf")
+    ramp_timeouts: list[int] = field(default_factory=list)
 
     @property
     def current(self) -> Step | None:
@@ -90,7 +93,9 @@ class StepMachine:
                 continue
             if self.phase == "ramping":
                 if not is_reached(step):
-                    return out
+                    if now_s - self.times[-1].started_s <= self.max_ramp_s:
+                        return out
+                    self.ramp_timeouts.append(step.index)  # proceed at whatever load we have
                 # Entered and found at target within this same call (a late tick catching up):
                 # the target was held from the step's start.
                 started = self.times[-1].started_s

@@ -91,8 +91,14 @@ class ServerTokenizeCounter:
     run: prompt lengths are targets, the record keeps the server's own count.
     """
 
-    def __init__(self, base_url: str, model: str | None, headers: dict | None = None,
-                 timeout_s: float = 5.0, fallback: TokenCounter | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None,
+        headers: dict | None = None,
+        timeout_s: float = 5.0,
+        fallback: TokenCounter | None = None,
+    ):
         self.url = tokenize_url(base_url)
         self.model = model
         self.headers = {"Content-Type": "application/json", **(headers or {})}
@@ -106,8 +112,9 @@ class ServerTokenizeCounter:
         body = {"prompt": text}
         if self.model and self.model != "auto":
             body["model"] = self.model
-        req = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=self.headers,
-                                     method="POST")
+        req = urllib.request.Request(
+            self.url, data=json.dumps(body).encode(), headers=self.headers, method="POST"
+        )
         self.calls += 1
         with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
             data = json.loads(resp.read())
@@ -147,8 +154,13 @@ def tokenize_url(base_url: str) -> str:
     return root + "/tokenize"
 
 
-def make_token_counter(base_url: str | None, model: str | None, tokenizer_path: str | None,
-                       headers: dict | None = None, timeout_s: float = 5.0) -> TokenCounter:
+def make_token_counter(
+    base_url: str | None,
+    model: str | None,
+    tokenizer_path: str | None,
+    headers: dict | None = None,
+    timeout_s: float = 5.0,
+) -> TokenCounter:
     """Choose the best available counter (server ``/tokenize``, local tokenizer, estimate).
 
     A missing ``tokenizers`` package or tokenizer file raises :class:`TokenizerUnavailable`
@@ -162,8 +174,9 @@ def make_token_counter(base_url: str | None, model: str | None, tokenizer_path: 
         except TokenizerUnavailable as exc:
             local_error = exc
     if base_url:
-        server = ServerTokenizeCounter(base_url, model, headers, timeout_s,
-                                       fallback=local or EstimateCounter())
+        server = ServerTokenizeCounter(
+            base_url, model, headers, timeout_s, fallback=local or EstimateCounter()
+        )
         if server.probe():
             log.info("sizing prompts with %s", server.name)
             return server

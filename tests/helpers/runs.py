@@ -1,0 +1,64 @@
+"""Run real Locust (a subprocess, as a user would) against a target and read the run directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def scenario_file(tmp_path: Path, base: str = "mix", **sections: Any) -> Path:
+    """A scenario YAML in ``tmp_path``: the shipped ``base`` with top-level sections replaced/merged."""
+    data = yaml.safe_load((ROOT / "scenarios" / f"{base}.yaml").read_text())
+    data["slo"] = {}
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict) and key != "traffic":
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    path = tmp_path / f"{data.get('name', 'test')}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def run_locust(scenario: Path, host: str, out: Path, *extra: str, timeout_s: float = 180,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfiles" / "llm.py"), "--headless",
+           "--scenario", str(scenario), "--host", host, "--out", str(out), "--only-summary", *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT,
+                          env={**os.environ, **(env or {})})
+
+
+def read_records(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines() if line]
+
+
+def read_manifest(run_dir: Path) -> dict[str, Any]:
+    return json.loads((run_dir / "manifest.json").read_text())
+
+
+def start_master_and_workers(scenario: Path, host: str, out: Path, workers: int = 2, *extra: str,
+                             master_port: int | None = None):
+    """A headless master plus ``workers`` worker processes on 127.0.0.1 (each its own session)."""
+    from tests.helpers.procs import free_port
+
+    port = master_port or free_port()
+    locustfile = str(ROOT / "locustfiles" / "llm.py")
+    master = subprocess.Popen(
+        [sys.executable, "-m", "locust", "-f", locustfile, "--master", "--headless", "--expect-workers",
+         str(workers), "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port), "--scenario",
+         str(scenario), "--host", host, "--out", str(out), "--only-summary", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, start_new_session=True)
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "locust", "-f", locustfile, "--worker", "--master-host", "127.0.0.1",
+         "--master-port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, start_new_session=True)
+        for _ in range(workers)]
+    return master, procs

@@ -1,0 +1,131 @@
+"""Real Locust runs against the simulator: records checked field by field against the
+simulator's ground-truth log (what it actually sent, and when)."""
+
+import statistics
+
+import numpy as np
+import pytest
+
+from tokenswarm.sim.testing import start_sim
+from tests.helpers.runs import read_manifest, read_records, run_locust, scenario_file
+
+pytestmark = pytest.mark.slow
+
+ONE_TASK = {
+    "qa": {"weight": 1, "prompt_tokens": {"dist": "uniform", "min": 20, "max": 80},
+           "output_tokens": {"dist": "uniform", "min": 16, "max": 48}},
+    "summarization": {"weight": 1, "document_tokens": {"dist": "uniform", "min": 1000, "max": 2000},
+                      "output_tokens": {"dist": "fixed", "value": 24}},
+    "code": {"weight": 1, "prompt_tokens": {"dist": "uniform", "min": 200, "max": 600},
+             "output_tokens": {"dist": "uniform", "min": 16, "max": 48}},
+    "multi_turn": {"weight": 1, "turns": {"dist": "fixed", "value": 3},
+                   "output_tokens": {"dist": "uniform", "min": 8, "max": 24},
+                   "think_time_s": {"dist": "fixed", "value": 0.05}},
+}
+
+
+def join(records, truth):
+    by_id = {t["id"]: t for t in truth}
+    return [(r, by_id[r["response_id"]]) for r in records if r["response_id"] in by_id]
+
+
+def check_against_truth(records, truth):
+    ok = [r for r in records if r["outcome"] == "ok"]
+    assert ok, "no successful request"
+    pairs = join(ok, truth)
+    assert len(pairs) == len(ok), "every successful record joins the server's truth by response id"
+    for rec, t in pairs:
+        assert rec["output_tokens"] == t["output_tokens"]
+        assert rec["prompt_tokens"] == t["prompt_tokens"]
+        assert rec["chunk_tokens"] == [n for _, n in t["chunks"]]
+        assert len(rec["chunk_offsets_ms"]) == len(t["chunks"])
+        assert rec["finish_reason"] == t["finish_reason"]
+        assert not rec["tokens_estimated"]
+    return pairs
+
+
+def timing_errors_ms(pairs):
+    ttft, gaps = [], []
+    for rec, t in pairs:
+        server_ttft = (t["chunks"][0][0] - t["received"]) * 1000
+        ttft.append(rec["ttft_ms"] - server_ttft)
+        s_times = [c[0] * 1000 for c in t["chunks"]]
+        c_offs = rec["chunk_offsets_ms"]
+        for i in range(1, len(s_times)):
+            gaps.append((c_offs[i] - c_offs[i - 1]) - (s_times[i] - s_times[i - 1]))
+    return np.array(ttft), np.array(gaps)
+
+
+@pytest.mark.parametrize("task", ["qa", "summarization", "code", "multi_turn"])
+def test_each_user_class_records_match_the_server_exactly(tmp_path, task):
+    sc = scenario_file(tmp_path, traffic={"seed": 7, "keep_outputs": True, "classes": {task: ONE_TASK[task]}},
+                       load={"mode": "closed", "steps": [2], "warmup_s": 0.5, "step_duration_s": 4,
+                             "stop_timeout_s": 10})
+    with start_sim("--profile", "tiny-fast", truth=True) as sim:
+        res = run_locust(sc, sim.base_url, tmp_path / "run")
+        truth = sim.read_truth()
+    assert res.returncode == 0, res.stderr[-3000:]
+    records = read_records(tmp_path / "run")
+    pairs = check_against_truth(records, truth)
+    m = read_manifest(tmp_path / "run")
+    assert m["format_version"] == 1 and m["complete"] and m["steps"][0]["name"] == "c2"
+    assert m["totals"]["records_received"] == len(records) == m["totals"]["requests_started"]
+    assert [r["seq"] for r in records] == list(range(len(records)))
+    assert {r["task"] for r in records} == {task}
+    assert all(r["phase"] in ("warmup", "steady") and r["step"] == 0 for r in records)
+    assert all(r["output_text"] is not None for r, _ in pairs)
+    if task == "multi_turn":
+        sessions = {}
+        for r in records:
+            sessions.setdefault(r["session_id"], []).append(r["turn"])
+        full = [turns for turns in sessions.values() if len(turns) == 3]
+        assert full and all(turns == [0, 1, 2] for turns in full)
+        # each turn re-sends the history with the real reply: later turns carry more prompt tokens
+        by_session = {}
+        for r in records:
+            by_session.setdefault(r["session_id"], []).append(r["prompt_tokens"])
+        assert all(p[0] < p[1] < p[2] for p in by_session.values() if len(p) == 3)
+
+
+def test_timings_agree_with_the_server_within_2ms_at_64_streams(tmp_path):
+    sc = scenario_file(tmp_path, traffic={"seed": 3, "classes": {"qa": {
+        "weight": 1, "prompt_tokens": {"dist": "fixed", "value": 40},
+        "output_tokens": {"dist": "fixed", "value": 100}, "sampling": {"ignore_eos": True}}}},
+        load={"mode": "closed", "steps": [64], "warmup_s": 1, "step_duration_s": 6, "stop_timeout_s": 10})
+    with start_sim("--profile", "bench-10ms", truth=True) as sim:
+        res = run_locust(sc, sim.base_url, tmp_path / "run")
+        truth = sim.read_truth()
+    assert res.returncode == 0, res.stderr[-3000:]
+    records = [r for r in read_records(tmp_path / "run") if r["phase"] == "steady"]
+    pairs = check_against_truth(records, truth)
+    assert len(pairs) >= 64
+    ttft_err, gap_err = timing_errors_ms(pairs)
+    # Client TTFT includes connect + send; chunk gaps are pure arrival differences.
+    assert np.median(np.abs(ttft_err)) < 1.0
+    assert np.quantile(np.abs(ttft_err), 0.9) < 2.0
+    assert np.median(np.abs(gap_err)) < 0.5
+    assert np.quantile(np.abs(gap_err), 0.9) < 2.0
+
+
+def test_open_loop_arrivals_follow_the_configured_rate(tmp_path):
+    sc = scenario_file(tmp_path, traffic={"seed": 5, "classes": {"qa": ONE_TASK["qa"]}},
+                       load={"mode": "open", "steps": [20, 40], "warmup_s": 1, "step_duration_s": 6,
+                             "arrival": "poisson", "max_in_flight": 256, "stop_timeout_s": 10})
+    with start_sim("--profile", "tiny-fast", truth=True) as sim:
+        res = run_locust(sc, sim.base_url, tmp_path / "run")
+        truth = sim.read_truth()
+    assert res.returncode == 0, res.stderr[-3000:]
+    records = read_records(tmp_path / "run")
+    check_against_truth(records, truth)
+    m = read_manifest(tmp_path / "run")
+    assert m["load_mode"] == "open" and [s["name"] for s in m["steps"]] == ["r20", "r40"]
+    for step, rate in ((0, 20), (1, 40)):
+        st = m["steps"][step]
+        window = st["ended_at"] - st["steady_at"]
+        n = sum(1 for r in records if r["step"] == step and st["steady_at"] <= r["scheduled_at"] < st["ended_at"])
+        # Poisson count: mean rate*window, sd sqrt(mean); allow 4 sd
+        expected = rate * window
+        assert abs(n - expected) < 4 * expected ** 0.5, (n, expected)
+    lags = [r["schedule_lag_ms"] for r in records]
+    assert statistics.median(lags) < 5.0
+    assert all(r["user_class"].startswith("OpenLoop:") for r in records)
