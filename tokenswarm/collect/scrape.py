@@ -49,6 +49,7 @@ class Scraper:
         self.failures = 0
         self._greenlet: gevent.Greenlet | None = None
         self._warned = False
+        self.last: dict[str, Any] | None = None  # the latest successful scrape (live UI charts)
 
     def scrape_once(self) -> dict[str, Any]:
         line: dict[str, Any] = {"scraped_at": round(time.time(), 6), "source": self.source, "url": self.url,
@@ -56,6 +57,7 @@ class Scraper:
         try:
             line["samples"] = parse_metrics(fetch(self.url, min(5.0, self.interval_s * 2), self.headers))
             self.scrapes += 1
+            self.last = line
         except (urllib.error.URLError, OSError, ValueError) as exc:
             self.failures += 1
             line["error"] = f"{type(exc).__name__}: {str(exc)[:120]}"

@@ -107,6 +107,7 @@ def stream_call(
     stream: bool = True,
     hooks: StreamHooks | None = None,
     on_cancel: Callable[[RequestRecord, str], None] | None = None,
+    cancel_after_first_token: bool = False,
     clock: Callable[[], float] = time.perf_counter,
 ) -> tuple[RequestRecord, str]:
     """POST ``body`` to ``path`` and observe the answer. Returns ``(record, output_text)``.
@@ -155,6 +156,10 @@ def stream_call(
                             first.cancel()
                             if on_first is not None:
                                 on_first(base, (now - sent) * 1000.0)
+                            if cancel_after_first_token:  # a client that goes away mid-answer
+                                outcome, error = Outcome.CANCELLED, "client disconnected after first token"
+                                discard_connection(resp)
+                                break
                         if on_chunks is not None:
                             on_chunks(base, (now - sent) * 1000.0, added)
                 if not data:

@@ -131,7 +131,7 @@ class RunContext:
 
     def base(self, *, task: str, user_class: str, scheduled_s: float, sent_estimate_s: float, key: str,
              session_id: str | None = None, turn: int | None = None, max_tokens: int | None = None,
-             temperature: float | None = None) -> dict[str, Any]:
+             temperature: float | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """Identity fields of a record; ``seq`` is assigned when the record is emitted."""
         lag = (sent_estimate_s - scheduled_s) * 1000.0
         if lag > self.max_schedule_lag_ms:
@@ -140,7 +140,7 @@ class RunContext:
                 "user_class": user_class, "request_key": key, "scheduled_at": self.anchor.epoch(scheduled_s),
                 "schedule_lag_ms": round(lag, 3), "session_id": session_id, "turn": turn,
                 "step": self.step_index, "phase": self.phase, "api": self.api, "model": self.model,
-                "max_tokens": max_tokens, "temperature": temperature}
+                "max_tokens": max_tokens, "temperature": temperature, "extra": extra}
 
     def note_late(self, lag_ms: float) -> None:
         """Count a dispatch that left later than planned; warn loudly the first time."""

@@ -32,6 +32,7 @@ from tokenswarm.collect.scrape import Scraper
 from tokenswarm.collect.writer import RecordsWriter
 from tokenswarm.load import runtime
 from tokenswarm.load.context import RunContext, make_worker_id
+from tokenswarm.load.health import HealthMonitor, merge_windows
 from tokenswarm.load.livestats import LiveStats, summary_rows
 from tokenswarm.load.steps import StepMachine, plan_steps
 
@@ -70,6 +71,13 @@ def _add_options(parser: Any) -> None:
                        help="Write records.jsonl.gz")
     group.add_argument("--records-rotate-mb", type=float, default=0, include_in_web_ui=False,
                        help="Rotate records files at this size (0 = one file)")
+    # Editable in the web UI's start form (empty = the scenario's value).
+    group.add_argument("--steps", dest="tokenswarm_steps", default="", include_in_web_ui=True,
+                       help="Load steps, comma-separated (users or requests/s); empty = scenario")
+    group.add_argument("--step-duration", dest="tokenswarm_step_duration", default="", include_in_web_ui=True,
+                       help="Steady seconds per step; empty = scenario")
+    group.add_argument("--warmup", dest="tokenswarm_warmup", default="", include_in_web_ui=True,
+                       help="Warm-up seconds per step; empty = scenario")
     for hidden in ("tokenswarm_scenario_data", "tokenswarm_run_id", "tokenswarm_base_url", "tokenswarm_model"):
         group.add_argument("--" + hidden.replace("_", "-"), dest=hidden, default="", help=argparse.SUPPRESS,
                            include_in_web_ui=False)
@@ -103,12 +111,19 @@ class RunController:
         self._pending: list[Any] = []
         self.runs = 0
         self.overrides: dict[str, Any] | None = None
+        self.health: HealthMonitor | None = None
+        self.health_fh = None
+        self.untrusted: list[list[Any]] = []  # [start, end, reason] windows where timings are suspect
+        self.health_peaks: dict[str, float] = {}
 
     # -- start -------------------------------------------------------------------------------
     def start(self) -> None:
         opts = self.env.parsed_options
         sc = self.scenario
         self.runs += 1
+        if self.machine is None:  # no shape tick made the plan (fixed -u mode)
+            self._apply_option_overrides(opts)
+        sc = self.scenario
         self.finished = False
         self.worker_status = {}
         if not self.is_master:
@@ -161,8 +176,41 @@ class RunController:
         self._pending = []
         self.manifest.write()
         self._start_scrapers(base_url)
+        self.untrusted, self.health_peaks = [], {}
+        self.health_fh = open(out / "generator_health.jsonl", "ab")
+        ctx = self.ctx
+        self.health = HealthMonitor(ctx.worker_id, self.on_health_sample,
+                                    extra=lambda: {"in_flight": ctx.in_flight, "late_dispatches": ctx.late_dispatches,
+                                                   "role": ctx.role})
+        self.health.start()
         self._greenlets.append(gevent.spawn(self._periodic))
         log.info("tokenswarm: run %s -> %s (target %s, model %s)", run_id, out, base_url, model)
+
+    def _apply_option_overrides(self, opts: Any) -> None:
+        """--steps/--step-duration/--warmup (e.g. edited in the web UI) override the scenario."""
+        from tokenswarm.load.scenario import ScenarioError, load_scenario
+
+        extra: dict[str, Any] = {}
+        try:
+            if (getattr(opts, "tokenswarm_steps", "") or "").strip():
+                extra["load.steps"] = [float(x) for x in str(opts.tokenswarm_steps).replace(";", ",").split(",") if x.strip()]
+            if str(getattr(opts, "tokenswarm_step_duration", "") or "").strip():
+                extra["load.step_duration_s"] = float(opts.tokenswarm_step_duration)
+            if str(getattr(opts, "tokenswarm_warmup", "") or "").strip():
+                extra["load.warmup_s"] = float(opts.tokenswarm_warmup)
+        except ValueError as exc:
+            log.error("tokenswarm: ignoring an invalid step option: %s", exc)
+            return
+        if not extra or self.scenario.path is None:
+            return
+        merged = {**(self.overrides or {}), **extra}
+        try:
+            self.scenario = load_scenario(self.scenario.path, merged)
+        except ScenarioError as exc:
+            log.error("tokenswarm: %s", exc)
+            return
+        self.overrides = merged
+        set_class_weights(self.scenario, "closed" if self.fixed_users else self.scenario.load.mode)
 
     def _abort(self, message: str, code: int) -> None:
         log.error("tokenswarm: %s", message)
@@ -203,7 +251,9 @@ class RunController:
         if self.fixed_users:
             return None
         if self.machine is None or (self.machine.done and self.finished):
-            self.machine, self._pending = self.new_machine(), []  # a new run (e.g. started again in the UI)
+            # a new run (first tick, or started again in the UI with possibly edited steps)
+            self._apply_option_overrides(self.env.parsed_options)
+            self.machine, self._pending = self.new_machine(), []
         machine = self.machine
         timeouts = len(machine.ramp_timeouts)
         transitions = machine.advance(now_s, lambda step: runner.user_count >= self.users_for(step, runner))
@@ -260,7 +310,9 @@ class RunController:
         if not info:
             return
         self.live.merge_delta(info.get("live", {}))
-        info = {k: v for k, v in info.items() if k != "live"}
+        for sample in info.get("health") or []:
+            self.on_health_sample(sample)
+        info = {k: v for k, v in info.items() if k not in ("live", "health")}
         info["client_id"] = client_id
         info["seen_at"] = time.time()
         self.worker_status[info["worker_id"]] = info
@@ -269,6 +321,22 @@ class RunController:
             acc.client_id, acc.host, acc.pid = client_id, info.get("host"), info.get("pid")
             acc.clock_offset_s = round(info.get("wall_s", time.time()) - time.time(), 3)
             self.collector.on_progress(info["worker_id"], info.get("last_seq"), info.get("requests_started", 0))
+
+    def on_health_sample(self, sample: dict[str, Any]) -> None:
+        """A generator health sample (own or a worker's): log it, remember untrusted windows."""
+        import orjson
+
+        if self.health_fh is not None and not self.health_fh.closed:
+            self.health_fh.write(orjson.dumps(sample) + b"\n")
+            self.health_fh.flush()
+        for key in ("cpu_pct", "loop_lag_max_ms", "rss_mb"):
+            v = sample.get(key)
+            if v is not None:
+                self.health_peaks[key] = max(self.health_peaks.get(key, 0.0), float(v))
+        if sample.get("untrusted") and sample.get("role") != "master":
+            reason = f"{sample['worker_id']}: " + "; ".join(sample["untrusted"])
+            self.untrusted.append([sample["t"] - 5.0, sample["t"], reason])
+            self.untrusted = merge_windows(self.untrusted, 5.0)[-200:]  # bounded for soak runs
 
     def _periodic(self) -> None:
         while True:
@@ -318,6 +386,8 @@ class RunController:
                     self.collector.on_worker_lost(wid, "worker stopped reporting before the end (killed or lost)")
         for g in self._greenlets:
             g.kill(block=False)
+        if self.health is not None:
+            self.health.stop()
         for s in self.scrapers:
             s.stop(final_scrape=True)
         if self.metrics_fh is not None:
@@ -325,6 +395,8 @@ class RunController:
         if self.writer is not None:
             self.writer.close()
         self.finalize_manifest()
+        if self.health_fh is not None:
+            self.health_fh.close()
         print(f"tokenswarm: records and manifest written to {self.run_dir}", flush=True)
 
     def _stop_workers(self) -> None:
@@ -375,6 +447,14 @@ class RunController:
         else:
             health = {}
         health["cpu_warning"] = bool(getattr(self.env.runner, "cpu_warning_emitted", False)) or health.get("cpu_warning", False)
+        health["max_cpu_pct"] = self.health_peaks.get("cpu_pct")
+        health["max_loop_lag_ms"] = self.health_peaks.get("loop_lag_max_ms")
+        health["max_rss_mb"] = self.health_peaks.get("rss_mb")
+        health["untrusted_windows"] = self.untrusted
+        if self.untrusted:
+            health["cpu_warning"] = health["cpu_warning"] or any("CPU" in w[2] for w in self.untrusted)
+            m.warn(f"the load generator was a bottleneck in {len(self.untrusted)} window(s) "
+                   f"({self.untrusted[0][2]}): timings there are inflated")
         d["generator_health"] = {**d.get("generator_health", {}), **health}
         if health.get("late_dispatches"):
             m.warn(f"the generator fell behind its arrival schedule {health['late_dispatches']} times "
@@ -592,6 +672,12 @@ def _init_worker(environment: Any) -> None:
         state["ctx"] = ctx
         runtime.set_context(ctx)
         state["flusher"] = gevent.spawn(_flush_loop, sink)
+        state["health_samples"] = []
+        mon = HealthMonitor(ctx.worker_id, lambda smp: state["health_samples"].append(smp),
+                            extra=lambda: {"in_flight": ctx.in_flight, "late_dispatches": ctx.late_dispatches,
+                                           "role": "worker"})
+        mon.start()
+        state["health"] = mon
 
     @environment.events.test_stopping.add_listener
     def _stopping(environment: Any, **_kw: Any) -> None:
@@ -605,6 +691,8 @@ def _init_worker(environment: Any) -> None:
             return
         if state.get("flusher") is not None:
             state["flusher"].kill(block=False)
+        if state.get("health") is not None:
+            state["health"].stop()
         ctx.sink.final(ctx.last_seq, ctx.requests_started)
         state["ctx"] = None
 
@@ -618,7 +706,9 @@ def _init_worker(environment: Any) -> None:
             "in_flight": ctx.in_flight, "requests_started": ctx.requests_started, "last_seq": ctx.last_seq,
             "late_dispatches": ctx.late_dispatches, "max_schedule_lag_ms": round(ctx.max_schedule_lag_ms, 3),
             "cpu_warning": bool(getattr(runner, "cpu_warning_emitted", False)), "live": ctx.live.take_delta(),
+            "health": state.get("health_samples", [])[-20:],
         }
+        state["health_samples"] = []
 
 
 def _flush_loop(sink: Any) -> None:

@@ -64,7 +64,8 @@ class Conversationalist:
                 )
 
     def send(self, task_cfg: Any, payload_key: str, payload: Any, max_tokens: int, scheduled_s: float,
-             *, session_id: str | None = None, turn: int | None = None, extra: dict | None = None) -> tuple[Any, str]:
+             *, session_id: str | None = None, turn: int | None = None, extra: dict | None = None,
+             abnormal: str | None = None) -> tuple[Any, str]:
         ctx = self.ctx
         sampling = task_cfg.sampling.params()
         if extra:
@@ -75,7 +76,8 @@ class Conversationalist:
         now = ctx.clock()
         base = ctx.base(task=task_cfg.name, user_class=self.user_class, scheduled_s=scheduled_s,
                         sent_estimate_s=now, key=key, session_id=session_id, turn=turn, max_tokens=max_tokens,
-                        temperature=sampling.get("temperature"))
+                        temperature=sampling.get("temperature"),
+                        extra={"abnormal": abnormal} if abnormal else None)
         target = ctx.scenario.target
         ctx.requests_started += 1
         ctx.in_flight += 1
@@ -85,6 +87,7 @@ class Conversationalist:
                 first_token_timeout_s=target.first_token_timeout_s, total_timeout_s=target.total_timeout_s,
                 keep_output=ctx.keep_outputs, hooks=self.hooks, clock=ctx.clock,
                 on_cancel=lambda rec, _text: ctx.emit(rec, self.user),
+                cancel_after_first_token=abnormal == "cancel_early",
             )
         finally:
             ctx.in_flight -= 1
@@ -97,7 +100,8 @@ class Conversationalist:
         else:
             payload_key, payload = "prompt", prompt.text
         extra = dict(prompt.params) if prompt.params else None
-        self.send(task_cfg, payload_key, payload, prompt.max_tokens, scheduled_s, extra=extra)
+        self.send(task_cfg, payload_key, payload, prompt.max_tokens, scheduled_s, extra=extra,
+                  abnormal=prompt.abnormal)
 
     def conversation(self, task_cfg: Any, rng: random.Random, scheduled_s: float) -> None:
         """All turns of one conversation; each turn re-sends the history with the real replies."""
@@ -201,7 +205,8 @@ class OpenLoopUser(FastHttpUser):
     concurrency = 1024
     network_timeout = 600.0
     connection_timeout = 10.0
-    weight = 0  # spawned only when the shape asks for it (open-loop scenarios)
+    # Weight 1 at import: Locust drops zero-weight classes when it builds the Environment. The
+    # plugin sets the real weights at init (0 here unless the scenario is open-loop).
 
     def on_start(self) -> None:
         ctx = runtime.context_or_none()

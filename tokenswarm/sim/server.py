@@ -1,0 +1,633 @@
+"""The simulator's HTTP/1.1 server on gevent: one engine greenlet, one greenlet per connection.
+
+The engine greenlet sleeps until the model's next step deadline (absolute times), asks the
+:class:`~tokenswarm.sim.engine.Scheduler` for the emissions due, and writes each chunk
+straight to the client's socket with a non-blocking ``send`` (no greenlet switch per chunk).
+Only when a socket's kernel buffer is full does the rest go to a backlog that the
+connection's own greenlet drains cooperatively. The time taken immediately before the
+write is the chunk's send time (truth log) and ``send - scheduled`` is the emission lag.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from collections import deque
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import gevent
+import gevent.event
+import orjson
+from gevent.server import StreamServer
+
+from tokenswarm.sim import api
+from tokenswarm.sim.api import HttpError
+from tokenswarm.sim.engine import Emission, Scheduler, Sequence, SpecConfig
+from tokenswarm.sim.faults import FaultConfig
+from tokenswarm.sim.profiles import Profile
+from tokenswarm.sim.simmetrics import SimMetrics, render
+from tokenswarm.sim.tokenizer import token_ids
+from tokenswarm.sim.truth import TruthLog
+
+monotonic = time.monotonic
+MAX_HEADER_BYTES = 65536
+MAX_BODY_BYTES = 64 * 1024 * 1024
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 411: "Length Required",
+            413: "Payload Too Large", 429: "Too Many Requests", 431: "Request Header Fields Too Large",
+            500: "Internal Server Error", 503: "Service Unavailable"}
+_SERVER = b"server: tokenswarm-sim\r\n"
+
+
+class Conn:
+    """One client connection: immediate non-blocking writes plus an ordered backlog."""
+
+    __slots__ = ("sock", "raw", "backlog", "sending", "closed", "wake")
+
+    def __init__(self, sock) -> None:
+        self.sock = sock
+        self.raw = sock._sock  # the real non-blocking socket under gevent's wrapper
+        self.backlog: deque[bytes] = deque()
+        self.sending = False
+        self.closed = False
+        self.wake = gevent.event.Event()
+
+    def write_nowait(self, data: bytes) -> bool:
+        """Write without yielding; queue what the kernel does not take. False if the peer is gone."""
+        if self.closed:
+            return False
+        if self.backlog or self.sending:
+            self.backlog.append(data)
+            self.wake.set()
+            return True
+        try:
+            n = self.raw.send(data)
+        except BlockingIOError:
+            n = 0
+        except OSError:
+            self.closed = True
+            return False
+        if n < len(data):
+            self.backlog.append(data[n:])
+            self.wake.set()
+        return True
+
+    def drain(self) -> None:
+        """Send the backlog cooperatively (called from the connection greenlet only)."""
+        self.sending = True
+        try:
+            while self.backlog and not self.closed:
+                self.sock.sendall(self.backlog[0])
+                self.backlog.popleft()
+        except OSError:
+            self.closed = True
+        finally:
+            self.sending = False
+
+    def peer_closed(self) -> bool:
+        """Non-blocking check whether the client closed its side."""
+        if self.closed:
+            return True
+        try:
+            return self.raw.recv(1, socket.MSG_PEEK) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
+    def cut(self) -> None:
+        """Abort the connection (RST) as a network fault would."""
+        self.closed = True
+        try:
+            self.raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            self.raw.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+class Stream:
+    """Sink of one completion request: turns emissions into SSE chunks (or one JSON body)."""
+
+    def __init__(self, srv: SimServer, conn: Conn, req: api.CompletionRequest, rid: str, received_s: float,
+                 cut_after: int | None, index: int) -> None:
+        self.srv = srv
+        self.conn = conn
+        self.req = req
+        self.rid = rid
+        self.index = index
+        self.received_s = received_s
+        self.cut_after = cut_after
+        self.seq: Sequence | None = None
+        self.n_chunks = 0
+        self.n_tokens = 0
+        self.chunks: list[list[float]] = []
+        self.text_parts: list[str] = []
+        self.finish_reason: str | None = None
+        self.last_emit_s: float | None = None
+        self.done = False  #: request finished (any outcome); truth record queued
+        self.complete = False  #: non-streaming: all tokens generated, body not yet written
+        self.outcome = "ok"
+        self.created = int(time.time())
+        chat = req.endpoint == "chat"
+        obj = b"chat.completion.chunk" if chat else b"text_completion"
+        self.prefix = (b'data: {"id":"' + rid.encode() + b'","object":"' + obj + b'","created":'
+                       + str(self.created).encode() + b',"model":' + orjson.dumps(req.model) + b',"choices":[')
+        self.usage_tail = (b',"usage":{"prompt_tokens":%d,"total_tokens":%%d,"completion_tokens":%%d}'
+                           % req.prompt_len)
+
+    # ------------------------------------------------------------------ engine side
+    def on_emission(self, e: Emission) -> None:
+        """Called by the engine greenlet at the step end; must not yield."""
+        if self.done:
+            return
+        srv = self.srv
+        self.n_tokens += e.n_tokens
+        if not self.req.stream:
+            self.text_parts.append(e.text)
+            self._observe(monotonic(), e)
+            if e.finish_reason is not None:
+                self.finish_reason = e.finish_reason
+                self.complete = True
+                self.conn.wake.set()
+            return
+        cutting = self.cut_after is not None and self.n_chunks + 1 >= self.cut_after
+        finish = None if cutting else e.finish_reason
+        parts = []
+        if self.n_chunks == 0 and self.req.endpoint == "chat":
+            parts.append(self.prefix + b'{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,'
+                         b'"finish_reason":null}]' + (self._usage(0) if self.req.continuous_usage else b"") + b"}\n\n")
+        fr = b"null" if finish is None else b'"' + finish.encode() + b'"'
+        usage = self._usage(self.n_tokens) if self.req.continuous_usage else b""
+        if self.req.endpoint == "chat":
+            parts.append(self.prefix + b'{"index":0,"delta":{"content":' + orjson.dumps(e.text)
+                         + b'},"logprobs":null,"finish_reason":' + fr + b',"stop_reason":null}]' + usage + b"}\n\n")
+        else:
+            parts.append(self.prefix + b'{"index":0,"text":' + orjson.dumps(e.text)
+                         + b',"logprobs":null,"finish_reason":' + fr + b',"stop_reason":null}]' + usage + b"}\n\n")
+        if finish is not None:
+            if self.req.include_usage:
+                parts.append(self.prefix + b"]" + self._final_usage() + b"}\n\n")
+            parts.append(b"data: [DONE]\n\n")
+        payload = b"".join(parts)
+        frame = b"%x\r\n%b\r\n" % (len(payload), payload)
+        if finish is not None:
+            frame += b"0\r\n\r\n"
+        now = monotonic()  # immediately before the socket write
+        ok = self.conn.write_nowait(frame)
+        self.n_chunks += 1
+        srv.metrics.chunks_sent += 1
+        self._observe(now, e)
+        if not ok:
+            self.srv.sched.abort(self.seq)
+            self.finish("aborted")
+        elif cutting:
+            self.conn.cut()
+            self.srv.sched.abort(self.seq)
+            srv.metrics.fault("cut")
+            self.finish("fault_cut")
+        elif finish is not None:
+            self.finish_reason = finish
+            self.finish("fault_stall" if self.seq is not None and self.seq.stalled else "ok")
+
+    def _observe(self, now: float, e: Emission) -> None:
+        m = self.srv.metrics
+        lag = now - e.scheduled_s
+        m.emission_lag.observe(lag)
+        m.lags.add(lag)
+        if self.last_emit_s is None:
+            m.ttft.observe(now - self.received_s)
+        else:
+            m.itl.observe(now - self.last_emit_s)
+        self.last_emit_s = now
+        if e.n_tokens and self.req.stream:
+            self.chunks.append([now, e.n_tokens])
+
+    def _usage(self, completion: int) -> bytes:
+        return self.usage_tail % (self.req.prompt_len + completion, completion)
+
+    def _final_usage(self) -> bytes:
+        out = b',"usage":' + orjson.dumps(self._usage_dict())
+        spec = self._spec_metrics()
+        if spec is not None:
+            out += b',"metrics":' + orjson.dumps({"speculative_decoding": spec})
+        return out
+
+    def _usage_dict(self) -> dict[str, int]:
+        p = self.req.prompt_len
+        return {"prompt_tokens": p, "total_tokens": p + self.n_tokens, "completion_tokens": self.n_tokens}
+
+    def _spec_metrics(self) -> dict | None:
+        if self.srv.per_request_spec_metrics == "none" or self.seq is None or not self.srv.spec.enabled:
+            return None
+        return self.seq.spec_summary() or {
+            "mean_acceptance_length": 1.0, "draft_acceptance_rate": 0.0, "acceptance_histogram": [],
+            "num_spec_steps": 0, "num_accepted_draft_tokens": 0, "num_draft_tokens": 0,
+            "num_spec_tokens": self.srv.spec.k,
+        }
+
+    def finish(self, outcome: str) -> None:
+        """End of the request: metrics, truth record, wake the connection greenlet."""
+        if self.done:
+            return
+        self.done = True
+        self.outcome = outcome
+        srv = self.srv
+        srv.active.discard(self)
+        if outcome == "ok" or outcome == "fault_stall":
+            if self.last_emit_s is not None:
+                srv.metrics.e2e.observe(self.last_emit_s - self.received_s)
+        elif outcome == "aborted":
+            srv.metrics.aborted += 1
+        srv.truth_record(self.rid, self.req.endpoint, 200, self.received_s, self.req.prompt_len, self.n_tokens,
+                         self.finish_reason, outcome, self.chunks)
+        self.conn.wake.set()
+
+    # ------------------------------------------------------------------ connection side
+    def non_stream_body(self) -> bytes:
+        chat = self.req.endpoint == "chat"
+        text = "".join(self.text_parts)
+        if chat:
+            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
+                                      "logprobs": None, "finish_reason": self.finish_reason, "stop_reason": None}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": self.finish_reason,
+                      "stop_reason": None}
+        body: dict[str, Any] = {"id": self.rid, "object": "chat.completion" if chat else "text_completion",
+                                "created": self.created, "model": self.req.model, "choices": [choice],
+                                "usage": self._usage_dict()}
+        spec = self._spec_metrics()
+        if spec is not None:
+            body["metrics"] = {"speculative_decoding": spec}
+        return orjson.dumps(body)
+
+
+class SimServer:
+    """The simulator process: HTTP server, engine loop, truth log and metrics."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        spec: SpecConfig,
+        faults: FaultConfig,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        truth_path: str | None = None,
+        served_model_name: str | None = None,
+        per_request_spec_metrics: str = "none",
+    ) -> None:
+        self.profile = profile
+        self.spec = spec
+        self.faults = faults
+        self.model = served_model_name or profile.model_name
+        self.per_request_spec_metrics = per_request_spec_metrics
+        self.metrics = SimMetrics()
+        has_draft_faults = faults.draft_unavailable > 0 or faults.draft_slow > 0
+        self.sched = Scheduler(profile, spec, faults.draft_state if has_draft_faults else None, self.metrics.on_step)
+        self.truth = TruthLog(truth_path) if truth_path else None
+        self.active: set[Stream] = set()
+        self.engine_wake = gevent.event.Event()
+        self.stopping = False
+        self.stopped = gevent.event.Event()
+        self.request_index = 0
+        self.started = int(time.time())
+        self._rid_prefix = os.urandom(6).hex()
+        self.server = StreamServer((host, port), self._handle, backlog=4096)
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Bind and start serving (non-blocking)."""
+        self.server.start()
+        self._engine = gevent.spawn(self._engine_loop)
+        self._flusher = gevent.spawn(self._truth_loop)
+
+    @property
+    def port(self) -> int:
+        return self.server.server_port
+
+    def serve_forever(self) -> None:
+        """Serve until SIGINT/SIGTERM, then stop cleanly."""
+        self.start()
+        gevent.signal_handler(signal.SIGTERM, self.stop)
+        gevent.signal_handler(signal.SIGINT, self.stop)
+        self.stopped.wait()
+
+    def stop(self) -> None:
+        """Stop accepting, abort in-flight streams, flush the truth log."""
+        if self.stopping:
+            return
+        self.stopping = True
+        self.server.close()
+        for st in list(self.active):
+            if st.seq is not None:
+                self.sched.abort(st.seq)
+            st.finish("aborted")
+            st.conn.closed = True
+            try:
+                st.conn.raw.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        if self.truth is not None:
+            self.truth.close()
+        self.engine_wake.set()
+        self.stopped.set()
+
+    # ------------------------------------------------------------------ engine
+    def _engine_loop(self) -> None:
+        sched = self.sched
+        wake = self.engine_wake
+        while not self.stopping:
+            wake.clear()
+            for e in sched.advance(monotonic()):
+                sink = e.seq.sink
+                if sink is not None:
+                    try:
+                        sink.on_emission(e)
+                    except Exception:  # a bug must not stop the engine for everyone
+                        traceback.print_exc()
+                        sched.abort(e.seq)
+                        sink.conn.cut()
+                        sink.finish("error")
+            deadline = sched.next_deadline()
+            if deadline is None:
+                wake.wait()
+            else:
+                delay = deadline - monotonic()
+                if delay > 0:
+                    wake.wait(delay)
+
+    def _truth_loop(self) -> None:
+        while not self.stopping:
+            gevent.sleep(0.2)
+            if self.truth is not None and not self.stopping:
+                self.truth.flush()
+
+    def truth_record(self, rid: str, endpoint: str, status: int, received_s: float, prompt_tokens: int | None,
+                     output_tokens: int, finish_reason: str | None, outcome: str, chunks: list) -> None:
+        """Queue one ground-truth line (CONTRACTS.md section 2)."""
+        if self.truth is None or self.truth._f.closed:
+            return
+        self.truth.add({"id": rid, "endpoint": endpoint, "status": status, "received": received_s,
+                        "prompt_tokens": prompt_tokens, "output_tokens": output_tokens,
+                        "finish_reason": finish_reason, "outcome": outcome, "chunks": chunks})
+
+    # ------------------------------------------------------------------ HTTP
+    def _handle(self, sock, _addr) -> None:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+        conn = Conn(sock)
+        buf = bytearray()
+        try:
+            while not self.stopping:
+                i = buf.find(b"\r\n\r\n")
+                while i < 0:
+                    if len(buf) > MAX_HEADER_BYTES:
+                        self._respond(conn, 431, api.error_body(431, "Request headers too large"), keep=False)
+                        return
+                    data = sock.recv(65536)
+                    if not data:
+                        return
+                    buf += data
+                    i = buf.find(b"\r\n\r\n")
+                head = bytes(buf[:i]).decode("latin-1")
+                del buf[: i + 4]
+                lines = head.split("\r\n")
+                parts = lines[0].split(" ")
+                if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+                    self._respond(conn, 400, api.error_body(400, "Malformed HTTP request line"), keep=False)
+                    return
+                method, target, version = parts
+                headers: dict[str, str] = {}
+                for line in lines[1:]:
+                    k, _, v = line.partition(":")
+                    headers[k.strip().lower()] = v.strip()
+                conn_hdr = headers.get("connection", "").lower()
+                keep = (version == "HTTP/1.1" and conn_hdr != "close") or (conn_hdr == "keep-alive")
+                if "chunked" in headers.get("transfer-encoding", "").lower():
+                    body = self._read_chunked(sock, buf)
+                    if body is None:
+                        return
+                else:
+                    try:
+                        length = int(headers.get("content-length", "0") or 0)
+                    except ValueError:
+                        self._respond(conn, 400, api.error_body(400, "Bad Content-Length"), keep=False)
+                        return
+                    if length < 0 or length > MAX_BODY_BYTES:
+                        self._respond(conn, 413, api.error_body(413, "Request body too large"), keep=False)
+                        return
+                    while len(buf) < length:
+                        data = sock.recv(max(65536, length - len(buf)))
+                        if not data:
+                            return
+                        buf += data
+                    body = bytes(buf[:length])
+                    del buf[:length]
+                keep = self._dispatch(conn, method, target, body, keep)
+                if not keep or conn.closed:
+                    return
+        except OSError:
+            return
+        finally:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def _read_chunked(self, sock, buf: bytearray) -> bytes | None:
+        body = bytearray()
+        while True:
+            i = buf.find(b"\r\n")
+            while i < 0:
+                data = sock.recv(65536)
+                if not data:
+                    return None
+                buf += data
+                i = buf.find(b"\r\n")
+            size = int(bytes(buf[:i]).split(b";")[0] or b"0", 16)
+            del buf[: i + 2]
+            while len(buf) < size + 2:
+                data = sock.recv(65536)
+                if not data:
+                    return None
+                buf += data
+            body += buf[:size]
+            del buf[: size + 2]
+            if size == 0:
+                return bytes(body)
+            if len(body) > MAX_BODY_BYTES:
+                return None
+
+    def _respond(self, conn: Conn, status: int, body: bytes, keep: bool, ctype: bytes = b"application/json",
+                 extra: bytes = b"") -> None:
+        head = (b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, "Unknown").encode()) + _SERVER
+                + b"content-type: " + ctype + b"\r\ncontent-length: %d\r\n" % len(body) + extra
+                + (b"" if keep else b"connection: close\r\n") + b"\r\n")
+        conn.sock.sendall(head + body)
+
+    def _dispatch(self, conn: Conn, method: str, target: str, body: bytes, keep: bool) -> bool:
+        url = urlsplit(target)
+        path = url.path
+        try:
+            if path in ("/v1/chat/completions", "/v1/completions"):
+                if method != "POST":
+                    raise HttpError(405, "Method Not Allowed")
+                return self._completion(conn, "chat" if path == "/v1/chat/completions" else "completions", body, keep)
+            if path == "/health":
+                self._only(method, "GET")
+                self._respond(conn, 200, b"", keep)
+            elif path == "/v1/models":
+                self._only(method, "GET")
+                self._respond(conn, 200, self._models(), keep)
+            elif path == "/metrics":
+                self._only(method, "GET")
+                self._respond(conn, 200, self.metrics_text().encode(), keep,
+                              ctype=b"text/plain; version=0.0.4; charset=utf-8")
+            elif path == "/tokenize":
+                self._only(method, "POST")
+                self._respond(conn, 200, self._tokenize(body), keep)
+            elif path == "/_tokenswarm/stats":
+                self._only(method, "GET")
+                self._respond(conn, 200, orjson.dumps(self.stats(reset="reset" in parse_qs(url.query))), keep)
+            elif path == "/_tokenswarm/flush":
+                self._only(method, "POST")
+                if self.truth is not None:
+                    self.truth.flush()
+                self._respond(conn, 200, b'{"flushed":true}', keep)
+            else:
+                self._respond(conn, 404, b'{"detail":"Not Found"}', keep)
+        except HttpError as e:
+            self._respond(conn, e.status, e.body(), keep)
+        except OSError:
+            raise
+        except Exception as e:  # never a stack trace to the client, never a dead server
+            traceback.print_exc()
+            self._respond(conn, 500, api.error_body(500, f"Internal error: {type(e).__name__}"), keep=False)
+            return False
+        return keep
+
+    @staticmethod
+    def _only(method: str, allowed: str) -> None:
+        if method != allowed:
+            raise HttpError(405, f"Method Not Allowed (use {allowed})")
+
+    def _models(self) -> bytes:
+        card = {"id": self.model, "object": "model", "created": self.started, "owned_by": "tokenswarm-sim",
+                "root": self.model, "parent": None, "max_model_len": self.profile.max_model_len}
+        return orjson.dumps({"object": "list", "data": [card]})
+
+    def _tokenize(self, body: bytes) -> bytes:
+        data = api.parse_json_object(body)
+        api.check_model(data, self.model)
+        if "messages" in data:
+            toks, _ = api.prompt_tokens_of(data, "chat")
+        elif "prompt" in data:
+            toks, _ = api.prompt_tokens_of(data, "completions")
+        else:
+            raise HttpError(400, "'prompt' or 'messages' is required", "prompt")
+        out: dict[str, Any] = {"count": len(toks), "max_model_len": self.profile.max_model_len,
+                               "tokens": token_ids(toks), "token_strs": toks if data.get("return_token_strs") else None}
+        return orjson.dumps(out)
+
+    def metrics_text(self) -> str:
+        s = self.sched
+        return render(self.model, self.metrics, s.stats, s.num_running, s.num_waiting, s.kv_usage(),
+                      self.spec.method if self.spec.enabled else "none", self.spec.k, s.draft_available)
+
+    def stats(self, reset: bool = False) -> dict:
+        """Simulator self-measurements for benchmarks (``GET /_tokenswarm/stats[?reset=1]``)."""
+        out = {"emission_lag": self.metrics.lags.summary(), "chunks_sent": self.metrics.chunks_sent,
+               "running": self.sched.num_running, "waiting": self.sched.num_waiting,
+               "requests": self.request_index, "engine_steps": self.sched.stats.steps}
+        if reset:
+            self.metrics.lags.reset()
+        return out
+
+    def _completion(self, conn: Conn, endpoint: str, body: bytes, keep: bool) -> bool:
+        received = monotonic()
+        index = self.request_index
+        self.request_index += 1
+        rid = ("chatcmpl-" if endpoint == "chat" else "cmpl-") + f"{self._rid_prefix}{index:010x}"
+        status = self.faults.http_fault(index)
+        if status is not None:
+            self.metrics.fault(f"http_{status}")
+            msg = {500: "Simulated internal server error", 503: "Simulated overload: service unavailable",
+                   429: "Simulated rate limit: too many requests"}[status]
+            self._respond(conn, status, api.error_body(status, msg), keep,
+                          extra=b"retry-after: 1\r\n" if status in (429, 503) else b"")
+            self.truth_record(rid, endpoint, status, received, None, 0, None, "error", [])
+            return keep
+        try:
+            req = api.parse_completion(api.parse_json_object(body), endpoint, self.model, self.profile.max_model_len)
+        except HttpError as e:
+            self._respond(conn, e.status, e.body(), keep)
+            self.truth_record(rid, endpoint, e.status, received, None, 0, None, "error", [])
+            return keep
+        stream = Stream(self, conn, req, rid, received, self.faults.cut_after_chunks(index) if req.stream else None,
+                        index)
+        stall_after = self.faults.stall_after_tokens(index)
+        if stall_after is not None:
+            self.metrics.fault("stall")
+        seq = Sequence(
+            rid, req.prompt_len, req.source, req.max_tokens, temperature=req.temperature, top_p=req.top_p,
+            seed=req.seed, ignore_eos=req.ignore_eos, stops=req.stop, natural_range=self.profile.natural_output_tokens,
+            stall_after=stall_after, stall_s=self.faults.stall_s, sink=stream,
+        )
+        stream.seq = seq
+        if req.stream:
+            conn.sock.sendall(b"HTTP/1.1 200 OK\r\n" + _SERVER + b"content-type: text/event-stream; charset=utf-8\r\n"
+                              b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n"
+                              + (b"" if keep else b"connection: close\r\n") + b"\r\n")
+        self.active.add(stream)
+        self.sched.submit(seq, received)
+        self.engine_wake.set()
+        # Wait for the engine to finish this request, draining any write backlog meanwhile.
+        while True:
+            conn.wake.clear()
+            if conn.backlog:
+                conn.drain()
+            if (stream.done or stream.complete) and not conn.backlog:
+                break
+            if not conn.wake.wait(1.0) and not stream.done and not stream.complete and conn.peer_closed():
+                conn.closed = True
+            if conn.closed and not stream.done:
+                self.sched.abort(seq)
+                stream.finish("aborted")
+                return False
+        if stream.done and stream.outcome not in ("ok", "fault_stall"):
+            return False
+        if not req.stream:
+            payload = stream.non_stream_body()
+            now = monotonic()
+            self._respond(conn, 200, payload, keep)
+            stream.chunks = [[now, stream.n_tokens]] if stream.n_tokens else []
+            stream.finish("fault_stall" if seq.stalled else "ok")
+        return keep and not conn.closed
+
+
+def serve(server: SimServer) -> int:
+    """Run a configured server until signalled; returns the exit status."""
+    # Per-chunk objects are short-lived; full collections over thousands of streams would
+    # pause the event loop for milliseconds, so freeze startup objects and collect rarely.
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
+    try:
+        server.start()
+    except OSError as e:
+        print(f"tokenswarm sim: cannot listen: {e}", file=sys.stderr)
+        return 3
+    gevent.signal_handler(signal.SIGTERM, server.stop)
+    gevent.signal_handler(signal.SIGINT, server.stop)
+    host, port = server.server.address[0], server.port
+    print(f"tokenswarm sim: serving {server.model!r} (profile {server.profile.name}, spec {server.spec.method}"
+          f"{'' if not server.spec.enabled else f' k={server.spec.k}'}) on http://{host}:{port}", file=sys.stderr,
+          flush=True)
+    server.stopped.wait()
+    return 0
