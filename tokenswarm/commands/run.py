@@ -30,6 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="local worker processes (Locust --processes); 0 = a single process")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                         help="override a scenario field, e.g. --set load.steps=[1,8] (repeatable)")
+    parser.add_argument("--slo", action="append", default=[], metavar="NAME=VALUE",
+                        help="SLO for the verdict (repeatable; TASK.NAME=VALUE for one task), e.g. ttft_p95_ms=800")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="validate the scenario and print the plan (steps, expected requests); send nothing")
     parser.epilog = "Other options are passed to Locust (e.g. -u 8 -t 60s, --web-port, --master, --expect-workers)."
 
 
@@ -47,20 +51,65 @@ def build_locust_argv(args: argparse.Namespace, scenario_path: str) -> list[str]
         argv += ["--processes", str(args.workers)]
     for o in args.overrides:
         argv += ["--set", o]
+    for o in args.slo:
+        argv += ["--slo", o]
     return argv + list(args.passthrough)
 
 
 def run(args: argparse.Namespace) -> int:
     from tokenswarm.load.scenario import ScenarioError, load_scenario, parse_override, resolve_scenario_path
 
+    from tokenswarm.collect.verdict import merge_slos, parse_slo_args
+    from tokenswarm.load.plugin import scenario_slos
+
     path = resolve_scenario_path(args.scenario)
     try:
         overrides = dict(parse_override(o) for o in args.overrides)
-        load_scenario(path, overrides or None)
+        scenario = load_scenario(path, overrides or None)
+        slos = merge_slos(scenario_slos(scenario), parse_slo_args(args.slo))
     except (ScenarioError, ValueError) as exc:
         print(f"tokenswarm: {exc}", file=sys.stderr)
         return 2
+    if args.dry_run:
+        print(plan_text(scenario, slos, args.host))
+        return 0
     argv = [sys.executable, "-m", "locust"] + build_locust_argv(args, path)
     sys.stdout.flush()
     os.execv(sys.executable, argv)  # Locust owns the process from here (signals, exit status)
     return 0  # not reached
+
+
+def plan_text(scenario, slos: dict, host: str | None) -> str:
+    """The load plan as a person reads it: steps, windows, expected requests, SLOs."""
+    from tokenswarm.load.plugin import planned_duration_s
+
+    load = scenario.load
+    lines = [f"scenario {scenario.name} ({scenario.path}) -> {host or scenario.target.base_url} [{scenario.target.api}]",
+             f"traffic: " + ", ".join(f"{t.name} ({t.kind}) weight {t.weight:g}" for t in scenario.traffic.classes
+                                      if t.weight > 0),
+             f"load: {load.mode} loop, warm-up {load.warmup_s:g} s + steady {load.step_duration_s:g} s per step"]
+    mean_out = _mean_output_tokens(scenario)
+    for i, target in enumerate(load.steps):
+        if load.mode == "open":
+            expected = f"~{target * load.step_duration_s:.0f} requests in the steady window ({load.arrival})"
+            name = f"r{target:g}"
+        else:
+            # closed loop: depends on latency; give the count at 40 tokens/s per stream as a guide
+            per_req_s = max(mean_out / 40.0, 0.05)
+            expected = f"~{target * load.step_duration_s / per_req_s:.0f} requests if a stream decodes 40 tok/s"
+            name = f"c{int(target)}"
+        lines.append(f"  step {i} {name}: {expected}")
+    lines.append(f"planned duration ~{planned_duration_s(scenario):.0f} s")
+    lines.append("SLOs: " + (", ".join(f"{k}={v}" for k, v in slos.items() if k != "per_task") or "none")
+                 + (f"; per task {slos['per_task']}" if slos.get("per_task") else ""))
+    lines.append("dry run: nothing was sent")
+    return "\n".join(lines)
+
+
+def _mean_output_tokens(scenario) -> float:
+    import random
+
+    rng = random.Random(0)
+    tasks = [t for t in scenario.traffic.classes if t.weight > 0]
+    total_w = sum(t.weight for t in tasks) or 1.0
+    return sum(t.weight * sum(t.output_tokens.sample(rng) for _ in range(200)) / 200 for t in tasks) / total_w

@@ -71,6 +71,11 @@ def _add_options(parser: Any) -> None:
                        help="Write records.jsonl.gz")
     group.add_argument("--records-rotate-mb", type=float, default=0, include_in_web_ui=False,
                        help="Rotate records files at this size (0 = one file)")
+    group.add_argument("--slo", dest="tokenswarm_slo", action="append", default=[], include_in_web_ui=False,
+                       help="SLO for the verdict, NAME=VALUE or TASK.NAME=VALUE (repeatable), e.g. ttft_p95_ms=800")
+    group.add_argument("--max-run-time", dest="tokenswarm_max_run_time", type=float, default=0.0,
+                       include_in_web_ui=False,
+                       help="Headless hard stop in seconds (default: 1.5 x the planned duration + 2 min)")
     # Editable in the web UI's start form (empty = the scenario's value).
     group.add_argument("--steps", dest="tokenswarm_steps", default="", include_in_web_ui=True,
                        help="Load steps, comma-separated (users or requests/s); empty = scenario")
@@ -111,6 +116,9 @@ class RunController:
         self._pending: list[Any] = []
         self.runs = 0
         self.overrides: dict[str, Any] | None = None
+        self.slos: dict[str, Any] = {}
+        self.force_end = False
+        self.verdict: dict[str, Any] | None = None
         self.health: HealthMonitor | None = None
         self.health_fh = None
         self.untrusted: list[list[Any]] = []  # [start, end, reason] windows where timings are suspect
@@ -121,6 +129,7 @@ class RunController:
         opts = self.env.parsed_options
         sc = self.scenario
         self.runs += 1
+        self.force_end = False
         if self.machine is None:  # no shape tick made the plan (fixed -u mode)
             self._apply_option_overrides(opts)
         sc = self.scenario
@@ -183,6 +192,9 @@ class RunController:
                                     extra=lambda: {"in_flight": ctx.in_flight, "late_dispatches": ctx.late_dispatches,
                                                    "role": ctx.role})
         self.health.start()
+        if opts.headless and not opts.run_time:
+            cap = opts.tokenswarm_max_run_time or (planned_duration_s(sc) * 1.5 + 120.0)
+            self._greenlets.append(gevent.spawn_later(cap, self._max_run_time_reached, cap))
         self._greenlets.append(gevent.spawn(self._periodic))
         log.info("tokenswarm: run %s -> %s (target %s, model %s)", run_id, out, base_url, model)
 
@@ -211,6 +223,15 @@ class RunController:
             return
         self.overrides = merged
         set_class_weights(self.scenario, "closed" if self.fixed_users else self.scenario.load.mode)
+
+    def _max_run_time_reached(self, cap: float) -> None:
+        log.error("tokenswarm: maximum run time (%.0f s) reached; stopping the run", cap)
+        if self.manifest is not None:
+            self.manifest.warn(f"stopped by the maximum run time guard after {cap:.0f} s")
+        if self.fixed_users:
+            gevent.spawn(self.env.runner.quit)  # not from this greenlet: stopping kills the run's greenlets
+        else:
+            self.force_end = True  # the shape ends the test at its next tick, Locust's normal path
 
     def _abort(self, message: str, code: int) -> None:
         log.error("tokenswarm: %s", message)
@@ -248,7 +269,7 @@ class RunController:
                            max_ramp_s=max(30.0, 3 * slowest_ramp_s + 10.0))
 
     def shape_tick(self, runner: Any, now_s: float):
-        if self.fixed_users:
+        if self.fixed_users or self.force_end:
             return None
         if self.machine is None or (self.machine.done and self.finished):
             # a new run (first tick, or started again in the UI with possibly edited steps)
@@ -385,7 +406,8 @@ class RunController:
                 if not acc.final_received:
                     self.collector.on_worker_lost(wid, "worker stopped reporting before the end (killed or lost)")
         for g in self._greenlets:
-            g.kill(block=False)
+            if g is not gevent.getcurrent():
+                g.kill(block=False)
         if self.health is not None:
             self.health.stop()
         for s in self.scrapers:
@@ -398,6 +420,21 @@ class RunController:
         if self.health_fh is not None:
             self.health_fh.close()
         print(f"tokenswarm: records and manifest written to {self.run_dir}", flush=True)
+        self._verdict()
+
+    def _verdict(self) -> None:
+        """SLO verdict on the exact records: slo.json, junit.xml, a table, the exit status."""
+        from tokenswarm.collect.verdict import verdict_table, write_verdict
+
+        try:
+            v = write_verdict(self.run_dir, self.slos)
+        except Exception as exc:  # the verdict must never hide the run's own files
+            log.exception("tokenswarm: could not evaluate the SLO verdict: %s", exc)
+            self.env.process_exit_code = EXIT_RUN_BROKE
+            return
+        self.verdict = v
+        print(verdict_table(v), flush=True)
+        self.env.process_exit_code = v["exit_status"]
 
     def _stop_workers(self) -> None:
         """Make sure workers stop (and so flush) before the master closes the run directory.
@@ -469,6 +506,20 @@ class RunController:
         return {"late_dispatches": sum(w.get("late_dispatches", 0) for w in ws),
                 "max_schedule_lag_ms": max((w.get("max_schedule_lag_ms", 0) for w in ws), default=0.0),
                 "cpu_warning": any(w.get("cpu_warning") for w in ws)}
+
+
+def scenario_slos(sc: Any) -> dict[str, Any]:
+    out: dict[str, Any] = dict(sc.slo.overall)
+    if sc.slo.per_task:
+        out["per_task"] = {k: dict(v) for k, v in sc.slo.per_task.items()}
+    return out
+
+
+def planned_duration_s(sc: Any) -> float:
+    """The load plan's nominal length (warm-up + steady of every step, plus ramps)."""
+    load = sc.load
+    ramp = sum(t / max(load.spawn_rate, 0.1) for t in load.steps) if load.mode == "closed" else 0.0
+    return len(load.steps) * (load.warmup_s + load.step_duration_s) + ramp + load.stop_timeout_s
 
 
 def fmt(v: float | None) -> str:
@@ -579,9 +630,12 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         return
     from tokenswarm.load.scenario import ScenarioError
 
+    from tokenswarm.collect.verdict import merge_slos, parse_slo_args
+
     try:
         sc, overrides = load_scenario_from_options(opts)
-    except ScenarioError as exc:
+        slos = merge_slos(scenario_slos(sc), parse_slo_args(list(opts.tokenswarm_slo or [])))
+    except (ScenarioError, ValueError) as exc:
         print(f"tokenswarm: {exc}", file=sys.stderr)
         sys.exit(EXIT_BAD_CONFIG)
     fixed = opts.num_users is not None
@@ -595,6 +649,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     apply_user_settings(sc, environment.host or sc.target.base_url or "")
     ctl = RunController(environment, sc, fixed)
     ctl.overrides = overrides or None
+    ctl.slos = slos
     runtime.set_run(ctl)
     if isinstance(runner, MasterRunner):
         collector_proxy = _CollectorProxy(ctl)

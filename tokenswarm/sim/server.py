@@ -294,6 +294,7 @@ class SimServer:
         self.stopping = False
         self.stopped = gevent.event.Event()
         self.request_index = 0
+        self._sleep_until: float | None = None
         self.started = int(time.time())
         self._rid_prefix = os.urandom(6).hex()
         self.server = StreamServer((host, port), self._handle, backlog=4096)
@@ -304,6 +305,7 @@ class SimServer:
         self.server.start()
         self._engine = gevent.spawn(self._engine_loop)
         self._flusher = gevent.spawn(self._truth_loop)
+        self._reaper = gevent.spawn(self._reap_loop)
 
     @property
     def port(self) -> int:
@@ -353,12 +355,26 @@ class SimServer:
                         sink.conn.cut()
                         sink.finish("error")
             deadline = sched.next_deadline()
+            self._sleep_until = deadline
             if deadline is None:
                 wake.wait()
             else:
                 delay = deadline - monotonic()
                 if delay > 0:
                     wake.wait(delay)
+
+    def _reap_loop(self) -> None:
+        """Once a second, notice clients that went away while their request waits or streams.
+
+        One greenlet polling every socket (a non-blocking peek each) is much cheaper than a
+        timer per connection when thousands of streams are open.
+        """
+        while not self.stopping:
+            gevent.sleep(1.0)
+            for st in list(self.active):
+                if not st.done and not st.complete and st.conn.peer_closed():
+                    st.conn.closed = True
+                    st.conn.wake.set()
 
     def _truth_loop(self) -> None:
         while not self.stopping:
@@ -586,7 +602,13 @@ class SimServer:
                               + (b"" if keep else b"connection: close\r\n") + b"\r\n")
         self.active.add(stream)
         self.sched.submit(seq, received)
-        self.engine_wake.set()
+        # Wake the engine only if this request can start before the engine's next wake-up:
+        # no step in flight (idle, or only stalled sequences), or an earlier per-sequence deadline.
+        sched = self.sched
+        if (self._sleep_until is None
+                or (not sched.independent and sched.step is None)
+                or (sched.independent and (sched.next_deadline() or 0.0) < self._sleep_until)):
+            self.engine_wake.set()
         # Wait for the engine to finish this request, draining any write backlog meanwhile.
         while True:
             conn.wake.clear()
@@ -594,8 +616,7 @@ class SimServer:
                 conn.drain()
             if (stream.done or stream.complete) and not conn.backlog:
                 break
-            if not conn.wake.wait(1.0) and not stream.done and not stream.complete and conn.peer_closed():
-                conn.closed = True
+            conn.wake.wait()  # set by emissions, backlog, the end of the request or the reaper
             if conn.closed and not stream.done:
                 self.sched.abort(seq)
                 stream.finish("aborted")

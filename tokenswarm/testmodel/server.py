@@ -175,7 +175,8 @@ def start_vllm(
 
     Raises :class:`VllmStartError` (with the log's tail) if the process exits or is not healthy
     within ``timeout_s``; the process group is stopped in both cases. ``env`` adds to (and
-    overrides) the inherited environment, e.g. ``{"LD_PRELOAD": ...}``.
+    overrides) the inherited environment, e.g. ``{"LD_PRELOAD": ...}``. The log file (a new
+    temporary file unless ``log_path`` is given) is kept after stopping, for post-mortems.
     """
     if not (Path(model_dir) / "config.json").exists():
         raise FileNotFoundError(

@@ -1,0 +1,104 @@
+"""The headless CI stage: SLO verdict files and every documented exit status."""
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from tokenswarm.sim.testing import start_sim
+from tests.helpers.procs import free_port
+from tests.helpers.runs import ROOT, scenario_file
+
+pytestmark = pytest.mark.slow
+
+TRAFFIC = {"seed": 2, "classes": {"qa": {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 30},
+                                         "output_tokens": {"dist": "fixed", "value": 16}}}}
+LOAD = {"mode": "closed", "steps": [2], "warmup_s": 0.5, "step_duration_s": 2, "stop_timeout_s": 5}
+
+
+def tokenswarm_run(*args, timeout_s=120):
+    return subprocess.run([sys.executable, "-m", "tokenswarm", "run", *args], capture_output=True, text=True,
+                          timeout=timeout_s, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def sim():
+    with start_sim("--profile", "tiny-fast") as s:
+        yield s
+
+
+def test_all_slos_met_exits_0_with_slo_json_and_junit(tmp_path, sim):
+    sc = scenario_file(tmp_path, traffic=TRAFFIC, load=LOAD)
+    out = tmp_path / "run"
+    res = tokenswarm_run(str(sc), "--headless", "--host", sim.base_url, "--out", str(out),
+                         "--slo", "ttft_p95_ms=5000", "--slo", "error_rate=0.5", "--slo", "qa.tpot_p95_ms=1000")
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    v = json.loads((out / "slo.json").read_text())
+    assert v["passed"] and v["exit_status"] == 0
+    names = {(c["slo_name"], c["task"]) for c in v["checks"]}
+    assert {("ttft_p95_ms", "all"), ("error_rate", "qa"), ("tpot_p95_ms", "qa")} <= names
+    suite = ET.parse(out / "junit.xml").getroot()
+    assert suite.get("name") == "tokenswarm-slo" and int(suite.get("tests")) == len(v["checks"])
+    assert suite.get("failures") == "0"
+    assert "verdict: PASS" in res.stdout
+
+
+def test_a_missed_slo_exits_1_and_names_it(tmp_path, sim):
+    sc = scenario_file(tmp_path, traffic=TRAFFIC, load=LOAD, slo={"ttft_p95_ms": 0.001})
+    out = tmp_path / "run"
+    res = tokenswarm_run(str(sc), "--headless", "--host", sim.base_url, "--out", str(out))
+    assert res.returncode == 1, res.stdout[-2000:] + res.stderr[-2000:]
+    v = json.loads((out / "slo.json").read_text())
+    missed = [c for c in v["checks"] if not c["passed"]]
+    assert missed and all(c["slo_name"] == "ttft_p95_ms" for c in missed)
+    failures = ET.parse(out / "junit.xml").getroot().findall(".//failure")
+    assert len(failures) == len(missed) and "required <= 0.001 ms" in failures[0].get("message")
+    assert "MISSED" in res.stdout and "FAIL (SLO missed)" in res.stdout
+
+
+def test_bad_configuration_exits_2_before_any_traffic(tmp_path):
+    bad = scenario_file(tmp_path, traffic=TRAFFIC, load={**LOAD, "mode": "sideways"})
+    res = tokenswarm_run(str(bad), "--headless", "--host", "http://127.0.0.1:9")
+    assert res.returncode == 2 and "load.mode" in res.stderr and str(bad) in res.stderr
+    res = tokenswarm_run("mix", "--headless", "--slo", "p42=1")
+    assert res.returncode == 2 and "unknown SLO" in res.stderr
+
+
+def test_unreachable_target_exits_3_with_a_clear_message(tmp_path):
+    sc = scenario_file(tmp_path, traffic=TRAFFIC, load=LOAD)
+    res = tokenswarm_run(str(sc), "--headless", "--host", f"http://127.0.0.1:{free_port()}", "--out",
+                         str(tmp_path / "run"))
+    assert res.returncode == 3
+    assert "does not answer GET /v1/models" in res.stderr and "Connection refused" in res.stderr
+
+
+def test_no_successful_request_exits_3(tmp_path):
+    sc = scenario_file(tmp_path, traffic=TRAFFIC, load=LOAD, slo={"error_rate": 1.0})
+    with start_sim("--profile", "tiny-fast", "--fault-http-500", "1.0") as broken:
+        out = tmp_path / "run"
+        res = tokenswarm_run(str(sc), "--headless", "--host", broken.base_url, "--out", str(out))
+    assert res.returncode == 3, res.stdout[-2000:] + res.stderr[-2000:]
+    v = json.loads((out / "slo.json").read_text())
+    assert "no successful request" in v["reason"]
+    recs = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    assert recs and all(r["outcome"] == "http_error" and r["http_status"] == 500 for r in recs)
+
+
+def test_max_run_time_guard_always_ends_the_run(tmp_path, sim):
+    sc = scenario_file(tmp_path, traffic=TRAFFIC, load={**LOAD, "step_duration_s": 600})
+    out = tmp_path / "run"
+    res = tokenswarm_run(str(sc), "--headless", "--host", sim.base_url, "--out", str(out), "--max-run-time", "4")
+    assert res.returncode == 0, res.stderr[-2000:]
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["complete"] and any("maximum run time" in w for w in m["warnings"])
+    assert m["ended_at"] - m["started_at"] < 60
+
+
+def test_dry_run_prints_the_plan_and_sends_nothing(tmp_path):
+    sc = scenario_file(tmp_path, base="sweep-rate", traffic=TRAFFIC)
+    res = tokenswarm_run(str(sc), "--dry-run", "--host", f"http://127.0.0.1:{free_port()}")
+    assert res.returncode == 0
+    assert "step 0 r" in res.stdout and "requests in the steady window" in res.stdout
+    assert "nothing was sent" in res.stdout

@@ -1,0 +1,138 @@
+"""The CI verdict: SLOs evaluated on the exact records, as files and an exit status.
+
+Exit statuses (documented in the README):
+
+* 0 -- every SLO met (or none given) and the run worked
+* 1 -- at least one SLO missed
+* 2 -- bad configuration or usage (raised earlier, before any traffic)
+* 3 -- the run itself broke: no successful request, no records, or a worker lost
+
+Files written next to the records: ``slo.json`` (machine-readable verdict) and
+``junit.xml`` (one test case per SLO and step/task row, so CI systems show it natively).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from xml.sax.saxutils import quoteattr
+
+EXIT_OK, EXIT_SLO_MISSED, EXIT_BAD_CONFIG, EXIT_RUN_BROKE = 0, 1, 2, 3
+
+
+def parse_slo_args(items: list[str]) -> dict[str, Any]:
+    """``["ttft_p95_ms=800", "code.ttft_p95_ms=1000"]`` -> an SLO block with ``per_task``."""
+    from tokenswarm.load.scenario import SLO_NAMES
+
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--slo {item!r}: expected NAME=VALUE, e.g. ttft_p95_ms=800")
+        name, _, value = item.partition("=")
+        task = None
+        if "." in name:
+            task, name = name.split(".", 1)
+        known = tuple(SLO_NAMES) + ("ttft_ms", "tpot_ms", "e2e_ms")
+        if name not in known:
+            raise ValueError(f"--slo {item!r}: unknown SLO {name!r}, expected one of {', '.join(known)}")
+        try:
+            v = float(value)
+        except ValueError:
+            raise ValueError(f"--slo {item!r}: expected a number after '=', got {value!r}") from None
+        if task:
+            out.setdefault("per_task", {}).setdefault(task, {})[name] = v
+        else:
+            out[name] = v
+    return out
+
+
+def merge_slos(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in base.items() if k != "per_task"}
+    per_task = {k: dict(v) for k, v in (base.get("per_task") or {}).items()}
+    for k, v in extra.items():
+        if k == "per_task":
+            for task, d in v.items():
+                per_task.setdefault(task, {}).update(d)
+        else:
+            out[k] = v
+    if per_task:
+        out["per_task"] = per_task
+    return out
+
+
+def evaluate_run(run_dir: str | Path, slos: dict[str, Any]) -> dict[str, Any]:
+    """Verdict dict for a finished run directory (nothing printed, nothing written)."""
+    import analysis
+    from analysis.errors import AnalysisError, NoSuccessError
+
+    run_dir = Path(run_dir)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    broken: list[str] = []
+    lost = [w for w in manifest.get("workers", []) if w.get("lost_reason")]
+    if lost:
+        broken.append(f"{len(lost)} worker(s) lost: " + "; ".join(f"{w['worker_id']} ({w['lost_reason']})" for w in lost))
+    results: list[dict[str, Any]] = []
+    try:
+        run = analysis.load_run(run_dir)
+        ok = analysis.derived(run)["ok"]
+        if len(run) == 0:
+            raise NoSuccessError(f"{run_dir}: no records at all")
+        if not ok.any():
+            counts = {o: int((run["outcome"] == c).sum()) for c, o in enumerate(run.categories["outcome"])}
+            raise NoSuccessError(f"none of {len(run)} requests succeeded (outcomes: {counts})")
+        results = [r.to_dict() for r in analysis.evaluate(run, slos)] if slos else []
+    except NoSuccessError as exc:
+        broken.append(f"no successful request: {exc}")
+    except AnalysisError as exc:
+        broken.append(str(exc))
+    failed = [r for r in results if not r["passed"]]
+    if broken:
+        status, reason = EXIT_RUN_BROKE, "; ".join(broken)
+    elif failed:
+        status, reason = EXIT_SLO_MISSED, f"{len(failed)} of {len(results)} SLO checks missed"
+    else:
+        status, reason = EXIT_OK, (f"all {len(results)} SLO checks met" if results else "no SLOs given; the run worked")
+    return {"run_dir": str(run_dir), "run_id": manifest.get("run_id"), "exit_status": status,
+            "passed": status == EXIT_OK, "reason": reason, "slos": slos, "checks": results,
+            "warnings": manifest.get("warnings", [])}
+
+
+def write_junit(verdict: dict[str, Any], path: str | Path) -> None:
+    """JUnit XML: one <testcase> per SLO check; a broken run is one failing case."""
+    cases = []
+    for r in verdict["checks"]:
+        name = f"{r['slo_name']} [{r.get('step_name') or 'run'} / {r.get('task')}]"
+        body = ""
+        if not r["passed"]:
+            msg = (f"observed {r['observed_value']} {r['unit']}, required {r['comparison']} "
+                   f"{r['threshold_value']} {r['unit']}" + (f" ({r['detail']})" if r.get("detail") else ""))
+            body = f"<failure message={quoteattr(msg)}/>"
+        cases.append(f"  <testcase classname=\"tokenswarm.slo\" name={quoteattr(name)}>{body}</testcase>")
+    if verdict["exit_status"] == EXIT_RUN_BROKE:
+        cases.append(f"  <testcase classname=\"tokenswarm.run\" name=\"run completed\">"
+                     f"<failure message={quoteattr(verdict['reason'])}/></testcase>")
+    failures = sum(1 for c in cases if "<failure" in c)
+    xml = (f"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"tokenswarm-slo\" tests=\"{len(cases)}\" "
+           f"failures=\"{failures}\" errors=\"0\">\n" + "\n".join(cases) + "\n</testsuite>\n")
+    Path(path).write_text(xml)
+
+
+def verdict_table(verdict: dict[str, Any]) -> str:
+    """A short terminal table: one line per SLO check, then the verdict."""
+    lines = [f"{'SLO':<18} {'step':<8} {'task':<14} {'observed':>12} {'':>2} {'threshold':>10}  result"]
+    for r in verdict["checks"]:
+        obs = "-" if r["observed_value"] is None else f"{r['observed_value']:.4g}"
+        lines.append(f"{r['slo_name']:<18} {str(r.get('step_name') or '-'):<8} {str(r.get('task')):<14} "
+                     f"{obs:>12} {r['comparison']:>2} {r['threshold_value']:>10.4g}  {'ok' if r['passed'] else 'MISSED'}")
+    word = {EXIT_OK: "PASS", EXIT_SLO_MISSED: "FAIL (SLO missed)", EXIT_RUN_BROKE: "FAIL (run broke)"}[verdict["exit_status"]]
+    lines.append(f"verdict: {word} - {verdict['reason']} (exit status {verdict['exit_status']})")
+    return "\n".join(lines)
+
+
+def write_verdict(run_dir: str | Path, slos: dict[str, Any]) -> dict[str, Any]:
+    """Evaluate, write ``slo.json`` and ``junit.xml`` into ``run_dir``, return the verdict."""
+    v = evaluate_run(run_dir, slos)
+    Path(run_dir, "slo.json").write_text(json.dumps(v, indent=2))
+    write_junit(v, Path(run_dir, "junit.xml"))
+    return v

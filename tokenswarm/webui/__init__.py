@@ -1,0 +1,33 @@
+"""Live LLM metrics in Locust's web UI: an "LLM" tab, live charts, a CSV and the run report.
+
+``install(environment, ctl)`` is called by :mod:`tokenswarm.load.plugin` on the master or
+local process when Locust's web UI exists (not with ``--headless``, not on workers). It adds:
+
+* the **LLM** tab (Locust ``extended_tabs``/``extended_tables``; rows injected into
+  ``/stats/requests`` as ``extended_stats``) - per task and total: requests, failures,
+  TTFT/TPOT/ITL percentiles, output tokens/s, tokens per chunk, spec-decode acceptance;
+* ``/tokenswarm/charts`` - live charts drawn on ``<canvas>`` by a dependency-free script,
+  fed by ``/tokenswarm/series.json`` (a ring buffer sampled every 2 s by a greenlet);
+* ``/tokenswarm/llm.csv`` and ``/tokenswarm/llm.json`` - the table;
+* ``/tokenswarm/report/`` - the analysis report of the finished run, built on first request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tokenswarm.webui.state import WebState
+
+__all__ = ["install", "WebState"]
+
+
+def install(environment: Any, ctl: Any, *, start_sampler: bool = True) -> WebState:
+    """Hook the LLM views into ``environment.web_ui`` for the run controller ``ctl``."""
+    from tokenswarm.webui.routes import register
+
+    state = WebState(environment, ctl)
+    register(environment, state)
+    if start_sampler:
+        state.start()
+    environment.web_ui.tokenswarm = state  # for tests and other extensions
+    return state

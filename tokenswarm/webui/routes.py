@@ -1,0 +1,137 @@
+"""Flask routes and Locust template hooks of the LLM web UI.
+
+Everything is served by Locust's own web app under ``<--web-base-path>/tokenswarm/``, behind
+``auth_required_if_enabled`` (so ``--web-login`` protects it like Locust's pages). No file
+is fetched from the network: the chart page and its script ship in ``webui/static``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+from tokenswarm.webui.state import WebState
+from tokenswarm.webui.table import rows_to_csv, table_structure
+
+STATIC_DIR = Path(__file__).parent / "static"
+TAB_KEY = "llm"
+#: Injected into Locust's index page: a small bar with links to the charts, CSV and report.
+LINKS_SCRIPT = b'<script src="./tokenswarm/static/links.js" defer></script>'
+
+
+def register(environment: Any, state: WebState) -> None:
+    """Add the LLM tab, its CSV/charts/report links and the ``/tokenswarm/*`` routes."""
+    from flask import Response, jsonify, redirect, request, send_from_directory
+
+    ui = environment.web_ui
+    app = ui.app
+    opts = environment.parsed_options
+    base = ((getattr(opts, "web_base_path", None) or "") if opts is not None else "").rstrip("/")
+    prefix = base + "/tokenswarm"
+    auth = ui.auth_required_if_enabled
+
+    ui.template_args["extended_tabs"] = [*_others(ui.template_args.get("extended_tabs"), TAB_KEY),
+                                         {"title": "LLM", "key": TAB_KEY}]
+    ui.template_args["extended_tables"] = [*_others(ui.template_args.get("extended_tables"), TAB_KEY),
+                                           {"key": TAB_KEY, "structure": table_structure()}]
+    ui.template_args["extended_csv_files"] = [
+        *(ui.template_args.get("extended_csv_files") or []),
+        {"href": "./tokenswarm/llm.csv", "title": "LLM statistics CSV (tokenswarm)"},
+        {"href": "./tokenswarm/charts", "title": "LLM live charts (tokenswarm)"},
+        {"href": "./tokenswarm/report/", "title": "Run report (tokenswarm, after the run)"},
+    ]
+
+    @app.after_request
+    def _inject(resp: Any) -> Any:
+        path = request.path
+        if path.endswith("/stats/requests") and resp.status_code == 200 and resp.is_json:
+            data = resp.get_json()
+            data["extended_stats"] = [*_others(data.get("extended_stats"), TAB_KEY),
+                                      {"key": TAB_KEY, "data": state.rows()}]
+            resp.set_data(json.dumps(data))
+        elif (path == base + "/" and resp.status_code == 200 and resp.mimetype == "text/html"
+              and not resp.direct_passthrough):
+            body = resp.get_data()
+            if b"</body>" in body and LINKS_SCRIPT not in body:
+                resp.set_data(body.replace(b"</body>", LINKS_SCRIPT + b"</body>", 1))
+        return resp
+
+    def route(rule: str, endpoint: str):
+        def deco(fn):
+            app.add_url_rule(prefix + rule, endpoint="tokenswarm_" + endpoint, view_func=auth(fn))
+            return fn
+        return deco
+
+    @route("/llm.json", "table")
+    def table_json() -> Any:
+        return jsonify({"run_id": state.run_id, "state": state.state(), "columns": table_structure(),
+                        "rows": state.rows()})
+
+    @route("/llm.csv", "csv")
+    def table_csv() -> Any:
+        name = f"tokenswarm_llm_{state.run_id or 'no-run'}.csv"
+        return Response(rows_to_csv(state.rows()), mimetype="text/csv",
+                        headers={"Content-Disposition": f"attachment;filename={name}"})
+
+    @route("/series.json", "series")
+    def series_json() -> Any:
+        since = request.args.get("since", type=float)
+        return jsonify({"run_id": state.run_id, "state": state.state(), "interval_s": state.interval_s,
+                        "samples": state.sampler.since(since)})
+
+    @route("/status.json", "status")
+    def status_json() -> Any:
+        run_dir = state.ctl.run_dir
+        report = state.reports.state(Path(run_dir)) if run_dir is not None and state.ctl.finished else None
+        return jsonify({"run_id": state.run_id, "state": state.state(), "run_dir": None if run_dir is None else str(run_dir),
+                        "report": report})
+
+    @route("/charts", "charts")
+    def charts() -> Any:
+        return send_from_directory(STATIC_DIR, "charts.html")
+
+    @route("/static/<path:name>", "static")
+    def static(name: str) -> Any:
+        return send_from_directory(STATIC_DIR, name)
+
+    @route("/report", "report_bare")
+    def report_bare() -> Any:
+        return redirect(request.path + "/")  # so the report's relative links resolve under /report/
+
+    @route("/report/", "report")
+    def report() -> Any:
+        run_dir = state.ctl.run_dir
+        if run_dir is None or not state.ctl.finished:
+            msg = ("No run yet: start one, the report is built when it ends." if run_dir is None else
+                   "The run is still going: the report is built when it ends (stop it, or wait for the last step).")
+            return _page("Report not available yet", msg, refresh=False, home=base + "/"), 409
+        run_dir = Path(run_dir)
+        st = state.reports.ensure(run_dir, retry=request.args.get("retry") == "1")
+        if st == "ready":
+            return send_from_directory(state.reports.out_dir(run_dir).resolve(), "report.html")
+        if st == "failed":
+            text = state.reports.errors.get(run_dir, "unknown error") + "\n\n(Open this page with ?retry=1 to try again.)"
+            return _page("Report failed", text, refresh=False, home=base + "/"), 500
+        return _page("Building the report…", f"Analysing {run_dir} - this page reloads by itself.", refresh=True, home=base + "/"), 202
+
+    @route("/report/<path:name>", "report_file")
+    def report_file(name: str) -> Any:
+        run_dir = state.ctl.run_dir
+        if run_dir is None or state.reports.state(Path(run_dir)) != "ready":
+            return _page("Report not available yet", "Open the report page first.", refresh=False, home=base + "/"), 404
+        return send_from_directory(state.reports.out_dir(Path(run_dir)).resolve(), name)
+
+
+def _others(items: list[dict[str, Any]] | None, key: str) -> list[dict[str, Any]]:
+    """Entries of another extension (installing twice does not duplicate ours)."""
+    return [x for x in (items or []) if x.get("key") != key]
+
+
+def _page(title: str, text: str, refresh: bool, home: str = "/") -> str:
+    meta = '<meta http-equiv="refresh" content="2">' if refresh else ""
+    return (f"<!doctype html><html><head><meta charset='utf-8'>{meta}<title>{html.escape(title)}</title></head>"
+            f"<body style='font-family:sans-serif;margin:2em'><h1>{html.escape(title)}</h1>"
+            f"<pre style='white-space:pre-wrap'>{html.escape(text)}</pre>"
+            f"<p><a href='{html.escape(home)}'>Back to Locust</a></p></body></html>")

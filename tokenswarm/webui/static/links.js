@@ -1,0 +1,29 @@
+// Injected into Locust's page by tokenswarm: a small fixed bar linking the LLM charts, the
+// LLM table's CSV and the run report (enabled once the run has ended).
+(function () {
+  "use strict";
+  var bar = document.createElement("div");
+  bar.id = "tokenswarm-links";
+  bar.style.cssText = "position:fixed;right:12px;bottom:12px;z-index:2000;background:#1d2430;color:#fff;" +
+    "font:13px system-ui,sans-serif;padding:6px 10px;border-radius:6px;box-shadow:0 2px 6px rgba(0,0,0,.3)";
+  var linkStyle = "color:#9fd3ff;margin-left:8px";
+  bar.innerHTML = '<b>LLM</b>' +
+    '<a id="tokenswarm-charts-link" style="' + linkStyle + '" href="./tokenswarm/charts" target="_blank">live charts</a>' +
+    '<a id="tokenswarm-csv-link" style="' + linkStyle + '" href="./tokenswarm/llm.csv">CSV</a>' +
+    '<a id="tokenswarm-report-link" style="' + linkStyle + ';opacity:.5" href="./tokenswarm/report/" target="_blank"' +
+    ' title="available when the run ends">report</a>';
+  document.body.appendChild(bar);
+
+  function refresh() {
+    fetch("./tokenswarm/status.json", { credentials: "same-origin" }).then(function (r) {
+      return r.ok ? r.json() : null;
+    }).then(function (st) {
+      if (!st) return;
+      var a = document.getElementById("tokenswarm-report-link");
+      var ready = st.state === "finished";
+      a.style.opacity = ready ? "1" : ".5";
+      a.title = ready ? "report of " + st.run_dir : "available when the run ends";
+    }).catch(function () {}).then(function () { setTimeout(refresh, 5000); });
+  }
+  refresh();
+})();
