@@ -72,3 +72,18 @@ def test_worker_deltas_merge_on_master_exactly_once():
     now[0] = 1001.5
     assert master.rate(window_s=1) == (40.0, 10.0, 0.0)
     assert isinstance(TaskStats.from_dict(master.tasks["qa"].to_dict()), TaskStats)
+
+
+def test_window_summary_is_the_difference_of_two_snapshots():
+    from tokenswarm.load.livestats import snapshot, window_summary
+
+    s = LiveStats(clock=lambda: 1000.0)
+    for _ in range(10):
+        s.observe(rec("qa", offs=(1000.0, 1010.0), toks=(1, 1), e2e=1020.0, out=2))  # slow early requests
+    before = snapshot(s.total())
+    for _ in range(30):
+        s.observe(rec("qa", offs=(10.0, 20.0), toks=(1, 1), e2e=30.0, out=2))
+    w = window_summary(s.total(), before, seconds=10.0)
+    assert w["requests"] == 30 and w["requests_per_s"] == 3.0 and w["output_tokens_per_s"] == 6.0
+    assert w["ttft_p99_ms"] == pytest.approx(10.0, rel=0.011)  # the slow ones are outside the window
+    assert w["error_rate"] == 0.0

@@ -89,12 +89,13 @@ def post_form(url: str, fields: dict[str, Any]) -> Any:
 
 def wait_for(pred, timeout_s: float, what: str, every_s: float = 0.5) -> Any:
     deadline = time.monotonic() + timeout_s
+    v = None
     while time.monotonic() < deadline:
         v = pred()
         if v:
             return v
         time.sleep(every_s)
-    raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}")
+    raise TimeoutError(f"timed out after {timeout_s}s waiting for {what} (last: {v!r})")
 
 
 def wait_workers(base: str, n: int, timeout_s: float = 40) -> None:

@@ -50,6 +50,7 @@ def browser_page(tmp_path):
         ctx = pw.chromium.launch_persistent_context(
             str(tmp_path / "chromium-profile"), executable_path=exe, headless=True, args=CHROMIUM_ARGS,
             viewport={"width": 1500, "height": 900})
+        ctx.set_default_timeout(15_000)
         try:
             yield ctx
         finally:
@@ -85,8 +86,7 @@ def start_from_the_form(page) -> None:
     """Locust's start form with --class-picker: ScenarioShape, our steps in Custom parameters."""
     for cls in ("AbnormalUser", "MultiTurnUser", "OpenLoopUser", "SummarizationUser"):
         page.get_by_role("row", name=cls).get_by_role("checkbox").uncheck()
-    page.get_by_label("Shape Class").click()
-    page.get_by_role("option", name="ScenarioShape").click()
+    page.locator("select[name=shapeClass]").select_option("ScenarioShape")
     page.get_by_text("Custom parameters").click()
     page.locator("input[name=tokenswarmSteps]").fill("2,4")
     page.locator("input[name=tokenswarmStepDuration]").fill("3")
@@ -120,7 +120,8 @@ def test_llm_tab_and_charts_in_a_real_browser(browser_page, tmp_path):
         per_task = Counter(r["task"] for r in records)
         # the tab catches up with the final numbers (Locust polls /stats/requests every ~2 s)
         table = wait_for(lambda: (t := llm_table(page)) and int(t["Total"]["Requests"]) == len(records) and t,
-                         20, "the final LLM table")
+                         20, f"the final LLM table ({len(records)} records; "
+                             f"{get_json(base + 'tokenswarm/llm.json')['rows'][-1]['requests']} on the server)")
         save_screenshot(page, tmp_path, "webui-llm-tab.png")
 
         manifest = read_manifest(run_dir)

@@ -52,6 +52,22 @@ class LogHistogram:
         if other.max is not None and (self.max is None or other.max > self.max):
             self.max = other.max
 
+    def minus(self, earlier: "LogHistogram") -> "LogHistogram":
+        """What was added since ``earlier`` (a snapshot of this histogram); min/max are not windowed."""
+        out = LogHistogram()
+        for k, c in self.buckets.items():
+            d = c - earlier.buckets.get(k, 0)
+            if d > 0:
+                out.buckets[k] = d
+        out.count = self.count - earlier.count
+        out.total = self.total - earlier.total
+        if out.count:
+            out.min, out.max = self.min, self.max
+        return out
+
+    def copy(self) -> "LogHistogram":
+        return LogHistogram.from_dict(self.to_dict())
+
     def quantile(self, q: float) -> float | None:
         """Nearest-rank quantile (q in [0, 1]); the bucket's geometric middle, clamped to min/max."""
         if not self.count:
@@ -233,6 +249,29 @@ class LiveStats:
             rows = sorted(self.per_second, key=lambda r: r[0])
             self.per_second.clear()
             self.per_second.extend(rows)
+
+
+def window_summary(now: TaskStats, before: TaskStats | None, seconds: float) -> dict[str, Any]:
+    """Rates and percentiles of what happened between two snapshots of the total."""
+    before = before or TaskStats()
+
+    def q(name: str, p: float) -> float | None:
+        v = now.hists[name].minus(before.hists[name]).quantile(p)
+        return None if v is None else round(v, 2)
+
+    reqs = now.requests - before.requests
+    fails = now.failures - before.failures
+    return {"window_s": round(seconds, 3), "requests": reqs, "failures": fails,
+            "error_rate": round(fails / reqs, 6) if reqs else None,
+            "requests_per_s": round(reqs / seconds, 4) if seconds > 0 else None,
+            "output_tokens_per_s": round((now.output_tokens - before.output_tokens) / seconds, 2) if seconds > 0 else None,
+            "ttft_p50_ms": q("ttft_ms", .5), "ttft_p99_ms": q("ttft_ms", .99),
+            "tpot_p50_ms": q("tpot_ms", .5), "tpot_p99_ms": q("tpot_ms", .99),
+            "e2e_p50_ms": q("e2e_ms", .5), "e2e_p99_ms": q("e2e_ms", .99)}
+
+
+def snapshot(stats: TaskStats) -> TaskStats:
+    return TaskStats.from_dict(stats.to_dict())
 
 
 def summary_rows(stats: LiveStats, names: Iterable[str] | None = None) -> list[dict[str, Any]]:

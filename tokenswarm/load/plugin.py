@@ -130,6 +130,7 @@ class RunController:
         sc = self.scenario
         self.runs += 1
         self.force_end = False
+        self._last_window = None
         if self.machine is None:  # no shape tick made the plan (fixed -u mode)
             self._apply_option_overrides(opts)
         sc = self.scenario
@@ -360,12 +361,45 @@ class RunController:
             self.untrusted = merge_windows(self.untrusted, 5.0)[-200:]  # bounded for soak runs
 
     def _periodic(self) -> None:
+        interval = self.scenario.load.report_interval_s or 60.0
+        next_summary = time.monotonic() + interval
         while True:
             gevent.sleep(5.0)
             if self.writer is not None:
                 self.writer.flush()
             if self.env.parsed_options.headless:
                 print(self.progress_line(), flush=True)
+            if time.monotonic() >= next_summary:
+                next_summary += interval
+                self.write_live_summary()
+
+    def write_live_summary(self) -> None:
+        """``live_summary.json`` (last window, replaced atomically) + a line in ``live_windows.jsonl``.
+
+        A soak that is killed still leaves these readable next to the records.
+        """
+        import orjson
+
+        from tokenswarm.load.livestats import snapshot, window_summary
+
+        if self.run_dir is None or self.ctx is None:
+            return
+        now_t = time.time()
+        total = self.live.total()
+        prev_t, prev = self._last_window or (self.manifest.data["started_at"] if self.manifest else now_t, None)
+        window = window_summary(total, prev, now_t - prev_t)
+        doc = {"written_at": round(now_t, 3), "window_start": round(prev_t, 3), "window_end": round(now_t, 3),
+               "step": self.ctx.step_name, "phase": self.ctx.phase, "window": window,
+               "cumulative": {"requests": total.requests, "failures": total.failures,
+                              "output_tokens": total.output_tokens},
+               "generator": self.health.last if self.health is not None else None,
+               "untrusted_windows": len(self.untrusted)}
+        self._last_window = (now_t, snapshot(total))
+        tmp = self.run_dir / "live_summary.json.tmp"
+        tmp.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+        os.replace(tmp, self.run_dir / "live_summary.json")
+        with open(self.run_dir / "live_windows.jsonl", "ab") as fh:
+            fh.write(orjson.dumps(doc) + b"\n")
 
     def progress_line(self) -> str:
         live = self.live
@@ -416,6 +450,7 @@ class RunController:
             self.metrics_fh.close()
         if self.writer is not None:
             self.writer.close()
+        self.write_live_summary()
         self.finalize_manifest()
         if self.health_fh is not None:
             self.health_fh.close()

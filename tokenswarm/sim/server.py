@@ -371,7 +371,10 @@ class SimServer:
         """
         while not self.stopping:
             gevent.sleep(1.0)
-            for st in list(self.active):
+            streams = list(self.active)
+            for i, st in enumerate(streams):
+                if i % 64 == 63:
+                    gevent.sleep(0)  # let the engine emit between slices: no multi-ms pauses
                 if not st.done and not st.complete and st.conn.peer_closed():
                     st.conn.closed = True
                     st.conn.wake.set()
@@ -638,7 +641,7 @@ def serve(server: SimServer) -> int:
     # pause the event loop for milliseconds, so freeze startup objects and collect rarely.
     gc.collect()
     gc.freeze()
-    gc.set_threshold(50_000, 20, 100)
+    gc.set_threshold(2000, 20, 1000)
     try:
         server.start()
     except OSError as e:

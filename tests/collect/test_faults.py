@@ -1,0 +1,159 @@
+"""Behaviour under target faults and bad input, through the whole Locust path: every failed
+request is a record with the right outcome, partial tokens are kept, load continues, the
+report counts it, nothing hangs past its timeout."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+from tokenswarm.sim.testing import start_sim
+from tests.helpers.procs import free_port, wait_port
+from tests.helpers.runs import ROOT, read_manifest, read_records, run_locust, scenario_file
+
+pytestmark = pytest.mark.slow
+
+QA = {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 30},
+      "output_tokens": {"dist": "fixed", "value": 24}, "sampling": {"ignore_eos": True}}
+
+
+def short_load(**kw):
+    return {"mode": "closed", "steps": [4], "warmup_s": 0.3, "step_duration_s": 4, "stop_timeout_s": 3, **kw}
+
+
+def test_http_errors_cut_streams_and_stalls_become_records_and_load_continues(tmp_path):
+    sc = scenario_file(tmp_path, traffic={"seed": 1, "classes": {"qa": QA}}, load=short_load(),
+                       target={"timeouts": {"connect_s": 2, "first_token_s": 0.8, "total_s": 0.8}})
+    faults = ["--fault-http-500", "0.05", "--fault-http-503", "0.05", "--fault-http-429", "0.05",
+              "--fault-cut", "0.05", "--fault-stall", "0.05", "--stall-seconds", "30"]
+    with start_sim("--profile", "tiny-fast", *faults, truth=True) as sim:
+        t0 = time.monotonic()
+        res = run_locust(sc, sim.base_url, tmp_path / "run")
+        elapsed = time.monotonic() - t0
+        truth = sim.read_truth()
+    assert res.returncode in (0, 1), res.stderr[-2000:]
+    assert elapsed < 60, "nothing hangs past its timeout"
+    recs = read_records(tmp_path / "run")
+    by = Counter((r["outcome"], r["http_status"]) for r in recs)
+    assert by[("http_error", 500)] and by[("http_error", 503)] and by[("http_error", 429)]
+    assert by[("ok", 200)] > 50, "the load continued around the faults"
+    cut = [r for r in recs if r["outcome"] == "stream_error"]
+    assert cut and all(r["error"] == "connection closed mid-stream" for r in cut)
+    assert all(r["output_tokens"] and r["output_tokens"] == sum(r["chunk_tokens"]) for r in cut), "partial tokens kept"
+    stalled = [r for r in recs if r["outcome"] == "timeout"]
+    assert stalled and all(r["error"] == "total timeout" and 700 < r["e2e_ms"] < 3000 for r in stalled)
+    assert all(r["output_tokens"] >= 1 for r in stalled)
+    # the server's view agrees on the cut ones: same tokens delivered before the cut
+    truth_by_id = {t["id"]: t for t in truth}
+    for r in cut:
+        t = truth_by_id[r["response_id"]]
+        assert t["outcome"] == "fault_cut" and sum(n for _, n in t["chunks"]) == r["output_tokens"]
+    for r in recs:
+        if r["outcome"] == "http_error":
+            assert r["ttft_ms"] is None and r["error"].startswith(f"HTTP {r['http_status']}")
+    # the report counts every kind
+    rep = subprocess.run([sys.executable, "-m", "tokenswarm", "report", str(tmp_path / "run"), "--out",
+                          str(tmp_path / "rep")], capture_output=True, text=True, cwd=ROOT)
+    assert rep.returncode in (0, 1), rep.stderr[-2000:]
+    summary = (tmp_path / "rep" / "summary.json").read_text()
+    for kind in ("http_error", "stream_error", "timeout"):
+        assert kind in summary
+
+
+def test_connection_refused_and_a_server_restart_mid_run(tmp_path):
+    port = free_port()
+    sc = scenario_file(tmp_path, traffic={"seed": 1, "classes": {"qa": QA}},
+                       load=short_load(step_duration_s=8),
+                       target={"timeouts": {"connect_s": 1, "first_token_s": 3, "total_s": 5}})
+
+    def start():
+        p = subprocess.Popen([sys.executable, "-m", "tokenswarm", "sim", "--port", str(port), "--profile",
+                              "tiny-fast"], start_new_session=True, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        wait_port(port)
+        return p
+
+    sim = start()
+    locust = subprocess.Popen(
+        [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfiles" / "llm.py"), "--headless", "--scenario",
+         str(sc), "--host", f"http://127.0.0.1:{port}", "--out", str(tmp_path / "run"), "--only-summary"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    try:
+        time.sleep(3.5)
+        os.killpg(sim.pid, signal.SIGKILL)  # the server dies mid-run ...
+        sim.wait()
+        time.sleep(1.5)
+        sim = start()                        # ... and comes back
+        out, _ = locust.communicate(timeout=90)
+    finally:
+        os.killpg(sim.pid, signal.SIGTERM)
+        sim.wait(10)
+    assert locust.returncode in (0, 1), out[-2000:]
+    recs = read_records(tmp_path / "run")
+    outcomes = Counter(r["outcome"] for r in recs)
+    refused = [r for r in recs if r["error"] == "connection refused"]
+    assert refused and all(r["outcome"] == "http_error" and r["http_status"] is None for r in refused)
+    assert outcomes["stream_error"] + len(refused) > 0
+    last_ok = max(r["sent_at"] for r in recs if r["outcome"] == "ok")
+    first_refused = min(r["sent_at"] for r in refused)
+    assert last_ok > first_refused, "requests succeed again after the restart"
+    assert read_manifest(tmp_path / "run")["complete"]
+
+
+def test_draft_model_faults_fall_back_to_plain_decoding(tmp_path):
+    sc = scenario_file(tmp_path, traffic={"seed": 1, "classes": {"qa": {**QA, "sampling": {"temperature": 0}}}},
+                       load=short_load(), target={"scrape_interval_s": 1})
+    with start_sim("--profile", "tiny-fast", "--spec-method", "draft", "--fault-draft-unavailable", "0.5",
+                   "--fault-draft-slow", "0.3") as sim:
+        res = run_locust(sc, sim.base_url, tmp_path / "run")
+    assert res.returncode in (0, 1), res.stderr[-2000:]
+    recs = read_records(tmp_path / "run")
+    assert recs and all(r["outcome"] == "ok" for r in recs)
+    lines = [json.loads(x) for x in (tmp_path / "run" / "server_metrics.jsonl").read_text().splitlines()]
+    fallback = [sum(s["value"] for s in ln["samples"] if s["name"] == "tokenswarm_sim:draft_fallback_steps_total")
+                for ln in lines if not ln["error"]]
+    assert fallback[-1] > fallback[0], "the engine says it fell back"
+    sizes = Counter(n for r in recs for n in r["chunk_tokens"][1:])
+    assert sizes[1] and max(sizes) > 1, "speculative multi-token chunks and plain single-token chunks"
+
+
+def test_abnormal_inputs_get_clear_answers_and_are_recorded(tmp_path):
+    classes = {"abnormal": {"kind": "abnormal", "weight": 1, "output_tokens": {"dist": "fixed", "value": 8}}}
+    sc = scenario_file(tmp_path, traffic={"seed": 4, "classes": classes}, load=short_load(steps=[2]),
+                       target={"timeouts": {"connect_s": 2, "first_token_s": 5, "total_s": 10}})
+    with start_sim("--profile", "tiny-fast") as sim:
+        t0 = time.monotonic()
+        res = run_locust(sc, sim.base_url, tmp_path / "run")
+        assert time.monotonic() - t0 < 60
+    assert res.returncode in (0, 1), res.stderr[-2000:]
+    recs = read_records(tmp_path / "run")
+    cases = Counter(r["extra"]["abnormal"] for r in recs)
+    assert len(cases) >= 4, cases
+    for r in recs:
+        case = r["extra"]["abnormal"]
+        if case == "invalid_params":
+            assert r["outcome"] == "http_error" and r["http_status"] == 400 and "HTTP 400" in r["error"]
+        if case == "cancel_early":
+            assert r["outcome"] == "cancelled" and r["output_tokens"] >= 1
+        assert r["outcome"] != "http_error" or r["http_status"] < 500, f"a 5xx is a finding: {r}"
+
+
+def test_an_api_key_never_reaches_any_output_file(tmp_path):
+    secret = "sk-tokenswarm-planted-secret-4242424242"
+    sc = scenario_file(tmp_path, traffic={"seed": 1, "classes": {"qa": QA}}, load=short_load(steps=[1]),
+                       target={"api_key_env": "TS_TEST_KEY", "scrape_interval_s": 1})
+    with start_sim("--profile", "tiny-fast") as sim:
+        res = run_locust(sc, sim.base_url, tmp_path / "run", env={"TS_TEST_KEY": secret})
+    assert res.returncode in (0, 1), res.stderr[-2000:]
+    subprocess.run([sys.executable, "-m", "tokenswarm", "report", str(tmp_path / "run")], cwd=ROOT,
+                   capture_output=True)
+    files = [p for p in (tmp_path / "run").rglob("*") if p.is_file()]
+    assert len(files) >= 5
+    for p in files:
+        assert secret.encode() not in p.read_bytes(), f"secret leaked into {p}"
+    assert secret not in res.stdout + res.stderr

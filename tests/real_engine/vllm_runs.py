@@ -1,0 +1,135 @@
+"""Real Locust runs of tokenswarm against a real vLLM serving the tiny test model.
+
+One function, :func:`serve_and_run`, starts one vLLM server (baseline or n-gram speculative),
+warms it up, runs every scenario the tests need against it as separate ``locust`` processes
+(exactly what a user runs), stops the server and returns where the run directories are. The
+tests only read those directories, so at most one vLLM server runs at a time (the machine has
+2 cores shared with others) and each server is started once per session.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.helpers.runs import run_locust, scenario_file
+from tokenswarm.testmodel.server import DEFAULT_SERVED_MODEL_NAME, NGRAM_SPECULATIVE_CONFIG, start_vllm
+
+#: The context the tests serve with; every scenario below keeps prompt + output inside it.
+MAX_MODEL_LEN = 2048
+#: K of the n-gram speculative server (tokens per step are at most K + 1 without coalescing).
+SPEC_K = NGRAM_SPECULATIVE_CONFIG["num_speculative_tokens"]
+
+TARGET = {
+    "model": DEFAULT_SERVED_MODEL_NAME,
+    "continuous_usage_stats": True,
+    # Scrape every second: counter windows stay close to the load steps.
+    "scrape_interval_s": 1,
+    "timeouts": {"connect_s": 10, "first_token_s": 60, "total_s": 120},
+}
+GREEDY = {"temperature": 0.0}  # speculative checks need T=0 on the CPU build (docs/vllm.md)
+
+#: One class of each kind, sized for --max-model-len 2048 and a few seconds per run.
+CLASSES: dict[str, dict[str, Any]] = {
+    "qa": {"weight": 1, "prompt_tokens": {"dist": "uniform", "min": 20, "max": 120},
+           "output_tokens": {"dist": "uniform", "min": 48, "max": 128}, "sampling": GREEDY},
+    "summarization": {"weight": 1, "document_tokens": {"dist": "uniform", "min": 300, "max": 800},
+                      "output_tokens": {"dist": "uniform", "min": 48, "max": 96}, "sampling": GREEDY},
+    "code": {"weight": 1, "prompt_tokens": {"dist": "uniform", "min": 100, "max": 400},
+             "output_tokens": {"dist": "uniform", "min": 48, "max": 128}, "sampling": GREEDY},
+    "multi_turn": {"weight": 1, "turns": {"dist": "fixed", "value": 3},
+                   "prompt_tokens": {"dist": "uniform", "min": 20, "max": 80},
+                   "followup_tokens": {"dist": "uniform", "min": 8, "max": 30},
+                   "output_tokens": {"dist": "uniform", "min": 32, "max": 64},
+                   "think_time_s": {"dist": "fixed", "value": 0.05}, "sampling": GREEDY},
+}
+
+#: Long greedy answers for the baseline-vs-speculative comparison: the first ~10 tokens of a
+#: request have no n-gram to match yet, so long outputs keep the chunk estimate of acceptance
+#: close to the counters' figure.
+COMPARE_QA = {"weight": 1, "prompt_tokens": {"dist": "uniform", "min": 20, "max": 80},
+              "output_tokens": {"dist": "fixed", "value": 192}, "sampling": GREEDY}
+
+#: Requests vLLM itself must refuse (plus one normal class so the run has successes).
+ERROR_CLASSES: dict[str, dict[str, Any]] = {
+    "qa": {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 24},
+           "output_tokens": {"dist": "fixed", "value": 16}, "sampling": GREEDY},
+    "long_prompt": {"kind": "qa", "weight": 1, "prompt_tokens": {"dist": "fixed", "value": 3 * MAX_MODEL_LEN},
+                    "output_tokens": {"dist": "fixed", "value": 16},
+                    "think_time_s": {"dist": "fixed", "value": 0.3}},
+    "abnormal": {"weight": 1, "cases": {"invalid_params": 1, "huge_max_tokens": 1},
+                 "think_time_s": {"dist": "fixed", "value": 0.3}},
+}
+
+
+def _load(steps: list[int], duration_s: float, warmup_s: float = 1.0) -> dict[str, Any]:
+    # stop_timeout_s lets in-flight streams finish at the end, so the server generated exactly
+    # what the records hold (the counter check needs that).
+    return {"mode": "closed", "steps": steps, "warmup_s": warmup_s, "step_duration_s": duration_s,
+            "spawn_rate": 100, "stop_timeout_s": 30}
+
+
+def scenarios(tmp: Path) -> dict[str, Path]:
+    """The scenario files, by run name. The same names and seeds on both servers."""
+    out = {}
+    for name, classes, load in (
+        # one user per class (Locust splits users by weight): every kind at once
+        ("classes", CLASSES, _load([len(CLASSES)], 6.0)),
+        ("compare", {"qa": COMPARE_QA}, _load([1, 4], 6.0)),
+        ("errors", ERROR_CLASSES, _load([len(ERROR_CLASSES)], 3.0, warmup_s=0.0)),
+    ):
+        d = tmp / name
+        d.mkdir(parents=True, exist_ok=True)
+        out[name] = scenario_file(d, name=f"vllm-{name}", target=TARGET,
+                                  traffic={"seed": 11, "keep_outputs": True, "tokenizer": None, "classes": classes},
+                                  load=load)
+    return out
+
+
+def chat(base_url: str, prompt: str, max_tokens: int, timeout_s: float = 120) -> dict[str, Any]:
+    """One non-streamed greedy chat completion (warm-up)."""
+    body = {"model": DEFAULT_SERVED_MODEL_NAME, "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens, "temperature": 0}
+    req = urllib.request.Request(base_url + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        return json.loads(resp.read())
+
+
+@dataclass
+class EngineRuns:
+    """What :func:`serve_and_run` did against one server."""
+
+    speculative: bool
+    dirs: dict[str, Path] = field(default_factory=dict)
+    results: dict[str, subprocess.CompletedProcess] = field(default_factory=dict)
+    scenarios: dict[str, Path] = field(default_factory=dict)
+    startup_s: float | None = None
+    log_path: Path | None = None
+    log_tail: str = ""
+
+
+def serve_and_run(model_dir: Path, work: Path, *, speculative: bool, names: tuple[str, ...]) -> EngineRuns:
+    """Start vLLM once, warm it up, run the named scenarios one after another, stop it."""
+    out = EngineRuns(speculative=speculative)
+    out.scenarios = scenarios(work / "scenarios")
+    label = "ngram" if speculative else "baseline"
+    started = time.monotonic()
+    with start_vllm(model_dir, speculative=speculative, max_model_len=MAX_MODEL_LEN,
+                    log_path=work / f"vllm-{label}.log") as server:
+        out.startup_s = time.monotonic() - started
+        out.log_path = server.log_path
+        # The first requests are slow (about 3 s with n-gram on CPU): pay that before any run.
+        for _ in range(2):
+            chat(server.base_url, "Warm up: what is a list?", 32)
+        for name in names:
+            run_dir = work / f"{label}-{name}"
+            out.dirs[name] = run_dir
+            out.results[name] = run_locust(out.scenarios[name], server.base_url, run_dir, timeout_s=240)
+        out.log_tail = server.log_text(4000)
+    return out
