@@ -118,7 +118,9 @@ def test_llm_tab_and_charts_in_a_real_browser(browser_page, tmp_path):
         wait_for(lambda: get_json(base + "tokenswarm/status.json")["state"] == "finished", 60, "the run to end")
         records = read_records(run_dir)
         per_task = Counter(r["task"] for r in records)
-        # the tab catches up with the final numbers (Locust polls /stats/requests every ~2 s)
+        # Locust stops polling when the run stops; our bar offers a reload for the final numbers
+        page.locator("#tokenswarm-final-link").click(timeout=20_000)
+        page.get_by_role("tab", name="LLM").wait_for()
         table = wait_for(lambda: (t := llm_table(page)) and int(t["Total"]["Requests"]) == len(records) and t,
                          20, f"the final LLM table ({len(records)} records; "
                              f"{get_json(base + 'tokenswarm/llm.json')['rows'][-1]['requests']} on the server)")

@@ -229,9 +229,11 @@ def test_sampler_is_bounded_and_a_new_run_clears_it(ui, tmp_path):
         state.sample_once()
     assert len(state.sampler.samples) == 5
     ctl.finished = True
+    assert state.sample_once() is None  # stopping: the last records are still coming in
+    ctl.manifest.data["complete"] = True
     assert state.sample_once() is not None  # one final sample after the end...
     assert state.sample_once() is None  # ...and no more
-    ctl.manifest.data["run_id"] = "run-2"
+    ctl.manifest.data.update(run_id="run-2", complete=False)
     ctl.finished = False
     state.sample_once()
     assert len(state.sampler.samples) == 1 and state.sampler.run_id == "run-2"
@@ -265,6 +267,7 @@ def test_report_failure_is_shown_with_the_reason(ui, tmp_path):
     run_dir = tmp_path / "run"
     begin_run(ctl, run_dir)
     ctl.finished = True  # a run whose records file is missing: analysis refuses it
+    ctl.manifest.data["complete"] = True
     client.get("/tokenswarm/report/")
     assert state.reports.wait(run_dir, 120) == "failed"
     resp = client.get("/tokenswarm/report/")

@@ -91,6 +91,7 @@ class RunContext:
         if target.continuous_usage_stats:
             self.stream_options["continuous_usage_stats"] = True
         self._warned_late = False
+        self._user_ordinals: dict[str, int] = {}
 
     # -- identity -------------------------------------------------------------------------------
     def next_seq(self) -> int:
@@ -101,6 +102,11 @@ class RunContext:
     @property
     def last_seq(self) -> int | None:
         return self._next_seq - 1 if self._next_seq else None
+
+    def next_user_ordinal(self, class_name: str) -> int:
+        n = self._user_ordinals.get(class_name, 0)
+        self._user_ordinals[class_name] = n + 1
+        return n
 
     def rng_for(self, *parts: Any) -> random.Random:
         """A deterministic RNG for (scenario seed, worker index, parts...)."""

@@ -148,7 +148,9 @@ class LLMUser(FastHttpUser):
             raise StopUser()
         self.ctx = ctx
         tasks = [t for t in ctx.scenario.traffic.classes if t.kind == self.kind and t.weight > 0]
-        self.rng = ctx.rng_for(self.kind, id(self), time.perf_counter_ns())
+        # Deterministic per (seed, worker, class, user ordinal): two runs of one scenario send the
+        # same prompts in the same order per user, so runs join request by request (A/B compare).
+        self.rng = ctx.rng_for(self.kind, ctx.next_user_ordinal(type(self).__name__))
         self.task_cfg = pick_task(tasks, self.rng) if tasks else None
         http = self.client.client.clientpool.get_client(URL(ctx.base_url))
         self.runner_ = Conversationalist(ctx, self, http, type(self).__name__)
@@ -214,7 +216,7 @@ class OpenLoopUser(FastHttpUser):
             raise StopUser()
         self.ctx = ctx
         self.tasks_ = [t for t in ctx.scenario.traffic.classes if t.weight > 0]
-        self.rng = ctx.rng_for("open", id(self))
+        self.rng = ctx.rng_for("open", ctx.next_user_ordinal("OpenLoopUser"))
         self.http = self.client.client.clientpool.get_client(URL(ctx.base_url))
         per_worker_cap = max(1, ctx.scenario.load.max_in_flight // max(1, ctx.worker_count))
         self.pool = gevent.pool.Pool(per_worker_cap)

@@ -84,7 +84,7 @@ def register(environment: Any, state: WebState) -> None:
     @route("/status.json", "status")
     def status_json() -> Any:
         run_dir = state.ctl.run_dir
-        report = state.reports.state(Path(run_dir)) if run_dir is not None and state.ctl.finished else None
+        report = state.reports.state(Path(run_dir)) if state.state() == "finished" else None
         return jsonify({"run_id": state.run_id, "state": state.state(), "run_dir": None if run_dir is None else str(run_dir),
                         "report": report})
 
@@ -103,7 +103,7 @@ def register(environment: Any, state: WebState) -> None:
     @route("/report/", "report")
     def report() -> Any:
         run_dir = state.ctl.run_dir
-        if run_dir is None or not state.ctl.finished:
+        if run_dir is None or state.state() != "finished":
             msg = ("No run yet: start one, the report is built when it ends." if run_dir is None else
                    "The run is still going: the report is built when it ends (stop it, or wait for the last step).")
             return _page("Report not available yet", msg, refresh=False, home=base + "/"), 409

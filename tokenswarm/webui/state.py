@@ -48,10 +48,13 @@ class WebState:
         return max(0.0, (end or self.clock()) - m.data["started_at"])
 
     def state(self) -> str:
-        """``idle`` (no run yet), ``running`` or ``finished``."""
-        if self.ctl.manifest is None:
+        """``idle`` (no run yet), ``running``, ``stopping`` (collecting the last records) or ``finished``."""
+        m = self.ctl.manifest
+        if m is None:
             return "idle"
-        return "finished" if self.ctl.finished else "running"
+        if not self.ctl.finished:
+            return "running"
+        return "finished" if m.data.get("complete") else "stopping"
 
     def in_flight(self) -> int | None:
         if self.ctl.is_master:
@@ -100,7 +103,7 @@ class WebState:
         if rid != self.sampler.run_id:
             self.sampler.reset(rid)
         if self.ctl.finished:
-            if self._sampled_finished == rid:
+            if self._sampled_finished == rid or self.state() != "finished":
                 return None
             self._sampled_finished = rid  # one last sample with the final numbers
         ctx = self.ctl.ctx

@@ -18,11 +18,13 @@
     return d.toTimeString().slice(0, 8);
   }
 
-  function fmtNum(v) {
+  // scale: the axis maximum, so small ranges (e.g. KV cache 0-0.3 %) keep enough decimals
+  function fmtNum(v, scale) {
     if (v === null || v === undefined) return "-";
-    if (Math.abs(v) >= 1000) return Math.round(v).toString();
-    if (Math.abs(v) >= 10) return v.toFixed(0);
-    return v.toFixed(1);
+    var m = Math.abs(scale === undefined ? v : scale);
+    if (m >= 10) return v.toFixed(0);
+    if (m >= 1) return v.toFixed(1);
+    return v.toFixed(2);
   }
 
   // Draw one chart; returns the number of points drawn (also kept in canvas.dataset.points).
@@ -62,7 +64,7 @@
     for (var i = 0; i <= 4; i++) {
       var gv = ymax * i / 4, gy = y(gv);
       g.beginPath(); g.moveTo(left, gy); g.lineTo(left + pw, gy); g.stroke();
-      g.fillText(fmtNum(gv), 4, gy + 4);
+      g.fillText(fmtNum(gv, ymax), 4, gy + 4);
     }
     g.fillText(fmtTime(t0), left, h - 6);
     var endLabel = fmtTime(t1);

@@ -14,6 +14,9 @@
     ' title="available when the run ends">report</a>';
   document.body.appendChild(bar);
 
+  // Locust's page stops polling its statistics when a run stops, before tokenswarm has the
+  // last records (in-flight streams, workers' final batches). Offer a reload once it has them.
+  var sawRunning = false;
   function refresh() {
     fetch("./tokenswarm/status.json", { credentials: "same-origin" }).then(function (r) {
       return r.ok ? r.json() : null;
@@ -23,7 +26,16 @@
       var ready = st.state === "finished";
       a.style.opacity = ready ? "1" : ".5";
       a.title = ready ? "report of " + st.run_dir : "available when the run ends";
-    }).catch(function () {}).then(function () { setTimeout(refresh, 5000); });
+      if (st.state === "running" || st.state === "stopping") sawRunning = true;
+      if (ready && sawRunning && !document.getElementById("tokenswarm-final-link")) {
+        var f = document.createElement("a");
+        f.id = "tokenswarm-final-link";
+        f.href = window.location.href;
+        f.style.cssText = linkStyle + ";font-weight:bold";
+        f.textContent = "run ended: reload for final numbers";
+        bar.appendChild(f);
+      }
+    }).catch(function () {}).then(function () { setTimeout(refresh, 2000); });
   }
   refresh();
 })();
