@@ -14,6 +14,15 @@ BASE = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="QAUser", re
 BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true}'
 
 
+@pytest.fixture(params=["hub", "greenlet"], autouse=True)
+def reader(request, monkeypatch):
+    """Every case runs with both readers: the event-loop callback and the greenlet loop."""
+    import tokenswarm.load.client as client
+
+    monkeypatch.setattr(client, "USE_HUB_READER", request.param == "hub")
+    return request.param
+
+
 @pytest.fixture(scope="module")
 def server():
     with scripted_server() as url:

@@ -55,3 +55,21 @@ def test_last_event_without_terminator_is_flushed_at_close():
 
 def test_data_without_space_after_colon():
     assert feed_all(SSEParser(), [b'data:{"a":1}\n\n']) == [(None, b'{"a":1}')]
+
+
+def test_random_segmentations_of_mixed_framings_agree_with_a_single_read():
+    import random
+
+    events = [b'data: {"i": %d}\n\n' % i for i in range(40)]
+    events[5] = b": ping\n\n"
+    events[9] = b'event: error\ndata: {"error": 1}\n\n'
+    events[13] = b'data: {"a":\ndata: 2}\n\n'
+    events[21] = events[21].replace(b"\n", b"\r\n")
+    events[30] = b'data: {"x": 30}\ndata: {"y": 30}\n'  # no blank line: the heuristic separates them
+    stream = b"".join(events)
+    expected = feed_all(SSEParser(), [stream])
+    rng = random.Random(5)
+    for _ in range(200):
+        cuts = sorted(rng.sample(range(1, len(stream)), rng.randint(1, 60)))
+        pieces = [stream[a:b] for a, b in zip([0] + cuts, cuts + [len(stream)])]
+        assert feed_all(SSEParser(), pieces) == expected

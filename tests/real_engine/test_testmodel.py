@@ -32,6 +32,7 @@ from tokenswarm.testmodel.server import (  # noqa: E402
     wait_until_healthy,
 )
 from tokenswarm.testmodel.tokenizer import SPECIAL_TOKENS  # noqa: E402
+from tests.real_engine.vllm_runs import PROBE_PROMPT, PROBE_TOKENS, SKIP_REASON  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -230,78 +231,26 @@ def test_health_wait_fails_fast_when_the_process_exits_and_after_the_timeout():
 
 
 # --- against a real vLLM (opt-in: needs vllm importable here or via $TOKENSWARM_VLLM_PYTHON) ---
-
-def _stream_chat_token_ids(base_url: str, prompt: str, max_tokens: int) -> tuple[list[int], list[int]]:
-    """Greedy streamed chat completion; returns (generated token ids, tokens per content chunk)."""
-    import urllib.request
-
-    body = {
-        "model": "tokenswarm-testmodel", "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": max_tokens, "temperature": 0, "stream": True, "return_token_ids": True,
-        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-    }
-    req = urllib.request.Request(base_url + "/v1/chat/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    ids: list[int] = []
-    chunk_tokens: list[int] = []
-    with urllib.request.urlopen(req, timeout=120) as resp:
-        for raw in resp:
-            line = raw.decode().strip()
-            if not line.startswith("data: {"):
-                continue
-            for choice in json.loads(line[len("data: "):]).get("choices", []):
-                new = choice.get("token_ids") or []
-                ids += new
-                if new:
-                    chunk_tokens.append(len(new))
-    return ids, chunk_tokens
-
-
-def _spec_counter(base_url: str, name: str) -> float | None:
-    import urllib.request
-
-    with urllib.request.urlopen(base_url + "/metrics", timeout=30) as resp:
-        total = None
-        for line in resp.read().decode().splitlines():
-            if line.startswith(name + "{"):
-                total = (total or 0.0) + float(line.rsplit(" ", 1)[1])
-        return total
-
-
-def _vllm_available() -> bool:
-    from tokenswarm.testmodel.server import vllm_available
-
-    return vllm_available()
+# The servers are started once per session by tests/real_engine/conftest.py, which probes each
+# with one greedy streamed answer (token ids and chunk sizes) before its Locust runs.
 
 
 @pytest.mark.real_engine
-@pytest.mark.timeout(600)
-@pytest.mark.skipif(
-    not _vllm_available(), reason="vllm not importable (see docs/vllm.md, .ci/install-vllm.sh)"
-)
-def test_vllm_greedy_output_follows_the_cycle_identically_with_and_without_ngram_speculation(model_dir):
-    from tokenswarm.testmodel.server import start_vllm
-
-    manifest = load_manifest(model_dir)
-    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-    prompt = "Explain Python generators."
-    prompt_ids = tok.encode(f"<s><|user|>\n{prompt}</s>\n<|assistant|>\n", add_special_tokens=False).ids
-    expected = greedy_chain(manifest["successor"], prompt_ids[-1], 96)
-    accepted = "vllm:spec_decode_num_accepted_tokens_total"
-    runs = {}
-    for speculative in (False, True):
-        with start_vllm(model_dir, speculative=speculative) as server:
-            _stream_chat_token_ids(server.base_url, "warm up", 8)
-            before = _spec_counter(server.base_url, accepted)
-            ids, chunk_tokens = _stream_chat_token_ids(server.base_url, prompt, 96)
-            runs[speculative] = (ids, chunk_tokens, before, _spec_counter(server.base_url, accepted))
-    base_ids, base_chunks, base_before, base_after = runs[False]
-    spec_ids, spec_chunks, spec_before, spec_after = runs[True]
-    assert base_ids == expected, "vLLM's greedy output is the successor chain the weights encode"
-    assert spec_ids == base_ids, "n-gram speculation must not change greedy output"
+@pytest.mark.timeout(900)
+@pytest.mark.skipif(SKIP_REASON is not None, reason=SKIP_REASON or "")
+def test_vllm_greedy_output_follows_the_cycle_identically_with_and_without_ngram_speculation(
+    engine_model_dir, baseline_engine, ngram_engine
+):
+    manifest = load_manifest(engine_model_dir)
+    tok = Tokenizer.from_file(str(engine_model_dir / "tokenizer.json"))
+    prompt_ids = tok.encode(f"<s><|user|>\n{PROBE_PROMPT}</s>\n<|assistant|>\n", add_special_tokens=False).ids
+    expected = greedy_chain(manifest["successor"], prompt_ids[-1], PROBE_TOKENS)
+    base, spec = baseline_engine.probe, ngram_engine.probe
+    assert base["ids"] == expected, "vLLM's greedy output is the successor chain the weights encode"
+    assert spec["ids"] == base["ids"], "n-gram speculation must not change greedy output"
     # Chunk sizes are compared by median: a busy machine makes vLLM merge steps now and then.
-    assert base_after is None, "a server without speculation exposes no spec_decode counters"
-    assert statistics.median(base_chunks) == 1, base_chunks
-    assert statistics.median(spec_chunks) > 1, f"accepted drafts arrive together: {spec_chunks}"
-    accepted_tokens = (spec_after or 0.0) - (spec_before or 0.0)
+    assert base["accepted_after"] is None, "a server without speculation exposes no spec_decode counters"
+    assert statistics.median(base["chunk_tokens"]) == 1, base["chunk_tokens"]
+    assert statistics.median(spec["chunk_tokens"]) > 1, f"accepted drafts arrive together: {spec['chunk_tokens']}"
+    accepted_tokens = (spec["accepted_after"] or 0.0) - (spec["accepted_before"] or 0.0)
     assert accepted_tokens > len(expected) / 2, "most of the output came from accepted drafts"

@@ -18,7 +18,26 @@ from pathlib import Path
 from typing import Any
 
 from tests.helpers.runs import run_locust, scenario_file
-from tokenswarm.testmodel.server import DEFAULT_SERVED_MODEL_NAME, NGRAM_SPECULATIVE_CONFIG, start_vllm
+from tokenswarm.testmodel.server import (
+    DEFAULT_SERVED_MODEL_NAME,
+    NGRAM_SPECULATIVE_CONFIG,
+    PYTHON_ENV_VAR,
+    default_python,
+    start_vllm,
+    vllm_available,
+)
+
+def vllm_skip_reason() -> str | None:
+    """Why the real-engine tests cannot run here (None when vllm is importable)."""
+    python = default_python()
+    if vllm_available(python):
+        return None
+    return (f"vllm is not importable by {python}: set {PYTHON_ENV_VAR} to the python of a venv with "
+            "vLLM (bash .ci/install-vllm.sh prints one; see docs/vllm.md)")
+
+
+#: Evaluated once per test session (a subprocess probe when $TOKENSWARM_VLLM_PYTHON is set).
+SKIP_REASON = vllm_skip_reason()
 
 #: The context the tests serve with; every scenario below keeps prompt + output inside it.
 MAX_MODEL_LEN = 2048
@@ -101,6 +120,54 @@ def chat(base_url: str, prompt: str, max_tokens: int, timeout_s: float = 120) ->
         return json.loads(resp.read())
 
 
+def stream_chat_token_ids(base_url: str, prompt: str, max_tokens: int) -> tuple[list[int], list[int]]:
+    """Greedy streamed chat completion; returns (generated token ids, tokens per content chunk)."""
+    body = {
+        "model": DEFAULT_SERVED_MODEL_NAME, "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens, "temperature": 0, "stream": True, "return_token_ids": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
+    req = urllib.request.Request(base_url + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    ids: list[int] = []
+    chunk_tokens: list[int] = []
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        for raw in resp:
+            line = raw.decode().strip()
+            if not line.startswith("data: {"):
+                continue
+            for choice in json.loads(line[len("data: "):]).get("choices", []):
+                new = choice.get("token_ids") or []
+                ids += new
+                if new:
+                    chunk_tokens.append(len(new))
+    return ids, chunk_tokens
+
+
+def metric_total(base_url: str, name: str) -> float | None:
+    """Sum of one metric over its label sets on ``/metrics`` now (None if the server has none)."""
+    with urllib.request.urlopen(base_url + "/metrics", timeout=30) as resp:
+        total = None
+        for line in resp.read().decode().splitlines():
+            if line.startswith(name + "{"):
+                total = (total or 0.0) + float(line.rsplit(" ", 1)[1])
+        return total
+
+
+#: The prompt of the token-level probe (see :func:`probe`).
+PROBE_PROMPT = "Explain Python generators."
+PROBE_TOKENS = 96
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+
+
+def probe(base_url: str) -> dict[str, Any]:
+    """Token ids and chunk sizes of one greedy answer, with the accepted-token counter around it."""
+    before = metric_total(base_url, ACCEPTED)
+    ids, chunk_tokens = stream_chat_token_ids(base_url, PROBE_PROMPT, PROBE_TOKENS)
+    return {"ids": ids, "chunk_tokens": chunk_tokens, "accepted_before": before,
+            "accepted_after": metric_total(base_url, ACCEPTED)}
+
+
 @dataclass
 class EngineRuns:
     """What :func:`serve_and_run` did against one server."""
@@ -109,13 +176,17 @@ class EngineRuns:
     dirs: dict[str, Path] = field(default_factory=dict)
     results: dict[str, subprocess.CompletedProcess] = field(default_factory=dict)
     scenarios: dict[str, Path] = field(default_factory=dict)
+    probe: dict[str, Any] = field(default_factory=dict)
     startup_s: float | None = None
     log_path: Path | None = None
     log_tail: str = ""
 
 
 def serve_and_run(model_dir: Path, work: Path, *, speculative: bool, names: tuple[str, ...]) -> EngineRuns:
-    """Start vLLM once, warm it up, run the named scenarios one after another, stop it."""
+    """Start vLLM once, warm it up, probe it, run the named scenarios one after another, stop it.
+
+    Returns after the server has stopped, so callers never hold two servers at once.
+    """
     out = EngineRuns(speculative=speculative)
     out.scenarios = scenarios(work / "scenarios")
     label = "ngram" if speculative else "baseline"
@@ -127,6 +198,7 @@ def serve_and_run(model_dir: Path, work: Path, *, speculative: bool, names: tupl
         # The first requests are slow (about 3 s with n-gram on CPU): pay that before any run.
         for _ in range(2):
             chat(server.base_url, "Warm up: what is a list?", 32)
+        out.probe = probe(server.base_url)
         for name in names:
             run_dir = work / f"{label}-{name}"
             out.dirs[name] = run_dir

@@ -6,8 +6,16 @@ from collections import Counter
 import pytest
 
 from tests.helpers.runs import read_records
-from tests.webui.liveui import (get_json, locust_web_ui, nearest_rank, post_form, short_scenario, wait_for,
-                                wait_workers, within_live_precision)
+from tests.webui.liveui import (
+    get_json,
+    locust_web_ui,
+    nearest_rank,
+    post_form,
+    short_scenario,
+    wait_for,
+    wait_workers,
+    within_live_precision,
+)
 from tokenswarm.sim.testing import start_sim
 
 pytestmark = pytest.mark.slow
@@ -26,7 +34,7 @@ def test_llm_table_on_a_master_matches_the_records_of_all_workers(tmp_path, mode
         table = get_json(base + "tokenswarm/llm.json")
         series = get_json(base + "tokenswarm/series.json")["samples"]
     records = read_records(run_dir)
-    assert {r["worker_id"] for r in records}.__len__() == 2, "both workers sent load"
+    assert len({r["worker_id"] for r in records}) == 2, "both workers sent load"
     rows = {r["name"]: r for r in table["rows"]}
     assert rows["Total"]["requests"] == len(records)
     for task, n in Counter(r["task"] for r in records).items():

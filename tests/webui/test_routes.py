@@ -92,7 +92,7 @@ def begin_run(ctl, run_dir: Path, first_scrape: dict | None = None) -> None:
     ctl.manifest.write()
     ctl.finished = False
     if first_scrape is not None:
-        fh = open(run_dir / "server_metrics.jsonl", "ab")
+        fh = open(run_dir / "server_metrics.jsonl", "ab")  # noqa: SIM115 - open for the run, closed by end_run
         fh.write(orjson.dumps(first_scrape) + b"\n")
         fh.flush()
         s = Scraper("target", first_scrape["url"], 1.0, fh, step=lambda: 0)
@@ -127,17 +127,17 @@ def nearest_rank(values, q):
 
 
 def test_llm_tab_is_declared_with_its_table_csv_charts_and_report_links(ui):
-    state, client, ctl = ui
+    _, _, ctl = ui
     args = ctl.env.web_ui.template_args
     assert {"title": "LLM", "key": "llm"} in args["extended_tabs"]
-    table = [t for t in args["extended_tables"] if t["key"] == "llm"][0]
+    table = next(t for t in args["extended_tables"] if t["key"] == "llm")
     assert [c["key"] for c in table["structure"]] == [k for k, _ in COLUMNS]
     hrefs = [f["href"] for f in args["extended_csv_files"]]
     assert hrefs == ["./tokenswarm/llm.csv", "./tokenswarm/charts", "./tokenswarm/report/"]
 
 
 def test_stats_requests_carries_the_llm_rows_matching_the_records(ui):
-    state, client, ctl = ui
+    _, client, ctl = ui
     recs = records_mix()
     for r in recs:
         ctl.live.observe(r)
@@ -179,7 +179,7 @@ def test_json_and_csv_routes_serve_the_same_table(ui, tmp_path):
 
 
 def test_server_spec_decode_acceptance_from_counter_deltas_between_first_and_latest_scrape(ui, tmp_path):
-    state, client, ctl = ui
+    _, client, ctl = ui
     begin_run(ctl, tmp_path / "run", first_scrape=scrape_line(T0, accepted=1000, draft_tokens=4000, drafts=1000))
     ctl.scrapers[-1].last = scrape_line(T0 + 10, accepted=1000 + 600, draft_tokens=4000 + 800, drafts=1000 + 200)
     spec = {"num_accepted_draft_tokens": 6, "num_spec_steps": 4}
@@ -221,7 +221,7 @@ def test_chart_series_samples_rates_windowed_percentiles_and_server_gauges(ui, t
 
 
 def test_sampler_is_bounded_and_a_new_run_clears_it(ui, tmp_path):
-    state, client, ctl = ui
+    state, _, ctl = ui
     state.sampler.samples = type(state.sampler.samples)(maxlen=5)
     begin_run(ctl, tmp_path / "run")
     for i in range(12):
@@ -277,7 +277,7 @@ def test_report_failure_is_shown_with_the_reason(ui, tmp_path):
 
 
 def test_charts_page_and_links_script_ship_in_the_package_without_network_resources(ui):
-    state, client, ctl = ui
+    _, client, _ = ui
     page = client.get("/tokenswarm/charts")
     assert page.status_code == 200
     html = page.get_data(as_text=True)
@@ -289,27 +289,38 @@ def test_charts_page_and_links_script_ship_in_the_package_without_network_resour
     assert index.status_code == 200 and b"tokenswarm/static/links.js" in index.data
 
 
-def test_routes_require_login_when_web_login_is_on(tmp_path):
+PROTECTED = ("/tokenswarm/llm.json", "/tokenswarm/llm.csv", "/tokenswarm/series.json", "/tokenswarm/charts",
+             "/tokenswarm/report/", "/tokenswarm/status.json", "/tokenswarm/static/charts.js")
+
+
+def test_with_web_login_every_route_needs_the_password_from_the_environment(monkeypatch):
+    monkeypatch.setenv("TOKENSWARM_WEB_USER", "alice")
+    monkeypatch.setenv("TOKENSWARM_WEB_PASSWORD", "correct horse")
     env = Environment(user_classes=[QAUser])
     env.create_local_runner()
     env.create_web_ui("127.0.0.1", 0, delayed_start=True, web_login=True)
-    env.web_ui.app.config["SECRET_KEY"] = "test"
-    env.web_ui.login_manager.user_loader(lambda uid: None)
     ctl = RunController(env, load_scenario(str(ROOT / "scenarios" / "qa.yaml")), fixed_users=False)
     install(env, ctl, start_sampler=False)
     client = env.web_ui.app.test_client()
     try:
-        for path in ("/tokenswarm/llm.json", "/tokenswarm/llm.csv", "/tokenswarm/series.json", "/tokenswarm/charts",
-                     "/tokenswarm/report/", "/tokenswarm/status.json"):
+        for path in PROTECTED:
             resp = client.get(path)
-            assert resp.status_code in (302, 401), path  # to the login page, never the data
-            assert b"run_id" not in resp.data
+            assert resp.status_code == 302 and "/login" in resp.headers["Location"], path  # never the data
+        callback = env.web_ui.auth_args["username_password_callback"]
+        wrong = client.post(callback, data={"username": "alice", "password": "wrong"})
+        assert wrong.status_code == 302 and "/login" in wrong.headers["Location"]
+        assert client.get("/tokenswarm/llm.json").status_code == 302
+        right = client.post(callback, data={"username": "alice", "password": "correct horse"})
+        assert right.status_code == 302 and "/login" not in right.headers["Location"]
+        for path in PROTECTED:
+            assert client.get(path).status_code in (200, 409), path  # report: 409 before any run
+            assert b"correct horse" not in client.get(path).data
     finally:
         env.runner.quit()
 
 
 def test_the_scenario_shown_to_the_ui_keeps_no_api_key(ui, monkeypatch):
-    state, client, ctl = ui
+    _, client, _ = ui
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-123")
     for path in ("/tokenswarm/llm.json", "/tokenswarm/series.json", "/tokenswarm/status.json", "/"):
         assert b"sk-secret-123" not in client.get(path).data

@@ -16,6 +16,7 @@ with the tokens received so far. A user killed mid-stream (end of run) yields a
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Callable
 
@@ -23,12 +24,16 @@ import gevent
 import orjson
 from gevent import GreenletExit
 
+from tokenswarm.load.reader import HubReader, can_watch
 from tokenswarm.load.sse import SSEParser
 from tokenswarm.load.stream import StreamState, WallAnchor, error_from_body
 from tokenswarm.record import Outcome, RequestRecord
 
 RECV_BYTES = 65536
 ERROR_BODY_LIMIT = 65536
+#: Read plain-TCP streams from an event-loop callback (see reader.py); TOKENSWARM_READER=greenlet
+#: selects the simpler one-recv-per-wake-up loop (kept for comparison and for TLS/hooks).
+USE_HUB_READER = os.environ.get("TOKENSWARM_READER", "hub") != "greenlet"
 
 
 class _Deadline(Exception):
@@ -61,6 +66,11 @@ def read_available(resp: Any) -> bytes:
     out = bytes(buf)
     del buf[:]
     return out
+
+
+def _check_eof(resp: Any) -> None:
+    if not _close_delimited(resp):
+        raise ConnectionError("connection closed mid-stream")
 
 
 def _close_delimited(resp: Any) -> bool:
@@ -144,26 +154,40 @@ def stream_call(
             parser = SSEParser()
             on_first = hooks.on_first_token if hooks else None
             on_chunks = hooks.on_chunks if hooks else None
-            while True:
-                data = read_available(resp)
-                now = clock()  # one timestamp per read, before parsing
+
+            def process(now: float, data: bytes) -> bool:
+                """Parse one read's bytes (b"" = end of body); True = stop reading."""
+                nonlocal outcome, error
                 events = parser.feed(data) if data else parser.close()
-                if events:
-                    had_first = bool(state.times)
-                    added = state.on_events(now, events)
-                    if added:
-                        if not had_first:
-                            first.cancel()
-                            if on_first is not None:
-                                on_first(base, (now - sent) * 1000.0)
-                            if cancel_after_first_token:  # a client that goes away mid-answer
-                                outcome, error = Outcome.CANCELLED, "client disconnected after first token"
-                                discard_connection(resp)
-                                break
-                        if on_chunks is not None:
-                            on_chunks(base, (now - sent) * 1000.0, added)
-                if not data:
-                    break
+                if not events:
+                    return False
+                had_first = bool(state.times)
+                added = state.on_events(now, events)
+                if added:
+                    if not had_first:
+                        first.cancel()
+                        if on_first is not None:
+                            on_first(base, (now - sent) * 1000.0)
+                        if cancel_after_first_token:  # a client that goes away mid-answer
+                            outcome, error = Outcome.CANCELLED, "client disconnected after first token"
+                            return True
+                    if on_chunks is not None:
+                        on_chunks(base, (now - sent) * 1000.0, added)
+                return False
+
+            if hooks is None and USE_HUB_READER and can_watch(resp):
+                HubReader(resp, clock, process, lambda: _check_eof(resp)).run()
+                stopped = outcome is Outcome.CANCELLED
+            else:
+                stopped = False
+                while not stopped:
+                    data = read_available(resp)
+                    now = clock()  # one timestamp per read, before parsing
+                    stopped = process(now, data)
+                    if not data:
+                        break
+            if not stopped:
+                process(clock(), b"")  # end of body: flush an unterminated last event
             if not resp.message_complete:
                 discard_connection(resp)
     except _Deadline as exc:

@@ -42,6 +42,29 @@ class LogHistogram:
         if self.max is None or value_ms > self.max:
             self.max = value_ms
 
+    def add_many(self, values_ms: Any, counts: Any) -> None:
+        """Vectorised ``add``: ``counts[i]`` samples of ``values_ms[i]`` (numpy arrays)."""
+        import numpy as np
+
+        if len(values_ms) == 0:
+            return
+        us = np.asarray(values_ms, dtype=np.float64) * 1000.0
+        keys = np.where(us >= 1.0, (np.log(np.maximum(us, 1.0)) / _LOG_BASE).astype(np.int64), _ZERO_BUCKET)
+        counts = np.asarray(counts, dtype=np.int64)
+        uniq, inv = np.unique(keys, return_inverse=True)
+        sums = np.bincount(inv, weights=counts)
+        b = self.buckets
+        for k, c in zip(uniq.tolist(), sums.tolist()):
+            b[k] = b.get(k, 0) + int(c)
+        n = int(counts.sum())
+        self.count += n
+        self.total += float((np.asarray(values_ms, dtype=np.float64) * counts).sum())
+        lo, hi = float(np.min(values_ms)), float(np.max(values_ms))
+        if self.min is None or lo < self.min:
+            self.min = lo
+        if self.max is None or hi > self.max:
+            self.max = hi
+
     def merge(self, other: "LogHistogram") -> None:
         for k, c in other.buckets.items():
             self.buckets[k] = self.buckets.get(k, 0) + c
@@ -184,15 +207,16 @@ class LiveStats:
             if tp is not None:
                 h["tpot_ms"].add(tp)
         offs, toks = record.chunk_offsets_ms, record.chunk_tokens
-        if offs and toks is not None:
-            itl = h["itl_ms"]
-            prev = offs[0]
-            for off, n in zip(offs[1:], toks[1:]):
-                if n > 0:
-                    itl.add((off - prev) / n, n)  # n tokens of gap/n each (glossary: itl_ms)
-                prev = off
+        if offs and toks is not None and len(offs) > 1:
+            import numpy as np
+
+            o = np.asarray(offs, dtype=np.float64)
+            n = np.asarray(toks[1:], dtype=np.int64)
+            keep = n > 0
+            # a chunk of n tokens after a gap g gives n ITL samples of g/n (glossary: itl_ms)
+            h["itl_ms"].add_many((np.diff(o)[keep] / n[keep]), n[keep])
             t.chunks += len(toks) - 1
-            t.chunk_tokens += sum(toks) - toks[0]
+            t.chunk_tokens += int(n.sum())
         sd = record.spec_decode
         if sd:
             t.spec_accepted += int(sd.get("num_accepted_draft_tokens") or 0)

@@ -39,6 +39,7 @@ from tokenswarm.load.steps import StepMachine, plan_steps
 log = logging.getLogger("tokenswarm")
 
 MSG_STEP = "tokenswarm_step"
+MSG_LIVE = "tokenswarm_live"  # a worker's last live-stats delta at test stop (web UI / progress on the master)
 EXIT_BAD_CONFIG = 2
 EXIT_RUN_BROKE = 3
 
@@ -691,6 +692,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         runner.register_message(MSG_RECORDS, collector_proxy.on_records)
         runner.register_message(MSG_FINAL, collector_proxy.on_final)
         environment.events.worker_report.add_listener(lambda client_id, data, **kw: ctl.on_worker_report(client_id, data))
+        runner.register_message(MSG_LIVE, lambda environment, msg, **kw: ctl.live.merge_delta(msg.data))
     else:
         runner.register_message(MSG_STEP, lambda environment, msg, **kw: None)  # local: ctx updated directly
     environment.events.test_start.add_listener(lambda environment, **kw: ctl.start())
@@ -783,6 +785,8 @@ def _init_worker(environment: Any) -> None:
             state["flusher"].kill(block=False)
         if state.get("health") is not None:
             state["health"].stop()
+        # Locust sends no stats report after a "stop", so ship the last live delta before the final batch.
+        runner.send_message(MSG_LIVE, ctx.live.take_delta())
         ctx.sink.final(ctx.last_seq, ctx.requests_started)
         state["ctx"] = None
 

@@ -32,6 +32,29 @@ class SSEParser:
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Parse ``chunk`` (any split) and return the events it completed."""
+        if self._data or self._event is not None or b"\r" in chunk or b"\r" in self._tail:
+            return self._feed_lines(chunk)
+        # Fast path for the common framing ("data: {...}\n\n"): split whole events at once
+        # instead of walking lines; anything unusual goes through the line parser.
+        buf = self._tail + chunk if self._tail else chunk
+        parts = buf.split(b"\n\n")
+        tail = parts.pop()
+        self._tail = b""
+        out: list[SSEEvent] = []
+        for ev in parts:
+            if ev[:6] == b"data: " and ev.find(b"\n") < 0:
+                out.append((None, ev[6:]))
+            elif ev:
+                out.extend(self._feed_lines(ev + b"\n\n"))
+        if tail:
+            if tail.find(b"\n") >= 0:
+                out.extend(self._feed_lines(tail))  # complete lines of an unfinished event
+            else:
+                self._tail = tail
+        return out
+
+    def _feed_lines(self, chunk: bytes) -> list[SSEEvent]:
+        """The general line-by-line parser (CRLF, comments, event:, multi-line data...)."""
         if self._tail:
             chunk = self._tail + chunk
         lines = chunk.split(b"\n")
@@ -66,7 +89,7 @@ class SSEParser:
 
     def close(self) -> list[SSEEvent]:
         """End of stream: flush an event that was not terminated by a blank line."""
-        out = self.feed(b"\n") if self._tail else []
+        out = self._feed_lines(b"\n") if self._tail else []
         if self._data:
             out.append((self._event_name(), b"\n".join(self._data)))
             self._data.clear()

@@ -110,34 +110,39 @@ class StreamState:
         self.done = True
 
     def _on_chunk(self, now_s: float, obj: dict[str, Any]) -> int:
+        # The hot path: one call per SSE event. Kept flat on purpose (no helper calls).
         if self.response_id is None:
             self.response_id = obj.get("id")
         usage = obj.get("usage")
-        if isinstance(usage, dict):
+        if usage is not None and type(usage) is dict:
             self.usage = usage
             self.usage_stale = False
-        metrics = obj.get("metrics")
-        if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
-            self.spec_decode = metrics["speculative_decoding"]
+        else:
+            usage = None
+        if "metrics" in obj:
+            metrics = obj["metrics"]
+            if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
+                self.spec_decode = metrics["speculative_decoding"]
         choices = obj.get("choices")
         if not choices:
             return 0  # usage-only trailer or keep-alive object
         c0 = choices[0]
-        if c0.get("finish_reason"):
-            self.finish_reason = c0["finish_reason"]
+        finish = c0.get("finish_reason")
+        if finish:
+            self.finish_reason = finish
         delta = c0.get("delta")
-        if isinstance(delta, dict):
+        if delta is not None:
             text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or ""
         else:
             text = c0.get("text") or ""
         # Exact token count of this chunk, if the server tells.
-        n: int | None = None
-        if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
-            cum = _int(usage.get("completion_tokens"))
-            if cum is not None:
+        n = None
+        if usage is not None:
+            cum = usage.get("completion_tokens")
+            if type(cum) is int:
                 n = cum - (self.last_cum or 0)
                 self.last_cum = cum
-        elif isinstance(c0.get("token_ids"), list):
+        elif "token_ids" in c0 and type(c0["token_ids"]) is list:
             n = len(c0["token_ids"])
         if n is None:
             self.exact_tokens = False
@@ -150,7 +155,7 @@ class StreamState:
         self.tokens.append(n)
         if text:
             self.text_parts.append(text)
-        if not isinstance(usage, dict):
+        if usage is None:
             self.usage_stale = True
         return 1
 
@@ -184,7 +189,7 @@ class StreamState:
                 outcome, err = Outcome.STREAM_ERROR, "stream ended before [DONE]"
         outcome = Outcome(outcome).value
         sent = self.sent_s
-        offsets = [round((t - sent) * 1000.0, 3) for t in self.times]
+        offsets = _offsets_ms(self.times, sent)
         chunk_tokens = list(self.tokens) if (self.exact_tokens and self.times) else None
         text = self.text()
         usage = self.usage or {}
@@ -215,6 +220,16 @@ class StreamState:
             output_text=text if keep_output else None,
             spec_decode=self.spec_decode,
         )
+
+
+def _offsets_ms(times: array, sent: float) -> list[float]:
+    """Arrival offsets in ms from ``sent``, rounded to the microsecond (compact JSON)."""
+    if not times:
+        return []
+    import numpy as np
+
+    a = np.frombuffer(times, dtype=np.float64)
+    return np.round((a - sent) * 1000.0, 3).tolist()
 
 
 class WallAnchor:

@@ -9,7 +9,8 @@ local process when Locust's web UI exists (not with ``--headless``, not on worke
 * ``/tokenswarm/charts`` - live charts drawn on ``<canvas>`` by a dependency-free script,
   fed by ``/tokenswarm/series.json`` (a ring buffer sampled every 2 s by a greenlet);
 * ``/tokenswarm/llm.csv`` and ``/tokenswarm/llm.json`` - the table;
-* ``/tokenswarm/report/`` - the analysis report of the finished run, built on first request.
+* ``/tokenswarm/report/`` - the analysis report of the finished run, built on first request;
+* with ``--web-login`` and ``TOKENSWARM_WEB_PASSWORD`` set, a password login (:mod:`.login`).
 """
 
 from __future__ import annotations
@@ -18,15 +19,17 @@ from typing import Any
 
 from tokenswarm.webui.state import WebState
 
-__all__ = ["install", "WebState"]
+__all__ = ["WebState", "install"]
 
 
 def install(environment: Any, ctl: Any, *, start_sampler: bool = True) -> WebState:
     """Hook the LLM views into ``environment.web_ui`` for the run controller ``ctl``."""
+    from tokenswarm.webui.login import auto_enable
     from tokenswarm.webui.routes import register
 
     state = WebState(environment, ctl)
     register(environment, state)
+    auto_enable(environment)  # --web-login with TOKENSWARM_WEB_PASSWORD set
     if start_sampler:
         state.start()
     environment.web_ui.tokenswarm = state  # for tests and other extensions

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import gevent
 
@@ -68,7 +68,8 @@ class ReportBuilder:
         out = self.out_dir(run_dir)
         try:
             # Locust monkey-patches subprocess with gevent's, so waiting here yields to the server.
-            proc = subprocess.run(self.command(run_dir, out), capture_output=True, text=True, timeout=self.timeout_s)
+            proc = subprocess.run(self.command(run_dir, out), capture_output=True, text=True,
+                                  timeout=self.timeout_s, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
             self.errors[run_dir] = f"{type(exc).__name__}: {exc}"
             return

@@ -8,8 +8,9 @@ Only public attributes of :class:`tokenswarm.load.plugin.RunController` are read
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import gevent
 import orjson
@@ -123,7 +124,7 @@ class WebState:
             gevent.sleep(self.interval_s)
             try:
                 self.sample_once()
-            except Exception:  # noqa: BLE001 - a bad sample must not kill the sampler
+            except Exception:
                 import logging
 
                 logging.getLogger("tokenswarm").exception("tokenswarm web UI: sampling failed")

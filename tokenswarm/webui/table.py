@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from tokenswarm.load.livestats import LiveStats, summary_rows
 

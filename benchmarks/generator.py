@@ -1,0 +1,151 @@
+"""How many SSE events per second one client core sustains: plain Locust vs tokenswarm.
+
+Both clients run against the simulator's ``bench-10ms`` profile (every stream gets one token
+per chunk every 10 ms, whatever the batch: the server is not the bottleneck) with N
+streams, each pinned to CPU core 0 while the simulator runs on core 1 (``taskset``).
+Offered load = N x 100 events/s. Measured per client, in one run of this script:
+
+* events/s the client actually consumed (the simulator's ``chunks_sent`` delta / wall time),
+* the client's CPU time per event (process CPU / events) and CPU share of its core,
+* the ratio tokenswarm / baseline of events/s per core.
+
+A client that cannot keep up slows the closed-loop streams down (backpressure), so
+events/s at ~100 % CPU is its ceiling. ``--workers 2`` adds a tokenswarm run with two
+worker processes (no pinning; they share the machine's 2 cores with the simulator).
+
+    python benchmarks/generator.py --streams 256 --seconds 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sim_chunks(base: str) -> float:
+    text = urllib.request.urlopen(base + "/metrics", timeout=5).read().decode()
+    for line in text.splitlines():
+        if line.startswith("tokenswarm_sim:chunks_sent_total"):
+            return float(line.split()[-1])
+    raise RuntimeError("simulator exposes no tokenswarm_sim:chunks_sent_total")
+
+
+def sim_lag(base: str) -> dict:
+    try:
+        return json.loads(urllib.request.urlopen(base + "/_tokenswarm/stats", timeout=5).read())
+    except Exception:
+        return {}
+
+
+def children_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run_client(kind: str, base: str, streams: int, seconds: float, workdir: Path, pin: bool, workers: int = 0,
+               reader: str = "hub") -> dict:
+    env = {**os.environ, "BENCH_COUNT_FILE": str(workdir / f"{kind}.count"), "TOKENSWARM_READER": reader}
+    taskset = ["taskset", "-c", "0"] if pin and shutil.which("taskset") else []
+    if kind == "baseline":
+        cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "benchmarks" / "baseline_locustfile.py")]
+    else:
+        scenario = workdir / "bench.yaml"
+        scenario.write_text(json.dumps({
+            "name": "bench", "target": {"metrics_url": None, "timeouts": {"first_token_s": 600, "total_s": 600}},
+            "traffic": {"seed": 1, "classes": {"qa": {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 8},
+                                                      "output_tokens": {"dist": "fixed", "value": 200},
+                                                      "sampling": {"ignore_eos": True}}}},
+            "load": {"mode": "closed", "steps": [streams], "warmup_s": 0, "step_duration_s": seconds,
+                     "stop_timeout_s": 0}}))
+        cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfiles" / "llm.py"), "--scenario", str(scenario),
+               "--out", str(workdir / f"run-{kind}")]
+        if workers:
+            cmd += ["--processes", str(workers)]
+    cmd = taskset + cmd + ["--headless", "--host", base, "-u", str(streams), "-r", str(streams), "-t",
+                           f"{int(seconds)}s", "--only-summary", "--stop-timeout", "0"]
+    before_chunks, before_cpu = sim_chunks(base), children_cpu_s()
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    chunks = sim_chunks(base) - before_chunks
+    cpu = children_cpu_s() - before_cpu
+    if proc.returncode not in (0, 1):
+        print(proc.stderr[-3000:], file=sys.stderr)
+        raise SystemExit(f"{kind} client failed ({proc.returncode})")
+    # events/s over the load window (the process also spends ~1-2 s starting up)
+    label = kind if kind == "baseline" else f"{kind} ({reader} reader)"
+    return {"client": label if not workers else f"{label} x{workers} workers", "streams": streams,
+            "events": int(chunks), "wall_s": round(wall, 2), "events_per_s": round(chunks / seconds, 0),
+            "cpu_s": round(cpu, 2), "cpu_us_per_event": round(cpu / chunks * 1e6, 1) if chunks else None,
+            "cpu_share_of_core": round(cpu / wall, 2)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--streams", type=int, default=256)
+    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--workers", type=int, default=2, help="also run tokenswarm with this many workers (0 = skip)")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="tokenswarm-genbench-"))
+    port = free_port()
+    sim_cmd = [sys.executable, "-m", "tokenswarm", "sim", "--port", str(port), "--profile", "bench-10ms"]
+    if shutil.which("taskset"):
+        sim_cmd = ["taskset", "-c", "1"] + sim_cmd
+    sim = subprocess.Popen(sim_cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(base + "/health", timeout=1)
+                break
+            except Exception:
+                time.sleep(0.1)
+        rows = [run_client("baseline", base, args.streams, args.seconds, work, pin=True),
+                run_client("tokenswarm", base, args.streams, args.seconds, work, pin=True),
+                run_client("tokenswarm", base, args.streams, args.seconds, work, pin=True, reader="greenlet")]
+        if args.workers:
+            rows.append(run_client("tokenswarm", base, args.streams, args.seconds, work, pin=False,
+                                   workers=args.workers))
+        lag = sim_lag(base)
+    finally:
+        os.killpg(sim.pid, signal.SIGTERM)
+        sim.wait(10)
+    offered = args.streams * 100
+    print(f"\nSSE events/s per client core, {args.streams} streams x 100 events/s offered = {offered}/s "
+          f"(simulator bench-10ms on core 1; clients on core 0)")
+    print(f"{'client':<34} {'events/s':>9} {'CPU us/event':>13} {'CPU share':>10} {'events':>9}")
+    for r in rows:
+        print(f"{r['client']:<34} {r['events_per_s']:>9.0f} {r['cpu_us_per_event'] or 0:>13.1f} "
+              f"{r['cpu_share_of_core']:>10.2f} {r['events']:>9}")
+    b, t = rows[0], rows[1]
+    print(f"\nratio tokenswarm / baseline: events/s {t['events_per_s'] / b['events_per_s']:.2f}x, "
+          f"CPU per event {b['cpu_us_per_event'] / t['cpu_us_per_event']:.2f}x cheaper")
+    if lag:
+        print(f"simulator emission lag over the whole benchmark: {json.dumps(lag)[:300]}")
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
