@@ -1,0 +1,55 @@
+"""Analysis of tokenswarm run directories: tables, curves, comparisons and reports.
+
+Reads only run directories (``docs/CONTRACTS.md``). The computing core (``loader``, ``tables``,
+``slo``, ``curves``, ``specdecode``, ``compare``, ``cost``, ``soak``, ``summary``) does no printing;
+reporters (``report``, ``render_*``, ``plots``) turn a summary into files.
+
+Notebook use::
+
+    import analysis
+    run = analysis.load_run("runs/20261130-052233-ab12")
+    tables = analysis.step_table(run, slo={"ttft_p95_ms": 800})
+    tables.rows[0]["ttft_p99_ms"]
+    analysis.slo.evaluate(tables, {"ttft_p95_ms": 800})
+"""
+
+from __future__ import annotations
+
+from analysis import slo
+from analysis.compare import compare_runs, consistency
+from analysis.cost import cost_rows, price
+from analysis.curves import curves
+from analysis.errors import AnalysisError, NoSuccessError, NotComparableError, RunInputError
+from analysis.loader import Run, load_run
+from analysis.slo import SloResult, SloSpec, evaluate, parse_slos
+from analysis.soak import soak
+from analysis.specdecode import spec_decode_tables
+from analysis.summary import analyse, compare_summary
+from analysis.tables import StepTables, derived, step_table, windows
+
+__all__ = [
+    "AnalysisError",
+    "NoSuccessError",
+    "NotComparableError",
+    "Run",
+    "RunInputError",
+    "SloResult",
+    "SloSpec",
+    "StepTables",
+    "analyse",
+    "compare_runs",
+    "compare_summary",
+    "consistency",
+    "cost_rows",
+    "curves",
+    "derived",
+    "evaluate",
+    "load_run",
+    "parse_slos",
+    "price",
+    "slo",
+    "soak",
+    "spec_decode_tables",
+    "step_table",
+    "windows",
+]

@@ -1,0 +1,319 @@
+"""Compare a baseline run with a candidate run (e.g. speculative decoding on vs off).
+
+Steps are matched by (kind, target) when both runs have load steps (else by position), tasks
+by name. For each matched step and task:
+
+* speedup of per-request output tokens/s (ratio of medians, candidate / baseline) and of
+  aggregate output tokens/s (ratio of step throughputs);
+* TTFT, TPOT and E2E ratios (candidate / baseline) at p50, p95 and p99;
+
+each with a 95 % percentile-bootstrap confidence interval (:mod:`analysis.stats`; both runs
+resampled independently; seeded). Where the candidate's acceptance is higher than the
+baseline's but aggregate throughput did not improve, a note names the step: the documented
+high-concurrency collapse of speculative decoding (verification becomes compute-bound).
+
+Output consistency joins requests by ``request_key`` plus occurrence index (the n-th
+request with the same key by ``sent_at``). A pair of successful requests matches when its
+texts are equal (when both runs kept ``output_text``) or else its ``output_sha256`` are
+equal. For diverging pairs with text: first divergence position in characters and in
+whitespace-separated words (not model tokens, which the records do not hold), and a
+``difflib.SequenceMatcher.ratio`` similarity. Pairs where both requests used temperature 0
+(greedy) and diverge are flagged: a candidate must not change greedy outputs.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from typing import Any
+
+import numpy as np
+
+from analysis.errors import NotComparableError
+from analysis.loader import Run
+from analysis.slo import ALL_TASKS
+from analysis.specdecode import spec_decode_tables
+from analysis.stats import bootstrap_means, bootstrap_percentiles, percentiles_sorted, ratio_ci
+from analysis.tables import Window, derived, windows
+
+RATIO_PERCENTILES: tuple[float, ...] = (50.0, 95.0, 99.0)
+RATIO_METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
+CONFIDENCE = 0.95
+
+
+def check_comparable(base: Run, cand: Run) -> int:
+    """Raise :class:`NotComparableError` unless the runs share a scenario and request keys.
+
+    Returns the number of distinct request keys in both runs.
+    """
+    a, b = base.manifest.get("scenario_name"), cand.manifest.get("scenario_name")
+    if a != b:
+        raise NotComparableError(
+            f"{base.path / 'manifest.json'} (scenario_name {a!r}) and {cand.path / 'manifest.json'} "
+            f"(scenario_name {b!r}): different scenarios cannot be compared"
+        )
+    ka = np.unique(base["request_key"][base["request_key"] != b""])
+    kb = np.unique(cand["request_key"][cand["request_key"] != b""])
+    shared = int(np.intersect1d(ka, kb, assume_unique=True).size)
+    if shared == 0:
+        raise NotComparableError(
+            f"{base.path} and {cand.path}: no request_key in common - the runs did not send the same requests "
+            "(different seeds or datasets?)"
+        )
+    return shared
+
+
+def _match_windows(wa: list[Window], wb: list[Window]) -> tuple[list[tuple[Window, Window]], list[str]]:
+    pairs, unmatched = [], []
+    if all(w.target is not None for w in wa + wb):
+        by_key = {(w.kind, w.target): w for w in wb}
+        for w in wa:
+            other = by_key.pop((w.kind, w.target), None)
+            if other is None:
+                unmatched.append(f"baseline step {w.name} ({w.kind} {w.target:g}) has no candidate step")
+            else:
+                pairs.append((w, other))
+        unmatched += [f"candidate step {w.name} ({w.kind} {w.target:g}) has no baseline step" for w in by_key.values()]
+    else:
+        for w, o in zip(wa, wb):
+            pairs.append((w, o))
+        if len(wa) != len(wb):
+            unmatched.append(f"baseline has {len(wa)} step(s), candidate {len(wb)}: extra steps ignored")
+    return pairs, unmatched
+
+
+def _ci_keys(name: str, point: float | None, ci: tuple[float | None, float | None]) -> dict[str, Any]:
+    return {f"{name}_ratio": point, f"{name}_ci_low_ratio": ci[0], f"{name}_ci_high_ratio": ci[1]}
+
+
+def _clean(v: np.ndarray) -> np.ndarray:
+    return np.sort(v[~np.isnan(v)])
+
+
+def _group_compare(
+    ra: Run, rb: Run, ma: np.ndarray, mb: np.ndarray, dur_a: float | None, dur_b: float | None,
+    n_boot: int, rng: np.random.Generator,
+) -> dict[str, Any]:
+    da, db = derived(ra), derived(rb)
+    oka, okb = ma & da["ok"], mb & db["ok"]
+    out: dict[str, Any] = {"baseline_ok_count": int(oka.sum()), "candidate_ok_count": int(okb.sum())}
+    # Per-request output tokens/s: ratio of medians.
+    ta, tb = _clean(da["request_output_tps"][oka]), _clean(db["request_output_tps"][okb])
+    if ta.size and tb.size:
+        pa, pb = percentiles_sorted(ta, [50.0])[0], percentiles_sorted(tb, [50.0])[0]
+        reps_a = bootstrap_percentiles(ta, [50.0], n_boot, rng)[0]
+        reps_b = bootstrap_percentiles(tb, [50.0], n_boot, rng)[0]
+        out.update(_ci_keys("request_output_tps_p50_speedup", pb / pa if pa else None, ratio_ci(reps_b, reps_a, CONFIDENCE)))
+        out["baseline_request_output_tps_p50_tokens_per_s"] = float(pa)
+        out["candidate_request_output_tps_p50_tokens_per_s"] = float(pb)
+    else:
+        out.update(_ci_keys("request_output_tps_p50_speedup", None, (None, None)))
+    # Aggregate throughput: sum of output tokens over the (fixed) steady window duration.
+    toka = np.nan_to_num(ra["output_tokens"][oka], nan=0.0)
+    tokb = np.nan_to_num(rb["output_tokens"][okb], nan=0.0)
+    if toka.size and tokb.size and dur_a and dur_b:
+        tput_a, tput_b = toka.sum() / dur_a, tokb.sum() / dur_b
+        reps_a = bootstrap_means(toka, n_boot, rng) * toka.size / dur_a
+        reps_b = bootstrap_means(tokb, n_boot, rng) * tokb.size / dur_b
+        out.update(_ci_keys("output_tokens_per_s_speedup", tput_b / tput_a if tput_a else None,
+                            ratio_ci(reps_b, reps_a, CONFIDENCE)))
+        out["baseline_output_tokens_per_s"] = float(tput_a)
+        out["candidate_output_tokens_per_s"] = float(tput_b)
+    else:
+        out.update(_ci_keys("output_tokens_per_s_speedup", None, (None, None)))
+        out["baseline_output_tokens_per_s"] = out["candidate_output_tokens_per_s"] = None
+    sources = {"ttft": ("ttft_ms", True), "tpot": ("tpot_ms", False), "e2e": ("e2e_ms", True)}
+    for metric in RATIO_METRICS:
+        col, in_columns = sources[metric]
+        va = _clean((ra[col] if in_columns else da[col])[oka])
+        vb = _clean((rb[col] if in_columns else db[col])[okb])
+        if not (va.size and vb.size):
+            for p in RATIO_PERCENTILES:
+                out.update(_ci_keys(f"{metric}_p{p:g}", None, (None, None)))
+            continue
+        pa, pb = percentiles_sorted(va, RATIO_PERCENTILES), percentiles_sorted(vb, RATIO_PERCENTILES)
+        ba = bootstrap_percentiles(va, RATIO_PERCENTILES, n_boot, rng)
+        bb = bootstrap_percentiles(vb, RATIO_PERCENTILES, n_boot, rng)
+        for i, p in enumerate(RATIO_PERCENTILES):
+            point = float(pb[i] / pa[i]) if pa[i] else None
+            out.update(_ci_keys(f"{metric}_p{p:g}", point, ratio_ci(bb[i], ba[i], CONFIDENCE)))
+            out[f"baseline_{metric}_p{p:g}_ms"] = float(pa[i])
+            out[f"candidate_{metric}_p{p:g}_ms"] = float(pb[i])
+    return out
+
+
+def _acceptance(row: dict[str, Any] | None) -> tuple[float | None, str | None]:
+    """Best available mean acceptance length of a spec-decode row: request > server > chunks."""
+    if row is None:
+        return None, None
+    for key, src in (("request_mean_acceptance_length_tokens", "per-request"),
+                     ("server_mean_acceptance_length_tokens", "server counters"),
+                     ("chunk_mean_tokens_per_chunk_tokens", "chunk sizes")):
+        if row.get(key) is not None:
+            return float(row[key]), src
+    return None, None
+
+
+def _occurrence_index(keys: np.ndarray, sent_at: np.ndarray) -> np.ndarray:
+    order = np.lexsort((sent_at, keys))
+    sk = keys[order]
+    new = np.ones(sk.size, dtype=bool)
+    new[1:] = sk[1:] != sk[:-1]
+    starts = np.maximum.accumulate(np.where(new, np.arange(sk.size), 0))
+    occ = np.empty(sk.size, dtype=np.int64)
+    occ[order] = np.arange(sk.size) - starts
+    return occ
+
+
+def _word_index(text: str, pos: int) -> int:
+    """0-based index of the whitespace-separated word holding character ``pos``."""
+    n = len(text[:pos].split())
+    return n if pos == 0 or text[pos - 1].isspace() else n - 1
+
+
+def consistency(base: Run, cand: Run, similarity_limit: int = 2000, examples: int = 20) -> dict[str, Any]:
+    """Join by request_key + occurrence and compare outputs (see module docstring)."""
+    occ_a = _occurrence_index(base["request_key"], base["sent_at"])
+    occ_b = _occurrence_index(cand["request_key"], cand["sent_at"])
+    index_a = {(k, int(o)): i for i, (k, o) in enumerate(zip(base["request_key"].tolist(), occ_a.tolist())) if k}
+    ok_a, ok_b = derived(base)["ok"], derived(cand)["ok"]
+    sha_a, sha_b = base["output_sha256"], cand["output_sha256"]
+    temp_a, temp_b = base["temperature"], cand["temperature"]
+    tasks_b = cand.categories["task"]
+    texts_a, texts_b = base.texts, cand.texts
+    joined = both_ok = matched = diverged = unverifiable = greedy_pairs = greedy_div = 0
+    sims: list[float] = []
+    first_chars: list[int] = []
+    first_words: list[int] = []
+    similarity_skipped = 0
+    rows: list[dict[str, Any]] = []
+    for j, (k, o) in enumerate(zip(cand["request_key"].tolist(), occ_b.tolist())):
+        i = index_a.get((k, int(o)))
+        if i is None:
+            continue
+        joined += 1
+        if not (ok_a[i] and ok_b[j]):
+            continue
+        both_ok += 1
+        ta = texts_a[i] if texts_a is not None else None
+        tb = texts_b[j] if texts_b is not None else None
+        if ta is not None and tb is not None:
+            same = ta == tb
+        elif sha_a[i] and sha_b[j]:
+            same = bool(sha_a[i] == sha_b[j])
+        else:
+            unverifiable += 1
+            continue
+        greedy = temp_a[i] == 0 and temp_b[j] == 0
+        greedy_pairs += int(greedy)
+        if same:
+            matched += 1
+            continue
+        diverged += 1
+        greedy_div += int(greedy)
+        row: dict[str, Any] = {"request_key": k.decode(), "occurrence_index": int(o), "task": tasks_b[cand["task"][j]],
+                               "greedy": bool(greedy), "first_divergence_char_index": None,
+                               "first_divergence_word_index": None, "similarity_ratio": None}
+        if ta is not None and tb is not None:
+            pos = len(os.path.commonprefix([ta, tb]))
+            row["first_divergence_char_index"] = pos
+            row["first_divergence_word_index"] = _word_index(ta, pos)
+            first_chars.append(pos)
+            first_words.append(row["first_divergence_word_index"])
+            if len(sims) < similarity_limit:
+                row["similarity_ratio"] = difflib.SequenceMatcher(None, ta, tb).ratio()
+                sims.append(row["similarity_ratio"])
+            else:
+                similarity_skipped += 1
+            row["baseline_excerpt"] = ta[max(0, pos - 20): pos + 60]
+            row["candidate_excerpt"] = tb[max(0, pos - 20): pos + 60]
+        if len(rows) < examples or (greedy and sum(r["greedy"] for r in rows) < examples):
+            rows.append(row)
+    judged = matched + diverged
+    with_text = texts_a is not None and texts_b is not None
+    mean_sim = None
+    if with_text and judged and len(sims) == diverged:
+        mean_sim = (matched + sum(sims)) / judged
+    return {
+        "joined_pairs_count": joined,
+        "both_ok_pairs_count": both_ok,
+        "judged_pairs_count": judged,
+        "unverifiable_pairs_count": unverifiable,
+        "exact_match_count": matched,
+        "diverging_count": diverged,
+        "exact_match_rate": matched / judged if judged else None,
+        "greedy_pairs_count": greedy_pairs,
+        "greedy_diverging_count": greedy_div,
+        "greedy_divergence": greedy_div > 0,
+        "texts_compared": with_text,
+        "mean_similarity_ratio": mean_sim,
+        "diverging_similarity_mean_ratio": float(np.mean(sims)) if sims else None,
+        "similarity_skipped_count": similarity_skipped,
+        "first_divergence_char_index_median_count": float(np.median(first_chars)) if first_chars else None,
+        "first_divergence_word_index_median_count": float(np.median(first_words)) if first_words else None,
+        "examples": rows,
+    }
+
+
+def compare_runs(
+    base: Run, cand: Run, n_boot: int = 1000, seed: int = 0, k_override: int | None = None,
+    similarity_limit: int = 2000,
+) -> dict[str, Any]:
+    """Compare two runs; see the module docstring for every number.
+
+    Raises
+    ------
+    NotComparableError
+        Different ``scenario_name`` or no shared ``request_key``.
+    """
+    shared = check_comparable(base, cand)
+    rng = np.random.default_rng(seed)
+    wa, na = windows(base)
+    wb, nb = windows(cand)
+    pairs, unmatched = _match_windows(wa, wb)
+    spec_a = {(r["step_index"], r["task"]): r for r in spec_decode_tables(base, wa, k_override)["rows"]}
+    spec_b = {(r["step_index"], r["task"]): r for r in spec_decode_tables(cand, wb, k_override)["rows"]}
+    rows: list[dict[str, Any]] = []
+    collapse: list[str] = []
+    ta, tb = base.categories["task"], cand.categories["task"]
+    for w_a, w_b in pairs:
+        tasks = sorted(set(ta[c] for c in np.unique(base["task"][w_a.mask])) &
+                       set(tb[c] for c in np.unique(cand["task"][w_b.mask])))
+        for task in [ALL_TASKS] + tasks:
+            ma = w_a.mask if task == ALL_TASKS else w_a.mask & (base["task"] == base.code("task", task))
+            mb = w_b.mask if task == ALL_TASKS else w_b.mask & (cand["task"] == cand.code("task", task))
+            row: dict[str, Any] = {
+                "baseline_step_index": w_a.index, "candidate_step_index": w_b.index, "step_name": w_b.name,
+                "step_kind": w_b.kind, "load_value": w_b.target, "task": task,
+            }
+            row.update(_group_compare(base, cand, ma, mb, w_a.duration_s, w_b.duration_s, n_boot, rng))
+            acc_a, src_a = _acceptance(spec_a.get((w_a.index, task)))
+            acc_b, src_b = _acceptance(spec_b.get((w_b.index, task)))
+            row["baseline_mean_acceptance_length_tokens"] = acc_a
+            row["candidate_mean_acceptance_length_tokens"] = acc_b
+            row["acceptance_source"] = src_b
+            speed = row.get("output_tokens_per_s_speedup_ratio")
+            rose = acc_b is not None and acc_b > (acc_a if acc_a is not None else 1.0) + 1e-9
+            if rose and speed is not None and speed <= 1.0 and task == ALL_TASKS:
+                collapse.append(
+                    f"Step {w_b.name}: acceptance rose (mean accepted length {acc_a or 1.0:.2f} -> {acc_b:.2f}, "
+                    f"{src_b}) but aggregate throughput did not (x{speed:.2f}): speculative decoding does not pay off "
+                    "at this load (the documented high-concurrency collapse: verification is compute-bound)."
+                )
+            rows.append(row)
+    return {
+        "baseline": {"path": str(base.path), "name": base.name, "run_id": base.manifest.get("run_id"),
+                     "records_count": len(base)},
+        "candidate": {"path": str(cand.path), "name": cand.name, "run_id": cand.manifest.get("run_id"),
+                      "records_count": len(cand)},
+        "scenario_name": base.manifest.get("scenario_name"),
+        "shared_request_keys_count": shared,
+        "bootstrap": {"replicates_count": n_boot, "rng_seed_value": seed, "confidence_level_share": CONFIDENCE,
+                      "method": "percentile bootstrap, runs resampled independently; quantiles via the exact "
+                                "order-statistic (Beta) form, means by resampling or their normal limit"},
+        "rows": rows,
+        "unmatched_steps": unmatched,
+        "collapse_notes": collapse,
+        "consistency": consistency(base, cand, similarity_limit),
+        "notes": sorted(set(na + nb)),
+    }

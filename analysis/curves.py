@@ -1,0 +1,122 @@
+"""Load curves across steps: throughput and latency vs load, the knee, the SLO limit.
+
+The x axis is the step target: concurrency (users) for closed-loop steps or the offered
+rate (requests/s) for open-loop steps. Points use the all-tasks row of each step.
+
+Knee
+    Going from one step to the next, latency "rises faster than throughput" when
+    ``ln(L_i / L_{i-1}) > ln(T_i / T_{i-1})`` (the elasticity of latency with respect to
+    throughput exceeds 1, which includes throughput falling while latency rises). The knee is
+    the first step where that happens; the step before it is the most efficient load.
+    Latency is ``e2e_p95_ms`` by default.
+Pareto view
+    A step is Pareto-optimal when no other step has both higher output tokens/s and lower
+    latency.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from analysis.slo import ALL_TASKS, SloResult
+
+CURVE_COLUMNS: tuple[str, ...] = (
+    "requests_per_s",
+    "output_tokens_per_s",
+    "goodput_requests_per_s",
+    "goodput_share",
+    "error_rate",
+    "ttft_p50_ms",
+    "ttft_p95_ms",
+    "ttft_p99_ms",
+    "tpot_p50_ms",
+    "tpot_p95_ms",
+    "tpot_p99_ms",
+    "itl_p50_ms",
+    "itl_p99_ms",
+    "e2e_p50_ms",
+    "e2e_p95_ms",
+    "e2e_p99_ms",
+    "request_output_tps_p50_tokens_per_s",
+    "request_output_tps_mean_tokens_per_s",
+)
+
+
+def load_of(row: dict[str, Any]) -> float | None:
+    """The x value of a row: concurrency users or offered rate."""
+    v = row.get("step_concurrency_users")
+    return v if v is not None else row.get("step_rate_rps")
+
+
+def curve_points(rows: list[dict[str, Any]], latency_key: str = "e2e_p95_ms") -> list[dict[str, Any]]:
+    """One point per step with a load target (all-tasks rows), sorted by load, Pareto-flagged."""
+    pts = []
+    for r in rows:
+        if r["task"] != ALL_TASKS or load_of(r) is None:
+            continue
+        p = {"step_index": r["step_index"], "step_name": r["step_name"], "step_kind": r["step_kind"],
+             "load_value": load_of(r)}
+        p.update({k: r.get(k) for k in CURVE_COLUMNS})
+        pts.append(p)
+    pts.sort(key=lambda p: p["load_value"])
+    for p in pts:
+        t, lat = p["output_tokens_per_s"], p.get(latency_key)
+        if t is None or lat is None:
+            p["pareto_optimal"] = None
+            continue
+        dominated = any(
+            q is not p and q["output_tokens_per_s"] is not None and q.get(latency_key) is not None
+            and q["output_tokens_per_s"] >= t and q[latency_key] <= lat
+            and (q["output_tokens_per_s"] > t or q[latency_key] < lat)
+            for q in pts
+        )
+        p["pareto_optimal"] = not dominated
+    return pts
+
+
+def find_knee(points: list[dict[str, Any]], latency_key: str = "e2e_p95_ms") -> dict[str, Any] | None:
+    """First step where latency grows faster than throughput (see module docstring)."""
+    for prev, cur in zip(points, points[1:]):
+        t0, t1 = prev["output_tokens_per_s"], cur["output_tokens_per_s"]
+        l0, l1 = prev.get(latency_key), cur.get(latency_key)
+        if not (t0 and t1 and l0 and l1) or min(t0, t1, l0, l1) <= 0:
+            continue
+        dl, dt = math.log(l1 / l0), math.log(t1 / t0)
+        if dl > dt and dl > 0:
+            return {
+                "knee_step_index": cur["step_index"],
+                "knee_step_name": cur["step_name"],
+                "knee_load_value": cur["load_value"],
+                "last_efficient_step_index": prev["step_index"],
+                "last_efficient_load_value": prev["load_value"],
+                "latency_metric": latency_key,
+                "latency_change_ratio": l1 / l0,
+                "throughput_change_ratio": t1 / t0,
+            }
+    return None
+
+
+def max_load_meeting_slo(points: list[dict[str, Any]], results: list[SloResult]) -> dict[str, Any] | None:
+    """Highest-load step whose SLO results (all tasks) all pass; ``None`` without SLOs."""
+    if not results:
+        return None
+    by_step: dict[Any, bool] = {}
+    for r in results:
+        by_step[r.step_index] = by_step.get(r.step_index, True) and r.passed
+    passing = [p for p in points if by_step.get(p["step_index"], False)]
+    if not passing:
+        return {"step_index": None, "load_value": None, "detail": "no step meets all SLOs"}
+    best = max(passing, key=lambda p: p["load_value"])
+    return {"step_index": best["step_index"], "step_name": best["step_name"], "load_value": best["load_value"],
+            "output_tokens_per_s": best["output_tokens_per_s"], "detail": "highest load whose steps meet all SLOs"}
+
+
+def curves(rows: list[dict[str, Any]], slo_results: list[SloResult], latency_key: str = "e2e_p95_ms") -> dict[str, Any]:
+    """Points, knee and SLO limit in one JSON-ready dict."""
+    pts = curve_points(rows, latency_key)
+    return {
+        "points": pts,
+        "knee": find_knee(pts, latency_key),
+        "max_load_meeting_slo": max_load_meeting_slo(pts, slo_results),
+    }

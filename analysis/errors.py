@@ -1,0 +1,31 @@
+"""Exceptions raised by the analysis package, each mapped to a CLI exit status.
+
+Every message names the file (and where useful the line and field) that caused it, so a
+user can fix the input without reading a traceback.
+"""
+
+from __future__ import annotations
+
+
+class AnalysisError(Exception):
+    """Base class. ``exit_code`` is what ``tokenswarm report/compare`` returns."""
+
+    exit_code = 2
+
+
+class RunInputError(AnalysisError):
+    """A run directory is missing, truncated, malformed or of an unknown format version."""
+
+    exit_code = 2
+
+
+class NotComparableError(AnalysisError):
+    """Two runs that cannot be compared (different scenarios, no shared request keys)."""
+
+    exit_code = 2
+
+
+class NoSuccessError(AnalysisError):
+    """The run holds no successful (``outcome == "ok"``) request: nothing to measure."""
+
+    exit_code = 3

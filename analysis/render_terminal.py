@@ -1,0 +1,62 @@
+"""Short plain-text tables for the terminal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from analysis.render_doc import ci, fmt, pct
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    line = "  ".join(h.rjust(w) for h, w in zip(headers, widths))
+    body = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join([line, "-" * len(line)] + body)
+
+
+def report_text(s: dict[str, Any]) -> str:
+    """A few lines: health warnings, one row per step, knee and SLO limit."""
+    lines = []
+    h = s["generator_health"]
+    if h["overloaded"]:
+        lines.append("!! GENERATOR OVERLOADED: results are suspect")
+    lines += [f"!  {m}" for m in h["messages"]]
+    rows = [[str(r["step_name"]), fmt(r["requests_count"]), pct(r["error_rate"]), fmt(r["requests_per_s"]),
+             fmt(r["output_tokens_per_s"]), pct(r["goodput_share"]), fmt(r["ttft_p50_ms"]), fmt(r["ttft_p99_ms"]),
+             fmt(r["tpot_p50_ms"]), fmt(r["tpot_p99_ms"]), fmt(r["e2e_p99_ms"])]
+            for r in s["steps"] if r["task"] == "all"]
+    lines.append(_table(["step", "requests", "errors", "req/s", "out tok/s", "goodput", "TTFT p50", "TTFT p99",
+                         "TPOT p50", "TPOT p99", "E2E p99"], rows))
+    lines.append("(latencies in ms, successful requests; steady windows only)")
+    c = s["curves"]
+    if c["knee"]:
+        lines.append(f"knee at load {c['knee']['knee_load_value']:g}")
+    m = c["max_load_meeting_slo"]
+    if m is not None:
+        lines.append("no step meets all SLOs" if m["load_value"] is None else f"highest load meeting SLOs: {m['load_value']:g}")
+    failing = [r for r in s["slo_results"] if not r["passed"]]
+    if s["slo_results"]:
+        lines.append(f"SLO checks: {len(s['slo_results']) - len(failing)}/{len(s['slo_results'])} pass")
+    drift = [d["series"] for d in s["soak"]["drift"] if d["drift_detected"]]
+    if drift:
+        lines.append("drift: " + ", ".join(drift))
+    return "\n".join(lines)
+
+
+def compare_text(s: dict[str, Any]) -> str:
+    """Per-step speedups, then consistency, with the greedy flag on its own line."""
+    rows = [[str(r["step_name"]), r["task"],
+             ci(r["request_output_tps_p50_speedup_ratio"], r["request_output_tps_p50_speedup_ci_low_ratio"],
+                r["request_output_tps_p50_speedup_ci_high_ratio"]),
+             ci(r["output_tokens_per_s_speedup_ratio"], r["output_tokens_per_s_speedup_ci_low_ratio"],
+                r["output_tokens_per_s_speedup_ci_high_ratio"]),
+             fmt(r["ttft_p50_ratio"], 3), fmt(r["tpot_p50_ratio"], 3), fmt(r["e2e_p99_ratio"], 3)]
+            for r in s["rows"] if r["task"] == "all"]
+    lines = [_table(["step", "task", "per-req tok/s", "aggregate tok/s", "TTFT p50 x", "TPOT p50 x", "E2E p99 x"], rows)]
+    lines += [f"!  {n}" for n in s["collapse_notes"]]
+    c = s["consistency"]
+    lines.append(f"outputs: {pct(c['exact_match_rate'])} exact match over {c['judged_pairs_count']} pairs, "
+                 f"{c['diverging_count']} diverging")
+    if c["greedy_divergence"]:
+        lines.append(f"!! GREEDY OUTPUTS CHANGED: {c['greedy_diverging_count']} temperature-0 pair(s) diverge")
+    return "\n".join(lines)

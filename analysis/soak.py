@@ -1,0 +1,184 @@
+"""Soak analysis: metrics in fixed time windows, drift tests and error bursts.
+
+Requests are assigned to the window in which they *ended* (``sent_at + e2e``; ``sent_at``
+when no end was observed), from the first ``sent_at`` of the run; warm-up records are
+excluded when the run marks phases. A trailing window shorter than ``window_s`` is reported
+but left out of the trend tests (its throughput would look like a drop).
+
+Drift: for each series a two-sided Mann-Kendall test and a Theil-Sen slope; a drift is
+reported when ``p < alpha`` (default 0.01) *and* the Theil-Sen line changes by at least
+``min_relative_change`` (default 10 %) of the series median over the run, so a long soak
+does not flag statistically significant but irrelevant wobbles.
+
+Error bursts: windows whose error count is at least 3 and more than 3 binomial standard
+deviations above the run's overall error rate (any window with >= 3 errors when the overall
+rate is 0); consecutive burst windows are merged.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from analysis.loader import Run
+from analysis.stats import mann_kendall, theil_sen
+from analysis.tables import derived
+
+DRIFT_SERIES: tuple[str, ...] = (
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "tpot_p50_ms",
+    "tpot_p99_ms",
+    "output_tokens_per_s",
+    "error_rate",
+    "server_queue_waiting_mean_count",
+    "server_kv_cache_usage_mean_perc",
+)
+QUEUE = "vllm:num_requests_waiting"
+KV_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+
+
+def _pct(v: np.ndarray, p: float) -> float | None:
+    v = v[~np.isnan(v)]
+    return float(np.percentile(v, p)) if v.size else None
+
+
+def time_windows(run: Run, window_s: float = 60.0) -> list[dict[str, Any]]:
+    """One row per window: throughput, TTFT/TPOT p50/p99, error rate, server queue and KV use."""
+    d = derived(run)
+    keep = run["phase"] != run.code("phase", "warmup")
+    if not keep.any():
+        return []
+    t0 = float(run["sent_at"][keep].min())
+    end = d["end_s"]
+    t_end = float(end[keep].max())
+    n_win = max(1, int(math.ceil((t_end - t0) / window_s - 1e-9)))
+    wid = np.minimum(((end - t0) // window_s).astype(np.int64), n_win - 1)
+    idx = np.nonzero(keep)[0]
+    order = idx[np.argsort(wid[idx], kind="stable")]
+    bounds = np.searchsorted(wid[order], np.arange(n_win + 1))
+    sm = run.server_metrics
+    queue = sm.value(QUEUE) if sm else None
+    kv = next((sm.value(n) for n in KV_NAMES if sm and sm.value(n) is not None), None) if sm else None
+    rows = []
+    for w in range(n_win):
+        sel = order[bounds[w]:bounds[w + 1]]
+        start = t0 + w * window_s
+        length = min(window_s, t_end - start) if w == n_win - 1 else window_s
+        ok = sel[d["ok"][sel]]
+        failed = int(d["failed"][sel].sum())
+        denom = int(sel.size - d["cancelled"][sel].sum())
+        row: dict[str, Any] = {
+            "window_index": w,
+            "window_start_s": start,
+            "window_offset_s": w * window_s,
+            "window_duration_s": length,
+            "window_partial": bool(length < window_s * 0.999),
+            "requests_count": int(sel.size),
+            "ok_count": int(ok.size),
+            "failed_count": failed,
+            "error_rate": failed / denom if denom else None,
+            "requests_per_s": ok.size / length if length > 0 else None,
+            "output_tokens_per_s": float(np.nansum(run["output_tokens"][ok])) / length if length > 0 else None,
+            "ttft_p50_ms": _pct(run["ttft_ms"][ok], 50),
+            "ttft_p99_ms": _pct(run["ttft_ms"][ok], 99),
+            "tpot_p50_ms": _pct(d["tpot_ms"][ok], 50),
+            "tpot_p99_ms": _pct(d["tpot_ms"][ok], 99),
+        }
+        for key, series in (("server_queue_waiting", queue), ("server_kv_cache_usage", kv)):
+            unit = "count" if key == "server_queue_waiting" else "perc"
+            if series is None:
+                row[f"{key}_mean_{unit}"] = row[f"{key}_max_{unit}"] = None
+                continue
+            in_w = (sm.scraped_at_s >= start) & (sm.scraped_at_s < start + window_s) & ~np.isnan(series)
+            vals = series[in_w]
+            row[f"{key}_mean_{unit}"] = float(vals.mean()) if vals.size else None
+            row[f"{key}_max_{unit}"] = float(vals.max()) if vals.size else None
+        rows.append(row)
+    return rows
+
+
+def drift(rows: list[dict[str, Any]], alpha: float = 0.01, min_relative_change: float = 0.10) -> list[dict[str, Any]]:
+    """Trend test of every series over the full windows (see module docstring)."""
+    full = [r for r in rows if not r["window_partial"]]
+    out = []
+    for name in DRIFT_SERIES:
+        pts = [(r["window_offset_s"], r.get(name)) for r in full if r.get(name) is not None]
+        res: dict[str, Any] = {"series": name, "windows_count": len(pts)}
+        if len(pts) < 4:
+            res.update({"mann_kendall_z": None, "p_value": None, "theil_sen_slope_per_hour": None,
+                        "relative_change_share": None, "drift_detected": False, "direction": None,
+                        "note": "fewer than 4 full windows"})
+            out.append(res)
+            continue
+        x = np.array([p[0] for p in pts], dtype=float)
+        y = np.array([p[1] for p in pts], dtype=float)
+        _, z, p = mann_kendall(y)
+        slope, _ = theil_sen(x, y)
+        span = x[-1] - x[0]
+        med = float(np.median(np.abs(y)))
+        rel = abs(slope * span) / med if med > 0 else (math.inf if slope != 0 else 0.0)
+        detected = bool(p < alpha and rel >= min_relative_change)
+        res.update({
+            "mann_kendall_z": z,
+            "p_value": p,
+            "theil_sen_slope_per_hour": slope * 3600.0,
+            "relative_change_share": None if math.isinf(rel) else rel,
+            "drift_detected": detected,
+            "direction": ("up" if slope > 0 else "down") if detected else None,
+            "note": None,
+        })
+        out.append(res)
+    return out
+
+
+def error_bursts(rows: list[dict[str, Any]], min_errors: int = 3, z_limit: float = 3.0) -> list[dict[str, Any]]:
+    """Windows with improbably many errors, merged into bursts (see module docstring)."""
+    total = sum(r["requests_count"] for r in rows)
+    errors = sum(r["failed_count"] for r in rows)
+    p = errors / total if total else 0.0
+    flagged = []
+    for r in rows:
+        n, e = r["requests_count"], r["failed_count"]
+        if e < min_errors:
+            continue
+        if p == 0.0:
+            flagged.append(r)
+            continue
+        sd = math.sqrt(n * p * (1 - p)) if n else 0.0
+        if sd > 0 and (e - n * p) / sd > z_limit:
+            flagged.append(r)
+    bursts: list[dict[str, Any]] = []
+    for r in flagged:
+        if bursts and bursts[-1]["last_window_index"] == r["window_index"] - 1:
+            b = bursts[-1]
+            b["last_window_index"] = r["window_index"]
+            b["end_offset_s"] = r["window_offset_s"] + r["window_duration_s"]
+            b["errors_count"] += r["failed_count"]
+            b["requests_count"] += r["requests_count"]
+        else:
+            bursts.append({"first_window_index": r["window_index"], "last_window_index": r["window_index"],
+                           "start_offset_s": r["window_offset_s"],
+                           "end_offset_s": r["window_offset_s"] + r["window_duration_s"],
+                           "errors_count": r["failed_count"], "requests_count": r["requests_count"]})
+    for b in bursts:
+        b["error_rate"] = b["errors_count"] / b["requests_count"] if b["requests_count"] else None
+        b["run_error_rate"] = p
+    return bursts
+
+
+def soak(run: Run, window_s: float = 60.0, alpha: float = 0.01, min_relative_change: float = 0.10) -> dict[str, Any]:
+    """Windows, drift and bursts together; ``applicable`` is False for runs shorter than 4 windows."""
+    rows = time_windows(run, window_s)
+    n_full = sum(not r["window_partial"] for r in rows)
+    return {
+        "window_s": window_s,
+        "applicable": n_full >= 4,
+        "windows": rows,
+        "drift": drift(rows, alpha, min_relative_change),
+        "error_bursts": error_bursts(rows),
+        "alpha_p_value": alpha,
+        "min_relative_change_share": min_relative_change,
+    }

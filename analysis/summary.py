@@ -1,0 +1,164 @@
+"""Assemble every table of a run (or a comparison) into one JSON-ready summary dict.
+
+This is the boundary between the computing core and the reporters: reporters read only
+this dict (plus the runs, for plots of raw distributions). No I/O here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from analysis import cost as cost_mod
+from analysis.curves import curves
+from analysis.errors import NoSuccessError
+from analysis.health import generator_health
+from analysis.loader import Run
+from analysis.soak import soak
+from analysis.specdecode import spec_decode_tables
+from analysis.stats import PERCENTILE_METHOD
+from analysis.tables import FAILURE_TREATMENT, derived, step_table
+
+SUMMARY_VERSION = 1
+
+METHODS = {
+    "percentiles": "Exact percentiles from raw values: " + PERCENTILE_METHOD + ". ITL per token is a weighted "
+                   "percentile equal to the same method on the expanded per-token samples.",
+    "failures": FAILURE_TREATMENT,
+    "windows": "Per load step only steady-phase records; throughput denominators are the steady window "
+               "(manifest steady_at..ended_at), else the span of the requests.",
+    "bootstrap": "Percentile bootstrap (95 %), seeded numpy Generator, runs resampled independently.",
+    "trend": "Mann-Kendall (two-sided, tie-corrected) with Theil-Sen slope; drift needs p < alpha and a change "
+             ">= min_relative_change of the median over the run.",
+}
+
+#: Suffixes that name the unit (or dimensionless kind) of a numeric summary value.
+UNIT_SUFFIXES: tuple[str, ...] = (
+    "_ms", "_s", "_per_s", "_rps", "_users", "_count", "_share", "_rate", "_ratio", "_tokens", "_usd",
+    "_perc", "_index", "_value", "_z", "_per_hour", "_version",
+)
+
+
+def run_info(run: Run) -> dict[str, Any]:
+    """Identifying facts of a run (for titles and the JSON header)."""
+    m = run.manifest
+    target = m.get("target") or {}
+    started, ended = m.get("started_at"), m.get("ended_at")
+    return {
+        "path": str(run.path),
+        "name": run.name,
+        "run_id": m.get("run_id"),
+        "scenario_name": m.get("scenario_name"),
+        "load_mode": m.get("load_mode"),
+        "model": target.get("model"),
+        "base_url": target.get("base_url"),
+        "tokenswarm_version": m.get("tokenswarm_version"),
+        "started_at_s": started,
+        "ended_at_s": ended,
+        "run_duration_s": (ended - started) if started is not None and ended is not None else None,
+        "records_count": len(run),
+        "records_files": run.files,
+    }
+
+
+def analyse(
+    run: Run,
+    slo: Any = None,
+    gpu_hour_usd: float | None = None,
+    gpus: float | None = None,
+    window_s: float = 60.0,
+    spec_k: int | None = None,
+    require_success: bool = True,
+) -> dict[str, Any]:
+    """Compute the full single-run summary (every number of the report).
+
+    Raises
+    ------
+    NoSuccessError
+        ``require_success`` and the run holds no successful request.
+    """
+    d = derived(run)
+    if require_success and not d["ok"].any():
+        counts = {o: int((run["outcome"] == c).sum()) for c, o in enumerate(run.categories["outcome"])}
+        raise NoSuccessError(f"{run.path}: no successful request among {len(run)} records (outcomes: {counts})")
+    tables = step_table(run, slo=slo)
+    price = cost_mod.price(run.manifest, gpu_hour_usd, gpus)
+    spec = spec_decode_tables(run, tables.windows, spec_k)
+    summary = {
+        "summary_version": SUMMARY_VERSION,
+        "kind": "report",
+        "run": run_info(run),
+        "generator_health": generator_health(run.manifest, tables.rows, run.warnings),
+        "notes": tables.notes,
+        "methods": METHODS,
+        "slo": tables.slo.to_dict(),
+        "steps": tables.rows,
+        "errors": tables.errors,
+        "slo_results": [r.to_dict() for r in tables.slo_results],
+        "curves": curves(tables.rows, tables.slo_results),
+        "spec_decode": spec,
+        "price": price,
+        "cost": cost_mod.cost_rows(tables.rows, price),
+        "soak": soak(run, window_s),
+    }
+    return clean(summary)
+
+
+def clean(obj: Any) -> Any:
+    """JSON-safe copy: numpy scalars to Python, NaN/inf to ``None`` (not observed)."""
+    if isinstance(obj, dict):
+        return {k: clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [clean(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def unitless_keys(obj: Any, path: str = "") -> list[str]:
+    """Paths of numeric leaves whose key names no unit (used by tests and as a self-check)."""
+    bad: list[str] = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            p = f"{path}.{k}" if path else k
+            if isinstance(v, (dict, list)):
+                bad += unitless_keys(v, p)
+            elif isinstance(v, (int, float)) and not isinstance(v, bool) and not k.endswith(UNIT_SUFFIXES):
+                bad.append(p)
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            p = f"{path}[{i}]"
+            if isinstance(v, (dict, list)):
+                bad += unitless_keys(v, p)
+            elif isinstance(v, (int, float)) and not isinstance(v, bool) and not path.endswith(UNIT_SUFFIXES):
+                bad.append(p)
+    return bad
+
+
+def compare_summary(base: Run, cand: Run, n_boot: int = 1000, seed: int = 0, spec_k: int | None = None,
+                    slo: Any = None) -> dict[str, Any]:
+    """Comparison summary (:func:`analysis.compare.compare_runs`) plus both runs' health and curves.
+
+    Raises
+    ------
+    NotComparableError, NoSuccessError
+    """
+    from analysis.compare import compare_runs
+    from analysis.curves import curve_points
+
+    for r in (base, cand):
+        if not derived(r)["ok"].any():
+            raise NoSuccessError(f"{r.path}: no successful request among {len(r)} records")
+    out = compare_runs(base, cand, n_boot=n_boot, seed=seed, k_override=spec_k)
+    ta, tb = step_table(base, slo=slo), step_table(cand, slo=slo)
+    out["kind"] = "compare"
+    out["summary_version"] = SUMMARY_VERSION
+    out["baseline_health"] = generator_health(base.manifest, ta.rows, base.warnings)
+    out["candidate_health"] = generator_health(cand.manifest, tb.rows, cand.warnings)
+    out["baseline_curves"] = curve_points(ta.rows)
+    out["candidate_curves"] = curve_points(tb.rows)
+    return clean(out)

@@ -1,0 +1,465 @@
+"""Per-step, per-task tables: throughput, goodput, errors and latency distributions.
+
+Windows
+    A load step's *steady window* is ``steps[i].steady_at .. steps[i].ended_at`` of the
+    manifest, and its requests are the records with ``step == i`` and ``phase == "steady"``
+    (warm-up and transitions excluded). Without steps the whole run is one window (a note
+    says warm-up was not excluded) whose duration is the span from the first ``sent_at`` to
+    the last end of a request.
+Throughput
+    ``requests_per_s`` = successful requests / window duration; ``output_tokens_per_s`` =
+    their ``output_tokens`` / window duration. Goodput counts successful requests that meet
+    the per-request SLO thresholds (see :mod:`analysis.slo`).
+Failures
+    Latency distributions are over successful requests (``outcome == "ok"``). Failed requests
+    (``http_error``, ``stream_error``, ``timeout``) are not dropped silently: every metric
+    reports ``*_failed_share`` (failed / (successful + failed)) and, for per-request metrics,
+    ``*_pNN_failed_as_inf_*``: the percentile when each failure counts as infinitely slow
+    (``None`` = unbounded, the failures reach into that percentile). ``cancelled`` requests were
+    stopped by the generator (end of step/run): they are counted (``cancelled_count``) but are
+    neither errors nor latency samples. Schedule lag covers every request.
+Metric definitions are those of :mod:`tokenswarm.metrics`; the vectorised versions here are
+tested against it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from analysis.loader import Run
+from analysis.slo import ALL_TASKS, SloSpec, evaluate_rows, parse_slos, scenario_slos, SloResult
+from analysis.stats import SortedParts, describe, describe_parts
+from tokenswarm.record import OUTCOMES
+
+FAILED_OUTCOMES: tuple[str, ...] = ("http_error", "stream_error", "timeout")
+
+#: (metric prefix, unit suffix, source) for the latency block of each row.
+LATENCY_METRICS: tuple[tuple[str, str], ...] = (
+    ("ttft", "ms"),
+    ("tpot", "ms"),
+    ("itl", "ms"),
+    ("inter_chunk", "ms"),
+    ("e2e", "ms"),
+    ("schedule_lag", "ms"),
+    ("request_output_tps", "tokens_per_s"),
+    ("ttft_from_schedule", "ms"),
+    ("e2e_from_schedule", "ms"),
+)
+
+FAILURE_TREATMENT = (
+    "Latency percentiles are computed over successful requests (outcome ok). Failed requests "
+    "(http_error, stream_error, timeout) are counted: *_failed_share is their share of "
+    "successful+failed requests, and *_pNN_failed_as_inf_* repeats the percentile with every failure "
+    "counted as infinitely slow (null = unbounded). Cancelled requests (stopped by the generator) are "
+    "counted separately and excluded from latencies and error rates. Schedule lag covers all requests."
+)
+
+
+@dataclass
+class Window:
+    """The requests and time span one row of the tables is computed over."""
+
+    index: int | None
+    name: str
+    kind: str | None
+    target: float | None
+    start_s: float | None
+    end_s: float | None
+    duration_s: float | None
+    duration_source: str
+    mask: np.ndarray
+    note: str | None = None
+
+    def header(self) -> dict[str, Any]:
+        """Identifying columns shared by all rows of this window."""
+        return {
+            "step_index": self.index,
+            "step_name": self.name,
+            "step_kind": self.kind,
+            "step_concurrency_users": self.target if self.kind == "concurrency" else None,
+            "step_rate_rps": self.target if self.kind == "rate" else None,
+        }
+
+
+@dataclass
+class StepTables:
+    """Result of :func:`step_table`: rows (one per step and task, plus ``all``) and errors."""
+
+    rows: list[dict[str, Any]]
+    errors: list[dict[str, Any]]
+    windows: list[Window]
+    slo: SloSpec
+    slo_results: list[SloResult]
+    notes: list[str] = field(default_factory=list)
+
+    def row(self, step_index: int | None, task: str = ALL_TASKS) -> dict[str, Any]:
+        """The row of one step (``None`` for a run without steps) and task."""
+        for r in self.rows:
+            if r["step_index"] == step_index and r["task"] == task:
+                return r
+        raise KeyError(f"no row for step {step_index!r}, task {task!r}")
+
+    def to_dataframe(self):
+        """Rows as a pandas DataFrame (requires pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.rows)
+
+
+# --------------------------------------------------------------------------- derived columns
+
+
+def derived(run: Run) -> dict[str, np.ndarray]:
+    """Per-request arrays derived once per run (glossary definitions, vectorised).
+
+    ``tpot_ms`` = (e2e - ttft) / (output_tokens - 1) for >= 2 tokens; ``request_output_tps``
+    = output_tokens / (e2e / 1000) for e2e > 0; ``*_from_schedule_ms`` = value + lag (a
+    missing lag counts as none, as in :func:`tokenswarm.metrics.with_schedule`).
+    """
+    cached = run.cache.get("derived")
+    if cached is not None:
+        return cached
+    c = run.columns
+    outcome = c["outcome"]
+    ok = outcome == run.code("outcome", "ok")
+    failed = np.isin(outcome, [run.code("outcome", o) for o in FAILED_OUTCOMES])
+    cancelled = outcome == run.code("outcome", "cancelled")
+    ttft, e2e, out_tok = c["ttft_ms"], c["e2e_ms"], c["output_tokens"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(out_tok >= 2, (e2e - ttft) / (out_tok - 1), np.nan)
+        tps = np.where(e2e > 0, out_tok / (e2e / 1000.0), np.nan)
+    lag = c["schedule_lag_ms"]
+    lag = np.where(np.isnan(lag), (c["sent_at"] - c["scheduled_at"]) * 1000.0, lag)
+    lag0 = np.nan_to_num(lag, nan=0.0)
+    end_s = c["sent_at"] + np.nan_to_num(e2e, nan=0.0) / 1000.0
+    out = {
+        "ok": ok,
+        "failed": failed,
+        "cancelled": cancelled,
+        "tpot_ms": tpot,
+        "request_output_tps": tps,
+        "schedule_lag_ms": lag,
+        "ttft_from_schedule_ms": ttft + lag0,
+        "e2e_from_schedule_ms": e2e + lag0,
+        "end_s": end_s,
+    }
+    run.cache["derived"] = out
+    return out
+
+
+# --------------------------------------------------------------------------- windows
+
+
+def _span(run: Run, mask: np.ndarray) -> tuple[float | None, float | None]:
+    if not mask.any():
+        return None, None
+    d = derived(run)
+    return float(run["sent_at"][mask].min()), float(d["end_s"][mask].max())
+
+
+def windows(run: Run) -> tuple[list[Window], list[str]]:
+    """Steady windows of every load step (see module docstring) and notes about fallbacks."""
+    notes: list[str] = []
+    steps = run.manifest.get("steps") or []
+    step_col = run["step"]
+    phase = run["phase"]
+    steady = phase == run.code("phase", "steady")
+    if not steps or not (step_col >= 0).any():
+        mask = np.ones(len(run), dtype=bool)
+        start, end = _span(run, mask)
+        notes.append(
+            "The run has no load steps: all records are used as one window, warm-up is NOT excluded; "
+            "duration = first sent_at .. last request end."
+        )
+        return [
+            Window(None, "all", "rate" if run.manifest.get("load_mode") == "open" else None, None, start, end,
+                   None if start is None else end - start, "span of requests (sent_at .. end)", mask,
+                   "no steps: warm-up not excluded")
+        ], notes
+    out: list[Window] = []
+    for pos, s in enumerate(steps):
+        index = int(s.get("index", pos))
+        in_step = step_col == index
+        has_phase = (phase[in_step] >= 0).any()
+        note = None
+        if has_phase:
+            mask = in_step & steady
+            start, end = s.get("steady_at"), s.get("ended_at")
+            source = "manifest steps steady_at..ended_at"
+        else:
+            mask = in_step
+            start, end = s.get("started_at"), s.get("ended_at")
+            source = "manifest steps started_at..ended_at"
+            note = "records carry no phase: warm-up could not be excluded"
+            notes.append(f"step {index}: {note}")
+        if start is None or end is None or end <= start:
+            start, end = _span(run, mask)
+            source = "span of requests (sent_at .. end)"
+            notes.append(f"step {index}: manifest lacks a valid steady window; duration from the span of its requests")
+        target = s.get("target")
+        out.append(
+            Window(
+                index=index,
+                name=str(s.get("name", index)),
+                kind=s.get("kind"),
+                target=None if target is None else float(target),
+                start_s=start,
+                end_s=end,
+                duration_s=None if start is None else float(end - start),
+                duration_source=source,
+                mask=mask,
+                note=note,
+            )
+        )
+    notes.append("Per step only steady-phase records are used: warm-up and transitions are excluded.")
+    return out, notes
+
+
+# --------------------------------------------------------------------------- rows
+
+
+def _rate(num: float, den: float | None) -> float | None:
+    return None if not den else num / den
+
+
+def chunk_subset(run: Run, req_mask: np.ndarray, with_gaps: bool = True) -> dict[str, np.ndarray]:
+    """Chunk gaps of the selected requests: gaps, tokens, exact-count flag, owning task code."""
+    n_gaps = run.n_gaps
+    cm = np.repeat(req_mask, n_gaps)
+    ng = n_gaps[req_mask]
+    task = run["task"][req_mask]
+    small = np.int8 if len(run.categories["task"]) < 127 else np.int32  # 4x less memory per chunk
+    exact = run["has_chunk_tokens"][req_mask]
+    out = {
+        "gap_tokens": run.gap_tokens[cm],
+        "exact": np.ones(int(ng.sum()), dtype=bool) if exact.all() else np.repeat(exact, ng),
+        "task": np.repeat(task.astype(small), ng),
+    }
+    if with_gaps:
+        out["gap_ms"] = run.gap_ms[cm]
+    return out
+
+
+def token_histogram(chunks: dict[str, np.ndarray]) -> np.ndarray:
+    """Counts of chunks by token count (exact counts only; first chunks excluded by construction)."""
+    tok = chunks["gap_tokens"][chunks["exact"]]
+    return np.bincount(np.maximum(tok, 0).astype(np.intp)) if tok.size else np.zeros(0, dtype=np.int64)
+
+
+def chunk_parts(chunks: dict[str, np.ndarray]) -> tuple[SortedParts, SortedParts, float | None]:
+    """Sorted ITL and inter-chunk samples of a chunk subset, plus the per-chunk (inexact) share.
+
+    ITL per token: a chunk of n tokens after gap g gives n samples of g/n (metrics.itl_ms);
+    requests without exact counts give one sample of g per chunk; zero-token chunks none.
+    """
+    gaps = chunks["gap_ms"]
+    tok = chunks["gap_tokens"]
+    exact = chunks["exact"]
+    inter = SortedParts.from_values(gaps)
+    n = tok if exact.all() else np.where(exact, tok, 1)
+    if n.size == 0 or (n.min() == 1 and n.max() == 1):
+        itl = inter  # one token per chunk: per-token ITL is the inter-chunk gap
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            values = (gaps / np.maximum(n, 1).astype(np.float32)).astype(np.float32)
+        itl = SortedParts.from_values(values, np.maximum(n, 0))
+    inexact = None if exact.size == 0 else float(1.0 - exact.mean())
+    return itl, inter, inexact
+
+
+def _chunk_stats(parts: tuple[SortedParts, SortedParts, float | None], failed_share: float | None) -> dict[str, Any]:
+    itl, inter, inexact = parts
+    out: dict[str, Any] = {}
+    out.update(describe_parts(itl, "itl", "ms", failed_share=failed_share))
+    out["itl_per_chunk_samples_share"] = inexact
+    out.update(describe_parts(inter, "inter_chunk", "ms", failed_share=failed_share))
+    return out
+
+
+def _latency_block(
+    run: Run, d: dict[str, np.ndarray], req: np.ndarray,
+    parts: tuple[SortedParts, SortedParts, float | None], open_loop: bool,
+) -> dict[str, Any]:
+    ok = req & d["ok"]
+    n_failed = int((req & d["failed"]).sum())
+    n_ok = int(ok.sum())
+    failed_share = n_failed / (n_ok + n_failed) if n_ok + n_failed else None
+    out: dict[str, Any] = {}
+    sources = {
+        "ttft": run["ttft_ms"],
+        "tpot": d["tpot_ms"],
+        "e2e": run["e2e_ms"],
+        "request_output_tps": d["request_output_tps"],
+    }
+    for name, unit in LATENCY_METRICS:
+        if name in ("itl", "inter_chunk"):
+            if name == "itl":
+                out.update(_chunk_stats(parts, failed_share))
+            continue
+        if name == "schedule_lag":
+            v = d["schedule_lag_ms"][req]
+            out.update(describe(v[~np.isnan(v)], name, unit))
+            continue
+        if name.endswith("_from_schedule"):
+            if open_loop:
+                v = d[name + "_ms"][ok]
+                out.update(describe(v[~np.isnan(v)], name, unit, n_failed=n_failed))
+            else:
+                out.update({k: None for k in describe(np.empty(0), name, unit, n_failed=0)})
+            continue
+        v = sources[name][ok]
+        out.update(describe(v[~np.isnan(v)], name, unit, n_failed=n_failed))
+    out["ttft_missing_count"] = int((ok & np.isnan(run["ttft_ms"])).sum())
+    return out
+
+
+def _counts_block(run: Run, d: dict[str, np.ndarray], req: np.ndarray, duration: float | None,
+                  good: np.ndarray | None) -> dict[str, Any]:
+    outcome = run["outcome"][req]
+    total = int(req.sum())
+    out: dict[str, Any] = {"requests_count": total}
+    for o in OUTCOMES:
+        out[f"{o}_count"] = int((outcome == run.code("outcome", o)).sum())
+    n_ok = out["ok_count"]
+    n_failed = sum(out[f"{o}_count"] for o in FAILED_OUTCOMES)
+    n_cancel = out["cancelled_count"]
+    denom = total - n_cancel
+    out["failed_count"] = n_failed
+    out["error_rate"] = None if denom <= 0 else n_failed / denom
+    for o in FAILED_OUTCOMES:
+        out[f"{o}_rate"] = None if denom <= 0 else out[f"{o}_count"] / denom
+    ok = req & d["ok"]
+    toks = run["output_tokens"][ok]
+    missing = int(np.isnan(toks).sum())
+    out_tokens = float(np.nansum(toks))
+    out["output_tokens_count"] = out_tokens
+    out["output_tokens_missing_count"] = missing
+    out["output_tokens_estimated_count"] = int((run["tokens_estimated"][ok]).sum())
+    out["prompt_tokens_count"] = float(np.nansum(run["prompt_tokens"][ok]))
+    out["window_duration_s"] = duration
+    out["requests_per_s"] = _rate(n_ok, duration)
+    out["output_tokens_per_s"] = _rate(out_tokens, duration)
+    out["prompt_tokens_per_s"] = _rate(out["prompt_tokens_count"], duration)
+    if good is None:
+        out["good_count"] = None
+        out["goodput_requests_per_s"] = None
+        out["goodput_share"] = None
+    else:
+        n_good = int((req & good).sum())
+        out["good_count"] = n_good
+        out["goodput_requests_per_s"] = _rate(n_good, duration)
+        out["goodput_share"] = None if denom <= 0 else n_good / denom
+    return out
+
+
+def good_mask(run: Run, spec: SloSpec) -> np.ndarray | None:
+    """Requests that succeeded and meet their task's per-request thresholds; ``None`` if none set.
+
+    A missing TTFT or E2E fails the criterion it is checked against; a missing TPOT (fewer
+    than two output tokens) passes, as the metric does not exist for such a request.
+    """
+    d = derived(run)
+    tasks = run.categories["task"]
+    thresholds = {t: spec.request_thresholds(t) for t in tasks}
+    if not any(thresholds.values()):
+        return None
+    good = d["ok"].copy()
+    task = run["task"]
+    for code, t in enumerate(tasks):
+        th = thresholds[t]
+        sel = task == code
+        if "ttft_ms" in th:
+            good[sel] &= run["ttft_ms"][sel] <= th["ttft_ms"]
+        if "e2e_ms" in th:
+            good[sel] &= run["e2e_ms"][sel] <= th["e2e_ms"]
+        if "tpot_ms" in th:
+            tp = d["tpot_ms"][sel]
+            good[sel] &= np.isnan(tp) | (tp <= th["tpot_ms"])
+    return good
+
+
+def _error_rows(run: Run, w: Window, task_name: str, req: np.ndarray, denom: int) -> list[dict[str, Any]]:
+    d = derived(run)
+    bad = req & (d["failed"])
+    if not bad.any():
+        return []
+    oc, er = run["outcome"][bad], run["error"][bad]
+    hs = np.nan_to_num(run["http_status"][bad], nan=-1).astype(np.int64)
+    combo = np.stack([oc.astype(np.int64), er.astype(np.int64), hs], axis=1)
+    uniq, counts = np.unique(combo, axis=0, return_counts=True)
+    rows = []
+    for (o, e, h), n in zip(uniq, counts):
+        rows.append({
+            **w.header(),
+            "task": task_name,
+            "outcome": run.categories["outcome"][o],
+            "error": None if e < 0 else run.categories["error"][e],
+            "http_status": None if h < 0 else int(h),
+            "requests_count": int(n),
+            "requests_share": n / denom if denom > 0 else None,
+        })
+    rows.sort(key=lambda r: -r["requests_count"])
+    return rows
+
+
+def step_table(run: Run, slo: Any = None, use_scenario_slo: bool = True) -> StepTables:
+    """Compute the per-step, per-task tables of a run.
+
+    Parameters
+    ----------
+    run
+        A loaded run.
+    slo
+        SLO block or :class:`SloSpec`; ``None`` uses ``manifest.scenario.slo`` when
+        ``use_scenario_slo`` (default).
+
+    Returns
+    -------
+    StepTables
+        ``rows``: one dict per (step, task) plus ``task == "all"`` per step, keys with units
+        (``ttft_p99_ms``, ``output_tokens_per_s`` ...); ``errors``: counts by outcome, error
+        text and HTTP status; ``slo_results``: every SLO checked on every row.
+    """
+    spec = parse_slos(slo) if slo is not None else (scenario_slos(run.manifest) if use_scenario_slo else SloSpec())
+    d = derived(run)
+    wins, notes = windows(run)
+    good = good_mask(run, spec)
+    if good is None:
+        notes.append("No per-request SLO thresholds (ttft_ms/tpot_ms/e2e_ms or pNN SLOs): goodput not computed.")
+    rows: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+    tasks = run.categories["task"]
+    for w in wins:
+        step_chunks = chunk_subset(run, w.mask & d["ok"])
+        open_loop = w.kind == "rate"
+        present = sorted(np.unique(run["task"][w.mask]), key=lambda c: tasks[c])
+        task_parts = []
+        hists = run.cache.setdefault("token_histograms", {})
+        for code in present:
+            sel = step_chunks["task"] == code
+            sub = {k: v[sel] for k, v in step_chunks.items()}
+            hists[(w.index, int(code))] = token_histogram(sub)  # reused by the spec-decode tables
+            task_parts.append(chunk_parts(sub))
+            del sub
+        del step_chunks
+        # The all-tasks row reuses the tasks' sorted samples (a union, no second sort).
+        all_parts = (SortedParts.union([p[0] for p in task_parts]), SortedParts.union([p[1] for p in task_parts]), None)
+        sizes = [p[1].count for p in task_parts]
+        if sum(sizes):
+            inexact = sum((p[2] or 0.0) * n for p, n in zip(task_parts, sizes)) / sum(sizes)
+            all_parts = (all_parts[0], all_parts[1], inexact)
+        groups = [(ALL_TASKS, w.mask, all_parts)]
+        groups += [(tasks[c], w.mask & (run["task"] == c), p) for c, p in zip(present, task_parts)]
+        for task_name, req, parts in groups:
+            row: dict[str, Any] = {**w.header(), "task": task_name}
+            row["window_start_s"] = w.start_s
+            row["window_end_s"] = w.end_s
+            row["duration_source"] = w.duration_source
+            row.update(_counts_block(run, d, req, w.duration_s, good))
+            row.update(_latency_block(run, d, req, parts, open_loop))
+            rows.append(row)
+            errors.extend(_error_rows(run, w, task_name, req, row["requests_count"] - row["cancelled_count"]))
+    return StepTables(rows=rows, errors=errors, windows=wins, slo=spec, slo_results=evaluate_rows(rows, spec), notes=notes)

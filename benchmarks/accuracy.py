@@ -1,0 +1,157 @@
+"""Is tokenswarm telling the truth? Client measurements joined to the server's ground truth.
+
+For each concurrency (default 1, 64, 256, 512) and speculative chunking off and on, this
+runs tokenswarm (one worker, pinned to core 0) against the simulator (``bench-10ms``,
+pinned to core 1) with ``--truth``, joins every record to the server's log by response id
+and prints the error distributions:
+
+* TTFT error = client TTFT - server TTFT (server: first chunk sent - request received),
+* chunk-gap error = client gap - server gap, for every consecutive chunk pair,
+* exactness of tokens per chunk and output tokens (must be 100 %), and the join rate,
+* the generator's CPU and event-loop lag (its own health log) and the simulator's emission lag,
+  which together say where errors come from when they grow.
+
+    python benchmarks/accuracy.py                       # 1, 64, 256, 512 streams
+    python benchmarks/accuracy.py --streams 1 64 --seconds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_sim(spec: str, truth: Path) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    cmd = [sys.executable, "-m", "tokenswarm", "sim", "--port", str(port), "--profile", "bench-10ms", "--truth",
+           str(truth), "--spec-method", spec]
+    if shutil.which("taskset"):
+        cmd = ["taskset", "-c", "1"] + cmd
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(base + "/health", timeout=1)
+            return proc, base
+        except Exception:
+            time.sleep(0.1)
+    raise RuntimeError("simulator did not start")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(15)
+
+
+def run_tokenswarm(base: str, streams: int, seconds: float, out: Path, temperature: float) -> None:
+    scenario = out.parent / f"acc-{streams}.yaml"
+    scenario.write_text(json.dumps({
+        "name": "accuracy", "target": {"metrics_url": None, "timeouts": {"first_token_s": 600, "total_s": 600}},
+        "traffic": {"seed": 1, "classes": {"code": {
+            "weight": 1, "prompt_tokens": {"dist": "fixed", "value": 200},
+            "output_tokens": {"dist": "fixed", "value": 100},
+            "sampling": {"ignore_eos": True, "temperature": temperature}}}},
+        "load": {"mode": "closed", "steps": [streams], "warmup_s": 2, "step_duration_s": seconds,
+                 "spawn_rate": 1000, "stop_timeout_s": 30}}))
+    cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfiles" / "llm.py"), "--headless", "--scenario",
+           str(scenario), "--host", base, "--out", str(out), "--only-summary"]
+    if shutil.which("taskset"):
+        cmd = ["taskset", "-c", "0"] + cmd
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if res.returncode not in (0, 1):
+        raise RuntimeError(res.stderr[-2000:])
+
+
+def q(a: np.ndarray, p: float) -> float:
+    return float(np.quantile(a, p)) if len(a) else float("nan")
+
+
+def analyse(run: Path, truth_path: Path) -> dict:
+    records = [json.loads(x) for x in (run / "records.jsonl").read_text().splitlines() if x]
+    steady = [r for r in records if r["phase"] == "steady" and r["outcome"] == "ok"]
+    truth = {t["id"]: t for t in (json.loads(x) for x in truth_path.read_text().splitlines() if x)}
+    ttft_err, gap_err, exact_chunks, exact_total, joined = [], [], 0, 0, 0
+    for r in steady:
+        t = truth.get(r["response_id"])
+        if t is None:
+            continue
+        joined += 1
+        s_times = np.array([c[0] for c in t["chunks"]]) * 1000.0
+        s_tokens = [c[1] for c in t["chunks"]]
+        exact_chunks += r["chunk_tokens"] == s_tokens
+        exact_total += r["output_tokens"] == t["output_tokens"]
+        ttft_err.append(r["ttft_ms"] - (s_times[0] - t["received"] * 1000.0))
+        c = np.array(r["chunk_offsets_ms"])
+        if len(c) == len(s_times) and len(c) > 1:
+            gap_err.extend((np.diff(c) - np.diff(s_times)).tolist())
+    health = [json.loads(x) for x in (run / "generator_health.jsonl").read_text().splitlines() if x] \
+        if (run / "generator_health.jsonl").exists() else []
+    te, ge = np.abs(np.array(ttft_err)), np.abs(np.array(gap_err))
+    return {"requests": len(steady), "joined_pct": 100.0 * joined / max(1, len(steady)),
+            "chunk_tokens_exact_pct": 100.0 * exact_chunks / max(1, joined),
+            "output_tokens_exact_pct": 100.0 * exact_total / max(1, joined),
+            "ttft_err_p50_ms": q(te, .5), "ttft_err_p99_ms": q(te, .99),
+            "gap_err_p50_ms": q(ge, .5), "gap_err_p99_ms": q(ge, .99), "gaps": len(ge),
+            "client_cpu_max_pct": max((h["cpu_pct"] for h in health), default=float("nan")),
+            "client_loop_lag_max_ms": max((h["loop_lag_max_ms"] for h in health), default=float("nan"))}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--streams", type=int, nargs="+", default=[1, 64, 256, 512])
+    ap.add_argument("--seconds", type=float, default=15)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="tokenswarm-accuracy-"))
+    rows = []
+    for spec in ("none", "draft"):
+        for n in args.streams:
+            truth = work / f"truth-{spec}-{n}.jsonl"
+            sim, base = start_sim(spec, truth)
+            try:
+                run_tokenswarm(base, n, args.seconds, work / f"run-{spec}-{n}", temperature=0.0)
+                lag = json.loads(urllib.request.urlopen(base + "/_tokenswarm/stats", timeout=5).read())
+            finally:
+                stop(sim)
+            row = analyse(work / f"run-{spec}-{n}", truth)
+            row.update(streams=n, spec=spec, server_lag_p99_ms=lag.get("emission_lag", {}).get("p99_ms"))
+            rows.append(row)
+            print(f"done: spec={spec} streams={n}", file=sys.stderr)
+    print(f"\ntokenswarm accuracy vs the simulator's ground truth ({time.strftime('%Y-%m-%d')}, "
+          f"{os.cpu_count()} cores; client on core 0, simulator on core 1)")
+    hdr = (f"{'spec':<6}{'streams':>8}{'reqs':>7}{'join%':>7}{'tok/chunk exact%':>17}{'out exact%':>11}"
+           f"{'TTFT err p50':>13}{'p99':>7}{'gap err p50':>12}{'p99':>7}{'cli CPU%':>9}{'loop lag':>9}{'srv lag p99':>12}")
+    print(hdr)
+    for r in rows:
+        print(f"{r['spec']:<6}{r['streams']:>8}{r['requests']:>7}{r['joined_pct']:>7.1f}{r['chunk_tokens_exact_pct']:>17.1f}"
+              f"{r['output_tokens_exact_pct']:>11.1f}{r['ttft_err_p50_ms']:>13.3f}{r['ttft_err_p99_ms']:>7.2f}"
+              f"{r['gap_err_p50_ms']:>12.3f}{r['gap_err_p99_ms']:>7.2f}{r['client_cpu_max_pct']:>9.0f}"
+              f"{r['client_loop_lag_max_ms']:>9.1f}{(r['server_lag_p99_ms'] or float('nan')):>12.2f}")
+    print("errors are |client - server| in ms; 'loop lag' is the generator's worst event-loop delay, "
+          "'srv lag' the simulator's emission lag p99 (when it grows, the server, not the client, is late)")
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
