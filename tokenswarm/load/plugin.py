@@ -137,8 +137,9 @@ class RunController:
         sc = self.scenario
         self.finished = False
         self.worker_status = {}
-        if not self.is_master:
-            self.live = LiveStats()
+        self.live = LiveStats()  # a new run starts from zero (also when restarted from the UI)
+        # -u on the command line, or the UI's class picker choosing Locust's default (no) shape
+        self.fixed_users = self.env.shape_class is None
         base_url = (self.env.host or sc.target.base_url or "").rstrip("/")
         if not base_url:
             self._abort("no target: give --host or target.base_url in the scenario", EXIT_BAD_CONFIG)
@@ -176,16 +177,18 @@ class RunController:
         runtime.set_context(self.ctx)
         if self.fixed_users:
             self.machine = None
-            self._step_msg = {"index": 0, "name": f"u{opts.num_users}", "kind": "concurrency",
-                              "target": opts.num_users, "phase": "steady", "worker_count": 1}
+            users = opts.num_users or getattr(self.env.runner, "target_user_count", None) or 0
+            self._step_msg = {"index": 0, "name": f"u{users}", "kind": "concurrency",
+                              "target": users, "phase": "steady", "worker_count": 1}
             self.manifest.data["steps"] = [{"index": 0, "name": self._step_msg["name"], "kind": "concurrency",
-                                            "target": opts.num_users, "started_at": time.time(),
+                                            "target": users, "started_at": time.time(),
                                             "steady_at": time.time(), "ended_at": None}]
             self._broadcast(self._step_msg)
         for tr in self._pending:  # the shape's first tick comes before test_start
             self._record_transition(tr)
         self._pending = []
         self.manifest.write()
+        self.scrapers = []
         self._start_scrapers(base_url)
         self.untrusted, self.health_peaks = [], {}
         self.health_fh = open(out / "generator_health.jsonl", "ab")
@@ -344,6 +347,12 @@ class RunController:
             acc.client_id, acc.host, acc.pid = client_id, info.get("host"), info.get("pid")
             acc.clock_offset_s = round(info.get("wall_s", time.time()) - time.time(), 3)
             self.collector.on_progress(info["worker_id"], info.get("last_seq"), info.get("requests_started", 0))
+
+    def reset_live(self) -> None:
+        """Locust's "Reset Stats" also resets the live LLM statistics (records are untouched)."""
+        self.live = LiveStats()
+        if self.ctx is not None and not self.is_master:
+            self.ctx.live = self.live
 
     def on_health_sample(self, sample: dict[str, Any]) -> None:
         """A generator health sample (own or a worker's): log it, remember untrusted windows."""
@@ -698,6 +707,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     environment.events.test_start.add_listener(lambda environment, **kw: ctl.start())
     environment.events.test_stopping.add_listener(lambda environment, **kw: _set_stopping())
     environment.events.test_stop.add_listener(lambda environment, **kw: ctl.stop())
+    environment.events.reset_stats.add_listener(lambda **kw: ctl.reset_live())
     environment.events.quitting.add_listener(lambda environment, **kw: ctl.stop())
     if environment.web_ui is not None:
         try:
