@@ -125,6 +125,9 @@ def main() -> int:
                 run_client("tokenswarm", base, args.streams, args.seconds, work, pin=True),
                 run_client("tokenswarm", base, args.streams, args.seconds, work, pin=True, reader="greenlet")]
         if args.workers:
+            # Distributed mode on this machine: a master plus N worker processes, unpinned (they
+            # share the cores with the simulator), against one worker process in the same mode.
+            rows.append(run_client("tokenswarm", base, args.streams, args.seconds, work, pin=False, workers=1))
             rows.append(run_client("tokenswarm", base, args.streams, args.seconds, work, pin=False,
                                    workers=args.workers))
         lag = sim_lag(base)
@@ -141,6 +144,10 @@ def main() -> int:
     b, t = rows[0], rows[1]
     print(f"\nratio tokenswarm / baseline: events/s {t['events_per_s'] / b['events_per_s']:.2f}x, "
           f"CPU per event {b['cpu_us_per_event'] / t['cpu_us_per_event']:.2f}x cheaper")
+    if args.workers:
+        one, many = rows[-2], rows[-1]
+        print(f"aggregate events/s, {args.workers} workers / 1 worker (master + local worker processes): "
+              f"{many['events_per_s'] / one['events_per_s']:.2f}x ({many['events_per_s']:.0f} vs {one['events_per_s']:.0f})")
     if lag:
         print(f"simulator emission lag over the whole benchmark: {json.dumps(lag)[:300]}")
     shutil.rmtree(work, ignore_errors=True)

@@ -31,9 +31,14 @@ def parse_metrics(text: str) -> list[dict[str, Any]]:
     return out
 
 
-def fetch(url: str, timeout_s: float = 5.0, headers: dict[str, str] | None = None) -> str:
+def fetch(url: str, timeout_s: float = 5.0, headers: dict[str, str] | None = None, verify_tls: bool = True) -> str:
     req = urllib.request.Request(url, headers=headers or {})
-    with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 (URL from the scenario)
+    context = None
+    if url.startswith("https") and not verify_tls:
+        import ssl
+
+        context = ssl._create_unverified_context()  # the scenario said verify_tls: false
+    with urllib.request.urlopen(req, timeout=timeout_s, context=context) as resp:  # noqa: S310
         return resp.read().decode("utf-8", "replace")
 
 
@@ -41,7 +46,9 @@ class Scraper:
     """Scrapes ``url`` every ``interval_s`` into ``out`` until stopped."""
 
     def __init__(self, source: str, url: str, interval_s: float, out: IO[bytes],
-                 step: Callable[[], int | None], headers: dict[str, str] | None = None) -> None:
+                 step: Callable[[], int | None], headers: dict[str, str] | None = None,
+                 verify_tls: bool = True) -> None:
+        self.verify_tls = verify_tls
         self.source, self.url, self.interval_s, self.out = source, url, interval_s, out
         self.step = step
         self.headers = headers
@@ -55,7 +62,7 @@ class Scraper:
         line: dict[str, Any] = {"scraped_at": round(time.time(), 6), "source": self.source, "url": self.url,
                                 "step": self.step(), "error": None, "samples": []}
         try:
-            line["samples"] = parse_metrics(fetch(self.url, min(5.0, self.interval_s * 2), self.headers))
+            line["samples"] = parse_metrics(fetch(self.url, min(5.0, self.interval_s * 2), self.headers, self.verify_tls))
             self.scrapes += 1
             self.last = line
         except (urllib.error.URLError, OSError, ValueError) as exc:

@@ -32,6 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override a scenario field, e.g. --set load.steps=[1,8] (repeatable)")
     parser.add_argument("--slo", action="append", default=[], metavar="NAME=VALUE",
                         help="SLO for the verdict (repeatable; TASK.NAME=VALUE for one task), e.g. ttft_p95_ms=800")
+    parser.add_argument("--insecure", action="store_true",
+                        help="do not verify the target's TLS certificate (same as --set target.verify_tls=false)")
     parser.add_argument("--dry-run", action="store_true",
                         help="validate the scenario and print the plan (steps, expected requests); send nothing")
     parser.epilog = "Other options are passed to Locust (e.g. -u 8 -t 60s, --web-port, --master, --expect-workers)."
@@ -63,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
     from tokenswarm.load.plugin import scenario_slos
 
     path = resolve_scenario_path(args.scenario)
+    if args.insecure:
+        args.overrides.append("target.verify_tls=false")
     try:
         overrides = dict(parse_override(o) for o in args.overrides)
         scenario = load_scenario(path, overrides or None)

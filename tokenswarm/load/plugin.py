@@ -256,7 +256,8 @@ class RunController:
         assert self.run_dir is not None
         self.metrics_fh = open(self.run_dir / "server_metrics.jsonl", "ab")
         for source, u in endpoints:
-            s = Scraper(source, u, t.scrape_interval_s, self.metrics_fh, step=lambda: self.ctx.step_index if self.ctx else None)
+            s = Scraper(source, u, t.scrape_interval_s, self.metrics_fh,
+                        step=lambda: self.ctx.step_index if self.ctx else None, verify_tls=t.verify_tls)
             s.scrape_once()  # a baseline sample before any load
             s.start()
             self.scrapers.append(s)
@@ -592,7 +593,12 @@ def discover_model(base_url: str, target: Any) -> tuple[str | None, Any, dict[st
         headers["Authorization"] = f"Bearer {key}"
     try:
         req = urllib.request.Request(full, headers=headers)
-        with urllib.request.urlopen(req, timeout=target.connect_timeout_s) as resp:  # noqa: S310
+        context = None
+        if full.startswith("https") and not target.verify_tls:
+            import ssl
+
+            context = ssl._create_unverified_context()  # explicitly asked for (verify_tls: false)
+        with urllib.request.urlopen(req, timeout=target.connect_timeout_s, context=context) as resp:  # noqa: S310
             body = json.loads(resp.read() or b"{}")
             server_headers = {k.lower(): v for k, v in resp.headers.items() if k.lower() in ("server", "x-version")}
     except (urllib.error.URLError, OSError, ValueError) as exc:

@@ -157,18 +157,19 @@ def parse_completion(data: dict, endpoint: str, served_model: str, max_model_len
             f"{plen} input tokens. Please reduce the length of the input messages.",
             "messages" if endpoint == "chat" else "prompt",
         )
-    if max_tokens is None:
+    if max_tokens is not None and max_tokens > max_model_len:
+        raise HttpError(  # vLLM 0.32's wording (docs/vllm-observations.md, Errors)
+            400,
+            f"max_tokens={max_tokens} cannot be greater than max_model_len={max_model_len}. "
+            f"Please request fewer output tokens. (parameter=max_tokens, value={max_tokens})",
+            "max_tokens",
+        )
+    # A prompt plus max_tokens beyond the window is not an error in vLLM: generation stops at
+    # the context limit with finish_reason "length" (observed on a real vLLM, see docs/vllm.md).
+    if max_tokens is None or plen + max_tokens > max_model_len:
         max_tokens = max_model_len - plen
         if max_tokens < 1:
             raise HttpError(400, f"The prompt ({plen} tokens) leaves no room to generate within {max_model_len}.")
-    elif plen + max_tokens > max_model_len:
-        raise HttpError(
-            400,
-            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-            f"{plen + max_tokens} tokens ({plen} in the messages, {max_tokens} in the completion). "
-            "Please reduce the length of the messages or completion.",
-            "max_tokens",
-        )
     # OpenAI's default temperature is 1.0; clients that want greedy decoding send 0.
     temperature = _number(data, "temperature", 1.0, 0.0, 2.0)
     top_p = _number(data, "top_p", 1.0, 0.0, 1.0, lo_open=True)
