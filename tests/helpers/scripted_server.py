@@ -130,8 +130,13 @@ def handle(sock, _addr) -> None:
 
 
 if __name__ == "__main__":
+    import os
+
     port = int(sys.argv[1])
-    server = StreamServer(("127.0.0.1", port), handle)
+    tls = {}
+    if os.environ.get("SCRIPTED_TLS_CERT"):
+        tls = {"certfile": os.environ["SCRIPTED_TLS_CERT"], "keyfile": os.environ["SCRIPTED_TLS_KEY"]}
+    server = StreamServer(("127.0.0.1", port), handle, **tls)
     print("ready", flush=True)
     deadline = time.monotonic() + float(sys.argv[2]) if len(sys.argv) > 2 else None
     server.start()
