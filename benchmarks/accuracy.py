@@ -70,7 +70,9 @@ def run_tokenswarm(base: str, streams: int, seconds: float, out: Path, temperatu
         "name": "accuracy", "target": {"metrics_url": None, "timeouts": {"first_token_s": 600, "total_s": 600}},
         "traffic": {"seed": 1, "classes": {"code": {
             "weight": 1, "prompt_tokens": {"dist": "fixed", "value": 200},
-            "output_tokens": {"dist": "fixed", "value": 100},
+            # varied lengths keep streams out of lockstep (a burst of simultaneous requests would
+            # measure the simulator's intake queue, not the client)
+            "output_tokens": {"dist": "uniform", "min": 50, "max": 150},
             "sampling": {"ignore_eos": True, "temperature": temperature}}}},
         "load": {"mode": "closed", "steps": [streams], "warmup_s": 2, "step_duration_s": seconds,
                  "spawn_rate": 1000, "stop_timeout_s": 30}}))

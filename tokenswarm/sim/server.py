@@ -47,10 +47,11 @@ _SERVER = b"server: tokenswarm-sim\r\n"
 class Conn:
     """One client connection: immediate non-blocking writes plus an ordered backlog."""
 
-    __slots__ = ("sock", "raw", "backlog", "sending", "closed", "wake")
+    __slots__ = ("sock", "raw", "backlog", "sending", "closed", "wake", "recv_s")
 
     def __init__(self, sock) -> None:
         self.sock = sock
+        self.recv_s: float | None = None  # when the read that completed the current request returned
         self.raw = sock._sock  # the real non-blocking socket under gevent's wrapper
         self.backlog: deque[bytes] = deque()
         self.sending = False
@@ -410,6 +411,7 @@ class SimServer:
                         self._respond(conn, 431, api.error_body(431, "Request headers too large"), keep=False)
                         return
                     data = sock.recv(65536)
+                    conn.recv_s = monotonic()
                     if not data:
                         return
                     buf += data
@@ -443,6 +445,7 @@ class SimServer:
                         return
                     while len(buf) < length:
                         data = sock.recv(max(65536, length - len(buf)))
+                        conn.recv_s = monotonic()
                         if not data:
                             return
                         buf += data
@@ -569,7 +572,8 @@ class SimServer:
         return out
 
     def _completion(self, conn: Conn, endpoint: str, body: bytes, keep: bool) -> bool:
-        received = monotonic()
+        # Truth "received" = when the bytes completing the request were read, not after parsing.
+        received = conn.recv_s if conn.recv_s is not None else monotonic()
         index = self.request_index
         self.request_index += 1
         rid = ("chatcmpl-" if endpoint == "chat" else "cmpl-") + f"{self._rid_prefix}{index:010x}"

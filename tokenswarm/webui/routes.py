@@ -78,6 +78,8 @@ def register(environment: Any, state: WebState) -> None:
     @route("/series.json", "series")
     def series_json() -> Any:
         since = request.args.get("since", type=float)
+        if state.state() == "finished":
+            state.sample_once()  # the final sample, now rather than at the sampler's next tick
         return jsonify({"run_id": state.run_id, "state": state.state(), "interval_s": state.interval_s,
                         "samples": state.sampler.since(since)})
 
