@@ -1,6 +1,6 @@
 """Analysis of tokenswarm run directories: tables, curves, comparisons and reports.
 
-Reads only run directories (``docs/CONTRACTS.md``). The computing core (``loader``, ``tables``,
+Reads only run directories (the README). The computing core (``loader``, ``tables``,
 ``slo``, ``curves``, ``specdecode``, ``compare``, ``cost``, ``soak``, ``summary``) does no printing;
 reporters (``report``, ``render_*``, ``plots``) turn a summary into files.
 

@@ -33,7 +33,7 @@ def vllm_skip_reason() -> str | None:
     if vllm_available(python):
         return None
     return (f"vllm is not importable by {python}: set {PYTHON_ENV_VAR} to the python of a venv with "
-            "vLLM (bash .ci/install-vllm.sh prints one; see docs/vllm.md)")
+            "vLLM (bash .ci/install-vllm.sh prints one; see the README)")
 
 
 #: Evaluated once per test session (a subprocess probe when $TOKENSWARM_VLLM_PYTHON is set).
@@ -51,7 +51,7 @@ TARGET = {
     "scrape_interval_s": 1,
     "timeouts": {"connect_s": 10, "first_token_s": 60, "total_s": 120},
 }
-GREEDY = {"temperature": 0.0}  # speculative checks need T=0 on the CPU build (docs/vllm.md)
+GREEDY = {"temperature": 0.0}  # speculative checks need T=0 on the CPU build (the README)
 
 #: One class of each kind, sized for --max-model-len 2048 and a few seconds per run.
 CLASSES: dict[str, dict[str, Any]] = {

@@ -2,7 +2,7 @@
 
 Parsing uses prometheus_client's text parser. ``_created`` series are dropped (they are
 timestamps, not counters). Each line is one scrape of one endpoint, tagged with the load
-step current at scrape time; see docs/CONTRACTS.md.
+step current at scrape time; see the README.
 """
 
 from __future__ import annotations

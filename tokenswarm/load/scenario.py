@@ -7,7 +7,7 @@ path and what was expected, e.g.::
     scenarios/mix.yaml: traffic.classes.qa.weight: expected a number >= 0, got -1
 
 The CLI turns a ``ScenarioError`` into exit status 2 before any traffic is sent. The schema
-is documented field by field in ``docs/scenarios.md``.
+is documented field by field in the README.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ APIS = ("chat", "completions")
 LOAD_MODES = ("closed", "open")
 ARRIVALS = ("poisson", "gamma", "constant")
 DATASET_FORMATS = ("auto", "jsonl", "sharegpt")
-#: abnormal request kinds an ``abnormal`` task can send (see docs/scenarios.md)
+#: abnormal request kinds an ``abnormal`` task can send (see the README)
 ABNORMAL_CASES = ("empty_prompt", "huge_max_tokens", "invalid_params", "cancel_early", "unicode")
 SLO_NAMES = (
     "ttft_p50_ms",
@@ -453,7 +453,7 @@ _LOAD = (
 )
 _COST = ("gpu_hour_usd", "gpus")
 
-#: per-kind defaults of the length/time distributions (documented in docs/scenarios.md)
+#: per-kind defaults of the length/time distributions (documented in the README)
 DEFAULTS: dict[str, dict[str, Any]] = {
     "qa": {
         "prompt_tokens": {"dist": "lognormal", "mean": 60, "sigma": 0.5, "min": 8, "max": 400},

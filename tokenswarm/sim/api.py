@@ -165,7 +165,7 @@ def parse_completion(data: dict, endpoint: str, served_model: str, max_model_len
             "max_tokens",
         )
     # A prompt plus max_tokens beyond the window is not an error in vLLM: generation stops at
-    # the context limit with finish_reason "length" (observed on a real vLLM, see docs/vllm.md).
+    # the context limit with finish_reason "length" (observed on a real vLLM, see the README).
     if max_tokens is None or plen + max_tokens > max_model_len:
         max_tokens = max_model_len - plen
         if max_tokens < 1:

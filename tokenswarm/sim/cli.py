@@ -27,7 +27,7 @@ def _positive(text: str) -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``tokenswarm sim`` (documented in docs/sim.md)."""
+    """Flags of ``tokenswarm sim`` (documented in the README)."""
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port to bind (default 8000; 0 = any free port)")
     parser.add_argument("--profile", default="27b-1gpu", metavar="NAME_OR_YAML",

@@ -157,7 +157,7 @@ class _Step:
 
 @dataclass
 class EngineStats:
-    """Cumulative engine counters (vLLM semantics; see docs/sim.md)."""
+    """Cumulative engine counters (vLLM semantics; see the README)."""
 
     prompt_tokens: int = 0
     generation_tokens: int = 0

@@ -2,7 +2,7 @@
 
 A profile is looked up by name in ``tokenswarm/sim/profiles/NAME.yaml`` or read from a path.
 Every field is checked; errors name the file and the field (:class:`ProfileError`).
-See ``docs/sim.md`` for the meaning of each field and the step-time formula.
+See the README for the meaning of each field and the step-time formula.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Ground-truth log (docs/CONTRACTS.md section 2): one JSON line per finished request.
+"""Ground-truth log (see the README, "Ground-truth log"): one JSON line per finished request.
 
 Lines are buffered in memory and written in batches by :meth:`TruthLog.flush` (called
 periodically by the server and on shutdown) so the event loop never waits on the disk

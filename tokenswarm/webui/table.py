@@ -59,7 +59,7 @@ def server_spec_decode(first: dict[str, Any] | None, latest: dict[str, Any] | No
     """Acceptance rate and mean accepted length from the target's spec-decode counters.
 
     ``rate = Δaccepted / Δdraft_tokens`` and ``mean length = 1 + Δaccepted / Δdrafts`` between
-    the run's first scrape and the latest one (docs/CONTRACTS.md: counters are differenced and
+    the run's first scrape and the latest one (counters are differenced and
     summed over labels). None when the target does not export them or nothing was drafted.
     """
     out: dict[str, float | None] = {"acceptance_rate": None, "mean_accepted_len": None}
