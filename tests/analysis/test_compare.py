@@ -118,3 +118,13 @@ def test_not_comparable_runs_raise_with_both_files_named(tmp_path):
     c = load_run(write_run(tmp_path / "c", [record(100 + i) for i in range(3)]))
     with pytest.raises(NotComparableError, match="no request_key in common"):
         compare_runs(a, c)
+
+
+def test_throughput_ci_has_width_even_when_every_answer_has_the_same_length(pair):
+    """Aggregate tokens/s varies with how many requests finish in the window, not only with
+    their lengths: equal-length answers (fixed max_tokens, ignore_eos) must not collapse the CI."""
+    a, b, base, cand = pair
+    assert len({r["output_tokens"] for r in base if r["step"] == 0}) == 1
+    row = {(r["step_name"], r["task"]): r for r in compare_runs(a, b, n_boot=400, seed=2)["rows"]}[("c1", "all")]
+    lo, hi = row["output_tokens_per_s_speedup_ci_low_ratio"], row["output_tokens_per_s_speedup_ci_high_ratio"]
+    assert lo < row["output_tokens_per_s_speedup_ratio"] < hi and hi - lo > 0.05
