@@ -20,6 +20,8 @@ from typing import Any, Callable
 import gevent
 from gevent.event import Event
 
+from tokenswarm.load.dechunk import ChunkedDecoder, ChunkedError
+
 RECV_BYTES = 65536
 
 
@@ -32,7 +34,7 @@ def can_watch(resp: Any) -> bool:
 class HubReader:
     """Feeds one response's bytes into ``on_data(now_s, data)`` from a hub callback."""
 
-    __slots__ = ("resp", "raw", "clock", "on_data", "on_eof", "done", "error", "watcher")
+    __slots__ = ("resp", "raw", "clock", "on_data", "on_eof", "done", "error", "watcher", "dechunker", "reads")
 
     def __init__(self, resp: Any, clock: Callable[[], float], on_data: Callable[[float, bytes], bool],
                  on_eof: Callable[[], None]) -> None:
@@ -44,6 +46,11 @@ class HubReader:
         self.done = Event()
         self.error: BaseException | None = None
         self.watcher = None
+        self.reads = 0
+        # Our own de-chunking when the header read stopped at the end of the headers (so the
+        # library's parser holds no partial chunk); otherwise its parser does the framing.
+        chunked = "chunked" in str(resp.get("transfer-encoding") or "").lower()
+        self.dechunker = ChunkedDecoder() if chunked and not resp._body_buffer else None
 
     def run(self) -> None:
         """Process what is already buffered, then read from the hub until the response ends."""
@@ -75,9 +82,30 @@ class HubReader:
         now = self.clock()  # one timestamp per read, before parsing
         try:
             if not data:
+                if self.dechunker is not None:
+                    raise ConnectionError("connection closed mid-stream")
                 self.on_eof()
                 self._finish(None)
                 return
+            self.reads += 1
+            dec = self.dechunker
+            if dec is not None:
+                try:
+                    body = dec.feed(data)
+                except ChunkedError:
+                    if self.reads > 1:
+                        raise
+                    # The library's parser had consumed part of a chunk line with the headers:
+                    # hand it these (unconsumed) bytes and let it do the framing from here.
+                    self.dechunker = None
+                else:
+                    stop = self.on_data(now, body) if body else False
+                    if dec.done:
+                        self.resp.feed(b"0\r\n\r\n")  # end the message for the library: keep-alive reuse
+                        self._finish(None)
+                    elif stop:
+                        self._finish(None)
+                    return
             resp = self.resp
             resp.feed(data)  # de-chunks into _body_buffer; may complete the message
             buf = resp._body_buffer

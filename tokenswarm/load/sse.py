@@ -32,6 +32,11 @@ class SSEParser:
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Parse ``chunk`` (any split) and return the events it completed."""
+        if not self._tail and not self._data and self._event is None:
+            # The commonest read of all: exactly one complete "data: ...\n\n" event.
+            n = len(chunk)
+            if n > 8 and chunk[:6] == b"data: " and chunk[-2:] == b"\n\n" and chunk.find(b"\n", 6) == n - 2:
+                return [(None, chunk[6:-2])]
         if self._data or self._event is not None or b"\r" in chunk or b"\r" in self._tail:
             return self._feed_lines(chunk)
         # Fast path for the common framing ("data: {...}\n\n"): split whole events at once

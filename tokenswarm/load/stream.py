@@ -48,7 +48,6 @@ class StreamState:
         "error",
         "spec_decode",
         "usage_stale",
-        "_events_seen",
     )
 
     def __init__(self, sent_s: float) -> None:
@@ -65,29 +64,28 @@ class StreamState:
         self.error: str | None = None
         self.spec_decode: dict[str, Any] | None = None
         self.usage_stale = False  # content arrived after the last usage object
-        self._events_seen = 0
 
     # -- feeding -----------------------------------------------------------------------------
     def on_events(self, now_s: float, events: list[tuple]) -> int:
         """Consume parsed SSE events that arrived at ``now_s``; return content chunks added."""
         added = 0
+        loads, on_chunk = orjson.loads, self._on_chunk
         for event_type, data in events:
-            self._events_seen += 1
             if data == b"[DONE]":
                 self.done = True
                 continue
             try:
-                obj = orjson.loads(data)
+                obj = loads(data)
             except orjson.JSONDecodeError:
                 self.error = "malformed SSE: invalid JSON"
                 continue
-            if not isinstance(obj, dict):
+            if type(obj) is not dict:
                 self.error = "malformed SSE: payload is not an object"
                 continue
             if event_type == "error" or ("error" in obj and not obj.get("choices")):
                 self.error = _error_text(obj)
                 continue
-            added += self._on_chunk(now_s, obj)
+            added += on_chunk(now_s, obj)
         return added
 
     def on_json_body(self, now_s: float, obj: dict[str, Any]) -> None:
