@@ -20,8 +20,8 @@ import math
 import os
 import re
 import zlib
-from dataclasses import dataclass, field
 from array import array
+from dataclasses import dataclass, field
 from itertools import chain, repeat
 from operator import itemgetter
 from pathlib import Path

@@ -19,7 +19,7 @@ def _safe(images: dict[str, bytes], name: str, fn: Callable[[], bytes | None], w
     # A plot that cannot be drawn must not cost the user the numbers.
     try:
         png = fn()
-    except Exception as exc:  # noqa: BLE001 - reported, not swallowed
+    except Exception as exc:
         warnings.append(f"plot {name} failed: {exc!r}")
         return
     if png:

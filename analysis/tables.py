@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from analysis.loader import Run
-from analysis.slo import ALL_TASKS, SloSpec, evaluate_rows, parse_slos, scenario_slos, SloResult
+from analysis.slo import ALL_TASKS, SloResult, SloSpec, evaluate_rows, parse_slos, scenario_slos
 from analysis.stats import SortedParts, describe, describe_parts
 from tokenswarm.record import OUTCOMES
 

@@ -24,10 +24,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tokenswarm.sim import virtual  # noqa: E402
-from tokenswarm.sim.engine import Scheduler, SpecConfig  # noqa: E402
-from tokenswarm.sim.profiles import load_profile  # noqa: E402
-from tokenswarm.sim.samples import chat_messages  # noqa: E402
+from tokenswarm.sim import virtual
+from tokenswarm.sim.engine import Scheduler, SpecConfig
+from tokenswarm.sim.profiles import load_profile
+from tokenswarm.sim.samples import chat_messages
 
 PROFILE = "27b-1gpu"
 K = 4

@@ -33,8 +33,9 @@ def test_compose_has_the_services_from_one_image():
 def test_sim_command_parses_with_the_real_cli():
     argv = expand(compose()["services"]["sim"]["command"])
     assert argv[:2] == ["tokenswarm", "sim"]
-    from tokenswarm.sim import cli
     import argparse
+
+    from tokenswarm.sim import cli
 
     p = argparse.ArgumentParser()
     cli.add_arguments(p)

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from tokenswarm.sim.testing import start_sim
 from tests.helpers.runs import ROOT, run_locust, scenario_file
+from tokenswarm.sim.testing import start_sim
 
 pytestmark = pytest.mark.slow
 

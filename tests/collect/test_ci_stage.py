@@ -7,9 +7,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from tokenswarm.sim.testing import start_sim
 from tests.helpers.procs import free_port
 from tests.helpers.runs import ROOT, scenario_file
+from tokenswarm.sim.testing import start_sim
 
 pytestmark = pytest.mark.slow
 

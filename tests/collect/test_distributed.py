@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from tokenswarm.sim.testing import start_sim
 from tests.helpers.runs import read_manifest, read_records, scenario_file, start_master_and_workers
+from tokenswarm.sim.testing import start_sim
 
 pytestmark = pytest.mark.slow
 

@@ -12,9 +12,9 @@ from collections import Counter
 
 import pytest
 
-from tokenswarm.sim.testing import start_sim
 from tests.helpers.procs import free_port, wait_port
 from tests.helpers.runs import ROOT, read_manifest, read_records, run_locust, scenario_file
+from tokenswarm.sim.testing import start_sim
 
 pytestmark = pytest.mark.slow
 

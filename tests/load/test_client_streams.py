@@ -5,9 +5,9 @@ import gevent
 import pytest
 from geventhttpclient import HTTPClient
 
+from tests.helpers.procs import scripted_server
 from tokenswarm.load.client import stream_call
 from tokenswarm.load.stream import WallAnchor
-from tests.helpers.procs import scripted_server
 
 BASE = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="QAUser", request_key="k",
             scheduled_at=0.0, schedule_lag_ms=0.0)

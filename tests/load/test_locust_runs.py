@@ -6,8 +6,8 @@ import statistics
 import numpy as np
 import pytest
 
-from tokenswarm.sim.testing import start_sim
 from tests.helpers.runs import read_manifest, read_records, run_locust, scenario_file
+from tokenswarm.sim.testing import start_sim
 
 pytestmark = pytest.mark.slow
 

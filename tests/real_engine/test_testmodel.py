@@ -12,12 +12,13 @@ import pytest
 pytest.importorskip("tokenizers")
 pytest.importorskip("safetensors")
 
-from safetensors.numpy import load_file  # noqa: E402
-from tokenizers import Tokenizer  # noqa: E402
+from safetensors.numpy import load_file
+from tokenizers import Tokenizer
 
-from tokenswarm.cli import main as tokenswarm_main  # noqa: E402
-from tokenswarm.testmodel import reference  # noqa: E402
-from tokenswarm.testmodel.build import (  # noqa: E402
+from tests.real_engine.vllm_runs import PROBE_PROMPT, PROBE_TOKENS, SKIP_REASON
+from tokenswarm.cli import main as tokenswarm_main
+from tokenswarm.testmodel import reference
+from tokenswarm.testmodel.build import (
     MANIFEST_NAME,
     MODEL_FILES,
     ModelSpec,
@@ -25,14 +26,13 @@ from tokenswarm.testmodel.build import (  # noqa: E402
     greedy_chain,
     load_manifest,
 )
-from tokenswarm.testmodel.server import (  # noqa: E402
+from tokenswarm.testmodel.server import (
     NGRAM_SPECULATIVE_CONFIG,
     VllmStartError,
     vllm_command,
     wait_until_healthy,
 )
-from tokenswarm.testmodel.tokenizer import SPECIAL_TOKENS  # noqa: E402
-from tests.real_engine.vllm_runs import PROBE_PROMPT, PROBE_TOKENS, SKIP_REASON  # noqa: E402
+from tokenswarm.testmodel.tokenizer import SPECIAL_TOKENS
 
 
 @pytest.fixture(scope="module")

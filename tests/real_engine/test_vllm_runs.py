@@ -18,7 +18,7 @@ import statistics
 import subprocess
 import sys
 from collections import Counter, defaultdict
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -72,7 +72,7 @@ def run_delta(run_dir: Path, name: str) -> float | None:
     return None if first is None or last is None else last - first
 
 
-@lru_cache(maxsize=None)
+@cache
 def greedy_chain_text(model_dir: Path, n_tokens: int) -> str:
     """The text of the first ``n_tokens`` greedy tokens after the chat template (every chat
     prompt ends with the same ``<|assistant|>\\n`` tokens, so every greedy answer is a prefix

@@ -27,6 +27,7 @@ from tokenswarm.testmodel.server import (
     vllm_available,
 )
 
+
 def vllm_skip_reason() -> str | None:
     """Why the real-engine tests cannot run here (None when vllm is importable)."""
     python = default_python()

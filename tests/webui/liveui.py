@@ -51,11 +51,11 @@ def locust_web_ui(scenario: Path, host: str, out: Path, *extra: str, mode: str =
         master_port = free_port()
         cmd += ["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port),
                 "--expect-workers", "2"]
-    logs = [open(log_dir / "locust-master.log", "w")]  # noqa: SIM115 - closed in finally
+    logs = [open(log_dir / "locust-master.log", "w")]
     procs.append(subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, stdout=logs[0], stderr=subprocess.STDOUT))
     if mode == "master":
         for i in range(2):
-            logs.append(open(log_dir / f"locust-worker{i}.log", "w"))  # noqa: SIM115
+            logs.append(open(log_dir / f"locust-worker{i}.log", "w"))
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "locust", "-f", locustfile, "--worker", "--master-host", "127.0.0.1",
                  "--master-port", str(master_port)],

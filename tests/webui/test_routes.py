@@ -92,7 +92,7 @@ def begin_run(ctl, run_dir: Path, first_scrape: dict | None = None) -> None:
     ctl.manifest.write()
     ctl.finished = False
     if first_scrape is not None:
-        fh = open(run_dir / "server_metrics.jsonl", "ab")  # noqa: SIM115 - open for the run, closed by end_run
+        fh = open(run_dir / "server_metrics.jsonl", "ab")
         fh.write(orjson.dumps(first_scrape) + b"\n")
         fh.flush()
         s = Scraper("target", first_scrape["url"], 1.0, fh, step=lambda: 0)

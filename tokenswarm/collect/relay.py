@@ -197,7 +197,7 @@ class Collector:
         missing = sum(last - first + 1 for a in self.workers.values() for first, last in a.missing)
         started = sum(a.requests_started for a in self.workers.values())
         # Requests started but neither recorded nor accounted as missing were in flight when a worker died.
-        in_flight_lost = sum(max(0, a.requests_started - a.records_received - sum(l - f + 1 for f, l in a.missing))
+        in_flight_lost = sum(max(0, a.requests_started - a.records_received - sum(last - first + 1 for first, last in a.missing))
                              for a in self.workers.values() if a.lost_reason)
         return {"requests_started": started, "records_received": received,
                 "records_lost": missing + in_flight_lost, "records_missing_seqs": missing,

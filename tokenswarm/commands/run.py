@@ -59,10 +59,9 @@ def build_locust_argv(args: argparse.Namespace, scenario_path: str) -> list[str]
 
 
 def run(args: argparse.Namespace) -> int:
-    from tokenswarm.load.scenario import ScenarioError, load_scenario, parse_override, resolve_scenario_path
-
     from tokenswarm.collect.verdict import merge_slos, parse_slo_args
     from tokenswarm.load.plugin import scenario_slos
+    from tokenswarm.load.scenario import ScenarioError, load_scenario, parse_override, resolve_scenario_path
 
     path = resolve_scenario_path(args.scenario)
     if args.insecure:
@@ -89,7 +88,7 @@ def plan_text(scenario, slos: dict, host: str | None) -> str:
 
     load = scenario.load
     lines = [f"scenario {scenario.name} ({scenario.path}) -> {host or scenario.target.base_url} [{scenario.target.api}]",
-             f"traffic: " + ", ".join(f"{t.name} ({t.kind}) weight {t.weight:g}" for t in scenario.traffic.classes
+             "traffic: " + ", ".join(f"{t.name} ({t.kind}) weight {t.weight:g}" for t in scenario.traffic.classes
                                       if t.weight > 0),
              f"load: {load.mode} loop, warm-up {load.warmup_s:g} s + steady {load.step_duration_s:g} s per step"]
     mean_out = _mean_output_tokens(scenario)

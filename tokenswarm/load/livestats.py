@@ -305,7 +305,7 @@ def summary_rows(stats: LiveStats, names: Iterable[str] | None = None) -> list[d
     for name, t in items:
         h = t.hists
 
-        def q(metric: str, p: float) -> float | None:
+        def q(metric: str, p: float, h: dict[str, LogHistogram] = h) -> float | None:
             v = h[metric].quantile(p)
             return None if v is None else round(v, 1)
 

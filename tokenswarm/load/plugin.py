@@ -598,7 +598,7 @@ def discover_model(base_url: str, target: Any) -> tuple[str | None, Any, dict[st
             import ssl
 
             context = ssl._create_unverified_context()  # explicitly asked for (verify_tls: false)
-        with urllib.request.urlopen(req, timeout=target.connect_timeout_s, context=context) as resp:  # noqa: S310
+        with urllib.request.urlopen(req, timeout=target.connect_timeout_s, context=context) as resp:
             body = json.loads(resp.read() or b"{}")
             server_headers = {k.lower(): v for k, v in resp.headers.items() if k.lower() in ("server", "x-version")}
     except (urllib.error.URLError, OSError, ValueError) as exc:
@@ -679,9 +679,8 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     if isinstance(runner, WorkerRunner):
         _init_worker(environment)
         return
-    from tokenswarm.load.scenario import ScenarioError
-
     from tokenswarm.collect.verdict import merge_slos, parse_slo_args
+    from tokenswarm.load.scenario import ScenarioError
 
     try:
         sc, overrides = load_scenario_from_options(opts)

@@ -76,7 +76,7 @@ class HubReader:
             data = self.raw.recv(RECV_BYTES)
         except BlockingIOError:
             return
-        except BaseException as exc:  # noqa: BLE001 - stored, re-raised in the waiting greenlet
+        except BaseException as exc:
             self._finish(exc)
             return
         now = self.clock()  # one timestamp per read, before parsing
@@ -116,7 +116,7 @@ class HubReader:
                 stop = self.on_data(now, body)
             if stop or resp.message_complete:
                 self._finish(None)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             self._finish(exc)
 
     def _finish(self, exc: BaseException | None) -> None:

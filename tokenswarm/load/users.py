@@ -13,7 +13,6 @@ request's latency counts from its *scheduled* time; lag is recorded and counted.
 from __future__ import annotations
 
 import random
-import time
 import uuid
 from typing import Any
 

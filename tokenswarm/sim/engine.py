@@ -321,9 +321,8 @@ class Scheduler:
         n = min(accepted + 1, remaining)
         text.ensure(pos + n)
         tokens = text.tokens[pos : pos + n]
-        if k and self.spec.divergence_rate > 0.0:
-            if unit_hash(self.spec.seed, text.key, pos) < self.spec.divergence_rate:
-                tokens = tokens[:-1] + [text.wrong_token(pos + n - 1)]
+        if k and self.spec.divergence_rate > 0.0 and unit_hash(self.spec.seed, text.key, pos) < self.spec.divergence_rate:
+            tokens = tokens[:-1] + [text.wrong_token(pos + n - 1)]
         return _Entry(s, tokens=tokens, k=k, accepted=min(accepted, n - 1) if k else 0)
 
     def _duration(self, context: int, verify: int, prefill: int, n_decode: int, n_drafting: int, slow: float) -> float:

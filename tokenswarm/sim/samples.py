@@ -44,7 +44,7 @@ def summarization_prompt(i: int = 0) -> str:
     rng = random.Random(2000 + i)
     topic = _TOPICS[i % len(_TOPICS)]
     sentences = []
-    for j in range(40):
+    for _ in range(40):
         sentences.append(
             f"The {topic} team reported that the {rng.choice(['latency', 'throughput', 'error rate', 'cost'])} "
             f"of the {rng.choice(['north', 'south', 'east', 'west'])} region changed by {rng.randint(2, 40)} percent "

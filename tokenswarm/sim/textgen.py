@@ -20,16 +20,7 @@ import struct
 
 #: Words a "fresh" (non-copied) position draws from.
 FRESH_WORDS: tuple[str, ...] = tuple(
-    (
-        "the of and to in is that for it as with was on be by this are or an from at which "
-        "not have has but can all we more their will one other also into been some there "
-        "these model system data value result time first new used may two each such between "
-        "number state process case first request token server stream point order example "
-        "because however therefore then when where while after before under over about "
-        "function return list table field line output input answer question reason simple "
-        "general specific important different possible large small early later final "
-        "change test check build run start stop read write load send receive measure"
-    ).split()
+    ["the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "with", "was", "on", "be", "by", "this", "are", "or", "an", "from", "at", "which", "not", "have", "has", "but", "can", "all", "we", "more", "their", "will", "one", "other", "also", "into", "been", "some", "there", "these", "model", "system", "data", "value", "result", "time", "first", "new", "used", "may", "two", "each", "such", "between", "number", "state", "process", "case", "first", "request", "token", "server", "stream", "point", "order", "example", "because", "however", "therefore", "then", "when", "where", "while", "after", "before", "under", "over", "about", "function", "return", "list", "table", "field", "line", "output", "input", "answer", "question", "reason", "simple", "general", "specific", "important", "different", "possible", "large", "small", "early", "later", "final", "change", "test", "check", "build", "run", "start", "stop", "read", "write", "load", "send", "receive", "measure"]
 )
 _PUNCT = (",", ".", ".", "\n", ":", ";")
 

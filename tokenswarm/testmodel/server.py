@@ -193,7 +193,7 @@ def start_vllm(
         os.close(fd)
         log_path = name
     log_path = Path(log_path)
-    log_file = open(log_path, "wb")  # noqa: SIM115 - closed by VllmServer.stop
+    log_file = open(log_path, "wb")
     process = subprocess.Popen(
         cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         env={**SERVER_ENV_DEFAULTS, **os.environ, **(env or {})}, start_new_session=True,
