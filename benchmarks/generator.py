@@ -6,7 +6,8 @@ streams, each pinned to CPU core 0 while the simulator runs on core 1 (``taskset
 Offered load = N x 100 events/s. Measured per client, in one run of this script:
 
 * events/s the client actually consumed (the simulator's ``chunks_sent`` delta / wall time),
-* the client's CPU time per event (process CPU / events) and CPU share of its core,
+* the client's CPU time per event over a steady mid-run window (process-tree CPU / events;
+  start-up and shutdown are not charged) and its CPU share of a core,
 * the ratio tokenswarm / baseline of events/s per core.
 
 A client that cannot keep up slows the closed-loop streams down (backpressure), so
@@ -21,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -58,11 +58,6 @@ def sim_lag(base: str) -> dict:
         return {}
 
 
-def children_cpu_s() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
-
 def run_client(kind: str, base: str, streams: int, seconds: float, workdir: Path, pin: bool, workers: int = 0,
                reader: str = "hub") -> dict:
     env = {**os.environ, "BENCH_COUNT_FILE": str(workdir / f"{kind}.count"), "TOKENSWARM_READER": reader}
@@ -84,19 +79,41 @@ def run_client(kind: str, base: str, streams: int, seconds: float, workdir: Path
             cmd += ["--processes", str(workers)]
     cmd = taskset + cmd + ["--headless", "--host", base, "-u", str(streams), "-r", str(streams), "-t",
                            f"{int(seconds)}s", "--only-summary", "--stop-timeout", "0"]
-    before_chunks, before_cpu = sim_chunks(base), children_cpu_s()
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    chunks = sim_chunks(base) - before_chunks
-    cpu = children_cpu_s() - before_cpu
+    # CPU per event is measured over a steady window in the middle of the run (after start-up
+    # and ramp, before shutdown), from the client process tree's CPU times and the simulator's
+    # chunk counter at the same two moments: start-up work is not charged to the events.
+    import psutil
+
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    warm = min(6.0, seconds / 3)
+    window = max(2.0, seconds - warm - 3.0)
+    time.sleep(warm + 1.0)
+
+    def tree_cpu() -> float:
+        try:
+            ps = [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return 0.0
+        total = 0.0
+        for p in ps:
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.NoSuchProcess:
+                pass
+        return total
+
+    c0, k0, t0 = tree_cpu(), sim_chunks(base), time.perf_counter()
+    time.sleep(window)
+    c1, k1, t1 = tree_cpu(), sim_chunks(base), time.perf_counter()
+    _out, err = proc.communicate(timeout=seconds + 120)
     if proc.returncode not in (0, 1):
-        print(proc.stderr[-3000:], file=sys.stderr)
+        print(err[-3000:], file=sys.stderr)
         raise SystemExit(f"{kind} client failed ({proc.returncode})")
-    # events/s over the load window (the process also spends ~1-2 s starting up)
+    chunks, cpu, wall = k1 - k0, c1 - c0, t1 - t0
     label = kind if kind == "baseline" else f"{kind} ({reader} reader)"
     return {"client": label if not workers else f"{label} x{workers} workers", "streams": streams,
-            "events": int(chunks), "wall_s": round(wall, 2), "events_per_s": round(chunks / seconds, 0),
+            "events": int(chunks), "wall_s": round(wall, 2), "events_per_s": round(chunks / wall, 0),
             "cpu_s": round(cpu, 2), "cpu_us_per_event": round(cpu / chunks * 1e6, 1) if chunks else None,
             "cpu_share_of_core": round(cpu / wall, 2)}
 
@@ -144,6 +161,8 @@ def main() -> int:
     b, t = rows[0], rows[1]
     print(f"\nratio tokenswarm / baseline: events/s {t['events_per_s'] / b['events_per_s']:.2f}x, "
           f"CPU per event {b['cpu_us_per_event'] / t['cpu_us_per_event']:.2f}x cheaper")
+    print(f"ceiling per core (1 s of CPU / CPU per event): baseline {1e6 / b['cpu_us_per_event']:.0f} events/s, "
+          f"tokenswarm {1e6 / t['cpu_us_per_event']:.0f} events/s")
     if args.workers:
         one, many = rows[-2], rows[-1]
         print(f"aggregate events/s, {args.workers} workers / 1 worker (master + local worker processes): "
