@@ -22,3 +22,17 @@ def test_cpu_or_loop_lag_over_the_limit_makes_a_window_untrusted():
 def test_adjacent_untrusted_windows_merge():
     w = merge_windows([[10, 15, "a"], [15, 20, "a"], [40, 45, "b"], [19, 25, "c"]], 5.0)
     assert w == [[10, 25, "a; c"], [40, 45, "b"]]
+
+
+def test_open_sockets_counts_this_process_sockets():
+    import socket
+
+    from tokenswarm.load.health import open_sockets
+
+    before = open_sockets()
+    socks = [socket.socket() for _ in range(7)]
+    try:
+        assert open_sockets() == before + 7
+    finally:
+        for s in socks:
+            s.close()
