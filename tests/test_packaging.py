@@ -71,3 +71,15 @@ def test_every_subcommand_explains_itself():
     for cmd in ("demo", "sim", "run", "report", "compare", "make-test-model"):
         out = subprocess.run([sys.executable, "-m", "tokenswarm", cmd, "--help"], capture_output=True, text=True)
         assert out.returncode == 0 and "usage:" in out.stdout, (cmd, out.stderr[-500:])
+
+
+def test_installed_packages_carry_the_shipped_scenarios():
+    """``tokenswarm/scenarios`` links to the top-level folder, so wheels ship the same files."""
+    from tokenswarm.load.scenario import resolve_scenario_path, shipped_scenarios_dir
+
+    link = ROOT / "tokenswarm" / "scenarios"
+    assert link.resolve() == (ROOT / "scenarios").resolve()
+    assert (shipped_scenarios_dir() / "mix.yaml").exists()
+    assert resolve_scenario_path("mix").endswith("mix.yaml")
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert '"scenarios/*.yaml"' in pyproject

@@ -896,8 +896,14 @@ def _parse_slo(top: _Section, file: str, task_names: set[str]) -> SloConfig:
 
 
 def shipped_scenarios_dir() -> Path:
-    """The repository's ``scenarios/`` folder (next to the package in a source checkout)."""
-    return Path(__file__).resolve().parents[2] / "scenarios"
+    """The shipped scenarios: the checkout's ``scenarios/`` folder, or the installed copy.
+
+    ``tokenswarm/scenarios`` is a link to the top-level folder, so wheels carry the files.
+    """
+    checkout = Path(__file__).resolve().parents[2] / "scenarios"
+    if checkout.is_dir():
+        return checkout
+    return Path(__file__).resolve().parents[1] / "scenarios"
 
 
 def resolve_scenario_path(name_or_path: str) -> str:
