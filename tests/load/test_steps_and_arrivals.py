@@ -77,3 +77,17 @@ def test_a_target_that_is_never_reached_times_out_and_is_remembered():
     assert m.advance(29.0, reached=False) == [] and m.phase == "ramping"
     m.advance(31.0, reached=False)
     assert m.phase == "warmup" and m.ramp_timeouts == [0]
+
+
+def test_ramp_s_turns_into_a_spawn_rate_that_takes_that_long():
+    from types import SimpleNamespace
+
+    from tokenswarm.load.plugin import RunController
+
+    ctl = RunController.__new__(RunController)
+    ctl.scenario = SimpleNamespace(load=SimpleNamespace(ramp_s=20.0, spawn_rate=100.0))
+    m = StepMachine(plan_steps("closed", [4, 64], warmup_s=1, duration_s=5))
+    assert ctl.spawn_rate_for(m.steps[0], m) == 4 / 20   # 0 -> 4 users in 20 s
+    assert ctl.spawn_rate_for(m.steps[1], m) == 60 / 20  # 4 -> 64 users in 20 s
+    ctl.scenario.load.ramp_s = 0.0
+    assert ctl.spawn_rate_for(m.steps[1], m) == 100.0

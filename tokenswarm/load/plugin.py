@@ -271,6 +271,7 @@ class RunController:
     def new_machine(self) -> StepMachine:
         load = self.scenario.load
         slowest_ramp_s = max(load.steps) / max(load.spawn_rate, 0.1) if load.mode == "closed" else 0.0
+        slowest_ramp_s = max(slowest_ramp_s, load.ramp_s)
         return StepMachine(plan_steps(load.mode, list(load.steps), load.warmup_s, load.step_duration_s),
                            max_ramp_s=max(30.0, 3 * slowest_ramp_s + 10.0))
 
@@ -301,7 +302,15 @@ class RunController:
         from tokenswarm.load.users import CLOSED_LOOP_USERS, OpenLoopUser
 
         classes = [OpenLoopUser] if step.kind == "rate" else [c for c in CLOSED_LOOP_USERS if c.weight > 0]
-        return (self.users_for(step, runner), self.scenario.load.spawn_rate, classes)
+        return (self.users_for(step, runner), self.spawn_rate_for(step, machine), classes)
+
+    def spawn_rate_for(self, step: Any, machine: StepMachine) -> float:
+        """Users/s towards ``step``: ``load.spawn_rate``, or a linear ramp over ``load.ramp_s``."""
+        load = self.scenario.load
+        if not load.ramp_s or step.kind != "concurrency":
+            return load.spawn_rate
+        prev = machine.steps[step.index - 1].target if step.index > 0 else 0.0
+        return max(0.1, abs(step.target - prev) / load.ramp_s)
 
     def _record_transition(self, tr: Any) -> None:
         assert self.manifest is not None and self.ctx is not None
@@ -565,6 +574,7 @@ def planned_duration_s(sc: Any) -> float:
     """The load plan's nominal length (warm-up + steady of every step, plus ramps)."""
     load = sc.load
     ramp = sum(t / max(load.spawn_rate, 0.1) for t in load.steps) if load.mode == "closed" else 0.0
+    ramp += len(load.steps) * load.ramp_s
     return len(load.steps) * (load.warmup_s + load.step_duration_s) + ramp + load.stop_timeout_s
 
 
