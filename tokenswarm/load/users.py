@@ -130,29 +130,42 @@ class Conversationalist:
                 prompt_text += f" {text}\n"
 
 
-class LLMUser(FastHttpUser):
-    """Base of the closed-loop users: one request in flight, think time from the scenario."""
+class _TokenswarmUser(FastHttpUser):
+    """What every tokenswarm user shares: timeouts (set from the scenario) and the run context."""
 
     abstract = True
-    kind = ""
     wait_time = constant(0)
-    concurrency = 2
     # network_timeout bounds each socket read; our gevent deadlines bound TTFT and the total.
     network_timeout = 600.0
     connection_timeout = 10.0
 
-    def on_start(self) -> None:
+    def _context(self) -> RunContext:
         ctx = runtime.context_or_none()
         if ctx is None:  # the run was aborted at start (target down, bad config): nothing to do
             raise StopUser()
         self.ctx = ctx
+        return ctx
+
+    def _http(self) -> Any:
+        """This user's geventhttpclient connection pool to the target (FastHttpUser's settings)."""
+        return self.client.client.clientpool.get_client(URL(self.ctx.base_url))
+
+
+class LLMUser(_TokenswarmUser):
+    """Base of the closed-loop users: one request in flight, think time from the scenario."""
+
+    abstract = True
+    kind = ""
+    concurrency = 2
+
+    def on_start(self) -> None:
+        ctx = self._context()
         tasks = [t for t in ctx.scenario.traffic.classes if t.kind == self.kind and t.weight > 0]
         # Deterministic per (seed, worker, class, user ordinal): two runs of one scenario send the
         # same prompts in the same order per user, so runs join request by request (A/B compare).
         self.rng = ctx.rng_for(self.kind, ctx.next_user_ordinal(type(self).__name__))
         self.task_cfg = pick_task(tasks, self.rng) if tasks else None
-        http = self.client.client.clientpool.get_client(URL(ctx.base_url))
-        self.runner_ = Conversationalist(ctx, self, http, type(self).__name__)
+        self.runner_ = Conversationalist(ctx, self, self._http(), type(self).__name__)
 
     @task
     def one_request(self) -> None:
@@ -199,24 +212,18 @@ class AbnormalUser(LLMUser):
     kind = "abnormal"
 
 
-class OpenLoopUser(FastHttpUser):
+class OpenLoopUser(_TokenswarmUser):
     """One per worker: dispatches requests on the arrival schedule of the current rate step."""
 
-    wait_time = constant(0)
     concurrency = 1024
-    network_timeout = 600.0
-    connection_timeout = 10.0
     # Weight 1 at import: Locust drops zero-weight classes when it builds the Environment. The
     # plugin sets the real weights at init (0 here unless the scenario is open-loop).
 
     def on_start(self) -> None:
-        ctx = runtime.context_or_none()
-        if ctx is None:
-            raise StopUser()
-        self.ctx = ctx
+        ctx = self._context()
         self.tasks_ = [t for t in ctx.scenario.traffic.classes if t.weight > 0]
         self.rng = ctx.rng_for("open", ctx.next_user_ordinal("OpenLoopUser"))
-        self.http = self.client.client.clientpool.get_client(URL(ctx.base_url))
+        self.http = self._http()
         per_worker_cap = max(1, ctx.scenario.load.max_in_flight // max(1, ctx.worker_count))
         self.pool = gevent.pool.Pool(per_worker_cap)
 
