@@ -157,3 +157,33 @@ def test_an_api_key_never_reaches_any_output_file(tmp_path):
     for p in files:
         assert secret.encode() not in p.read_bytes(), f"secret leaked into {p}"
     assert secret not in res.stdout + res.stderr
+
+
+def test_report_works_on_a_run_in_progress(tmp_path):
+    """A soak can be analysed at any moment: the run directory is readable while it is written."""
+    sc = scenario_file(tmp_path, traffic={"seed": 1, "classes": {"qa": QA}},
+                       load=short_load(steps=[2], step_duration_s=30, report_interval_s=1),
+                       target={"scrape_interval_s": 1})
+    run = tmp_path / "run"
+    with start_sim("--profile", "tiny-fast") as sim:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfiles" / "llm.py"), "--headless", "--scenario",
+             str(sc), "--host", sim.base_url, "--out", str(run), "--only-summary", "-t", "25s"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 40
+            while time.monotonic() < deadline and not (run / "live_summary.json").exists():
+                time.sleep(0.5)
+            time.sleep(6.0)  # records flushed at least every 5 s
+            assert proc.poll() is None, "the run is still going"
+            assert not read_manifest(run)["complete"]
+            rep = subprocess.run([sys.executable, "-m", "tokenswarm", "report", str(run), "--out", str(tmp_path / "rep")],
+                                 capture_output=True, text=True, cwd=ROOT, timeout=120)
+            assert rep.returncode in (0, 1), rep.stdout[-2000:] + rep.stderr[-2000:]
+            summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
+            assert (tmp_path / "rep" / "report.html").exists() and summary
+            live = json.loads((run / "live_summary.json").read_text())
+            assert live["cumulative"]["requests"] > 0 and "ttft_p99_ms" in live["window"]
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(30)
