@@ -4,4 +4,4 @@ Everything lives in the ``tokenswarm`` package; this file only exposes it to Loc
 Add your own listeners here, e.g. ``@events.llm_request.add_listener`` (see README).
 """
 
-from tokenswarm.locustfile import *  # noqa: F401,F403
+from tokenswarm.locustfile import *  # noqa: F403
