@@ -10,8 +10,8 @@ from locust.env import Environment
 from tests.helpers.procs import scripted_server
 from tests.helpers.runs import ROOT
 from tokenswarm.load.client import stream_call
-from tokenswarm.load.plugin import apply_user_settings
 from tokenswarm.load.scenario import load_scenario
+from tokenswarm.load.setup import apply_user_settings
 from tokenswarm.load.stream import WallAnchor
 from tokenswarm.load.users import QAUser
 

@@ -60,8 +60,8 @@ def build_locust_argv(args: argparse.Namespace, scenario_path: str) -> list[str]
 
 def run(args: argparse.Namespace) -> int:
     from tokenswarm.collect.verdict import merge_slos, parse_slo_args
-    from tokenswarm.load.plugin import scenario_slos
     from tokenswarm.load.scenario import ScenarioError, load_scenario, parse_override, resolve_scenario_path
+    from tokenswarm.load.setup import scenario_slos
 
     path = resolve_scenario_path(args.scenario)
     if args.insecure:
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
 def plan_text(scenario, slos: dict, host: str | None) -> str:
     """The load plan as a person reads it: steps, windows, expected requests, SLOs."""
-    from tokenswarm.load.plugin import planned_duration_s
+    from tokenswarm.load.setup import planned_duration_s
 
     load = scenario.load
     lines = [f"scenario {scenario.name} ({scenario.path}) -> {host or scenario.target.base_url} [{scenario.target.api}]",

@@ -1,0 +1,130 @@
+"""Per-process set-up from a scenario: user-class settings, weights, the run context, the target.
+
+Shared by the master/local :class:`~tokenswarm.load.controller.RunController` and the worker
+wiring in :mod:`tokenswarm.load.plugin`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from tokenswarm.load.context import RunContext, make_worker_id
+
+
+def scenario_slos(sc: Any) -> dict[str, Any]:
+    out: dict[str, Any] = dict(sc.slo.overall)
+    if sc.slo.per_task:
+        out["per_task"] = {k: dict(v) for k, v in sc.slo.per_task.items()}
+    return out
+
+
+def planned_duration_s(sc: Any) -> float:
+    """The load plan's nominal length (warm-up + steady of every step, plus ramps)."""
+    load = sc.load
+    ramp = sum(t / max(load.spawn_rate, 0.1) for t in load.steps) if load.mode == "closed" else 0.0
+    ramp += len(load.steps) * load.ramp_s
+    return len(load.steps) * (load.warmup_s + load.step_duration_s) + ramp + load.stop_timeout_s
+
+
+def sc_data(scenario: Any, overrides: dict[str, Any] | None) -> dict[str, Any]:
+    """What a worker needs to rebuild the scenario (the file may not exist on its machine)."""
+    import yaml
+
+    path = scenario.path
+    raw = yaml.safe_load(Path(path).read_text()) if path and os.path.exists(path) else None
+    return {"raw": raw, "path": path, "overrides": overrides}
+
+
+def discover_model(base_url: str, target: Any) -> tuple[str | None, Any, dict[str, str]]:
+    """``(model, /v1/models answer or error text, server headers)``; model None if unreachable."""
+    from tokenswarm.load.context import endpoint_path
+
+    models_url = endpoint_path(base_url, "chat").rsplit("/chat/completions", 1)[0] + "/models"
+    full = base_url.split("://", 1)[0] + "://" + base_url.split("://", 1)[1].split("/", 1)[0] + models_url
+    headers = dict(target.headers)
+    key = target.api_key()
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    try:
+        req = urllib.request.Request(full, headers=headers)
+        context = None
+        if full.startswith("https") and not target.verify_tls:
+            import ssl
+
+            context = ssl._create_unverified_context()  # explicitly asked for (verify_tls: false)
+        with urllib.request.urlopen(req, timeout=target.connect_timeout_s, context=context) as resp:
+            body = json.loads(resp.read() or b"{}")
+            server_headers = {k.lower(): v for k, v in resp.headers.items() if k.lower() in ("server", "x-version")}
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        if target.model != "auto" and isinstance(exc, urllib.error.HTTPError):
+            return target.model, f"HTTP {exc.code}", {}  # reachable; no /v1/models
+        return None, f"{type(exc).__name__}: {exc}", {}
+    if target.model != "auto":
+        return target.model, body, server_headers
+    data = body.get("data") if isinstance(body, dict) else None
+    if not data:
+        return None, "no models listed", server_headers
+    return data[0].get("id"), body, server_headers
+
+
+# ---------------------------------------------------------------------------------------------
+# per-process context (local and worker)
+# ---------------------------------------------------------------------------------------------
+def build_worker_context(env: Any, sc: Any, run_id: str, base_url: str, model: str, sink: Any, role: str,
+                         index: int) -> RunContext:
+    from tokenswarm.load.prompts import PromptSource
+    from tokenswarm.load.tokencount import make_token_counter
+
+    counter = make_token_counter(base_url, model, sc.traffic.tokenizer, headers=dict(sc.target.headers))
+    worker_id = make_worker_id(index if role == "worker" else None)
+    sources = {}
+    for t in sc.traffic.classes:
+        if t.weight > 0:
+            sources[t.name] = PromptSource(t, counter, seed=sc.traffic.seed * 1000 + index, api=sc.target.api)
+    ctx = RunContext(scenario=sc, run_id=run_id, worker_id=worker_id, base_url=base_url, model=model, sink=sink,
+                     role=role, worker_index=index, events=env.events, request_event=env.events.request.fire,
+                     prompt_sources=sources)
+    apply_user_settings(sc, base_url)
+    return ctx
+
+
+def apply_user_settings(sc: Any, base_url: str) -> None:
+    """Timeouts, TLS, host and pool sizes of the user classes, from the scenario."""
+    from tokenswarm.load.users import CLOSED_LOOP_USERS, OpenLoopUser
+
+    t = sc.target
+    for cls in (*CLOSED_LOOP_USERS, OpenLoopUser):
+        cls.host = base_url
+        cls.connection_timeout = t.connect_timeout_s
+        cls.network_timeout = t.total_timeout_s
+        cls.insecure = not t.verify_tls
+    OpenLoopUser.concurrency = max(16, sc.load.max_in_flight)
+
+
+def set_class_weights(sc: Any, mode: str) -> None:
+    from tokenswarm.load.users import CLOSED_LOOP_USERS, OpenLoopUser
+
+    for cls in CLOSED_LOOP_USERS:
+        w = sum(t.weight for t in sc.traffic.classes if t.kind == cls.kind)
+        cls.weight = 0 if mode == "open" else w
+    OpenLoopUser.weight = 1 if mode == "open" else 0
+
+
+def load_scenario_from_options(opts: Any) -> Any:
+    from tokenswarm.load.scenario import load_scenario, parse_override, resolve_scenario_path
+
+    if not opts.scenario:
+        raise SystemExit("tokenswarm: --scenario is required (e.g. --scenario scenarios/mix.yaml)")
+    overrides = dict(parse_override(s) for s in opts.tokenswarm_set or [])
+    sc = load_scenario(resolve_scenario_path(opts.scenario), overrides or None)
+    return sc, overrides
+
+
+# ---------------------------------------------------------------------------------------------
+# event listeners
+# ---------------------------------------------------------------------------------------------
