@@ -63,6 +63,13 @@ def run_info(run: Run) -> dict[str, Any]:
     }
 
 
+def require_success_in(run: Run) -> None:
+    """Raise :class:`NoSuccessError` (with the outcome counts) unless some request succeeded."""
+    if not derived(run)["ok"].any():
+        counts = {o: int((run["outcome"] == c).sum()) for c, o in enumerate(run.categories["outcome"])}
+        raise NoSuccessError(f"{run.path}: no successful request among {len(run)} records (outcomes: {counts})")
+
+
 def analyse(
     run: Run,
     slo: Any = None,
@@ -79,10 +86,8 @@ def analyse(
     NoSuccessError
         ``require_success`` and the run holds no successful request.
     """
-    d = derived(run)
-    if require_success and not d["ok"].any():
-        counts = {o: int((run["outcome"] == c).sum()) for c, o in enumerate(run.categories["outcome"])}
-        raise NoSuccessError(f"{run.path}: no successful request among {len(run)} records (outcomes: {counts})")
+    if require_success:
+        require_success_in(run)
     tables = step_table(run, slo=slo)
     price = cost_mod.price(run.manifest, gpu_hour_usd, gpus)
     spec = spec_decode_tables(run, tables.windows, spec_k)

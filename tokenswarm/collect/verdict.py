@@ -65,6 +65,7 @@ def evaluate_run(run_dir: str | Path, slos: dict[str, Any]) -> dict[str, Any]:
     """Verdict dict for a finished run directory (nothing printed, nothing written)."""
     import analysis
     from analysis.errors import AnalysisError, NoSuccessError
+    from analysis.summary import require_success_in
 
     run_dir = Path(run_dir)
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -75,12 +76,7 @@ def evaluate_run(run_dir: str | Path, slos: dict[str, Any]) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
     try:
         run = analysis.load_run(run_dir)
-        ok = analysis.derived(run)["ok"]
-        if len(run) == 0:
-            raise NoSuccessError(f"{run_dir}: no records at all")
-        if not ok.any():
-            counts = {o: int((run["outcome"] == c).sum()) for c, o in enumerate(run.categories["outcome"])}
-            raise NoSuccessError(f"none of {len(run)} requests succeeded (outcomes: {counts})")
+        require_success_in(run)
         results = [r.to_dict() for r in analysis.evaluate(run, slos)] if slos else []
     except NoSuccessError as exc:
         broken.append(f"no successful request: {exc}")

@@ -7,6 +7,7 @@ record sink, the live statistics and the prompt sources. Users read it; the plug
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -14,6 +15,7 @@ import random
 import socket
 import time
 from typing import Any, Callable
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -34,14 +36,15 @@ def request_key(api: str, payload: Any, max_tokens: int | None, sampling: dict[s
     return hashlib.sha256(blob).hexdigest()
 
 
-def endpoint_path(base_url: str, api: str) -> str:
-    """Request path for ``api`` under ``base_url`` (which may or may not end in ``/v1``)."""
-    from urllib.parse import urlsplit
-
+def api_prefix(base_url: str) -> str:
+    """The OpenAI API path prefix under ``base_url`` (which may or may not end in ``/v1``)."""
     prefix = urlsplit(base_url).path.rstrip("/")
-    if not prefix.endswith("/v1"):
-        prefix += "/v1"
-    return prefix + ("/chat/completions" if api == "chat" else "/completions")
+    return prefix if prefix.endswith("/v1") else prefix + "/v1"
+
+
+def endpoint_path(base_url: str, api: str) -> str:
+    """Request path for ``api`` under ``base_url``."""
+    return api_prefix(base_url) + ("/chat/completions" if api == "chat" else "/completions")
 
 
 class RunContext:
@@ -187,8 +190,6 @@ def _locust_error(record: RequestRecord) -> str:
 
 
 def _with_seq(record: RequestRecord, seq: int) -> RequestRecord:
-    import dataclasses
-
     return dataclasses.replace(record, seq=seq)
 
 

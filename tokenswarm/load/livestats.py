@@ -16,6 +16,8 @@ from typing import Any, Iterable
 
 import numpy as np  # at import time: a first lazy import inside the event loop stalls it ~80 ms
 
+from tokenswarm.metrics import tpot_ms
+
 _BASE = 1.01
 _LOG_BASE = math.log(_BASE)
 _ZERO_BUCKET = -1  # values below 1 us
@@ -187,8 +189,6 @@ class LiveStats:
 
     def observe(self, record: Any) -> None:
         """Add one finished :class:`~tokenswarm.record.RequestRecord`."""
-        from tokenswarm.metrics import tpot_ms
-
         t = self.task(record.task)
         t.requests += 1
         t.outcomes[record.outcome] = t.outcomes.get(record.outcome, 0) + 1

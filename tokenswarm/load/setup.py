@@ -42,10 +42,12 @@ def sc_data(scenario: Any, overrides: dict[str, Any] | None) -> dict[str, Any]:
 
 def discover_model(base_url: str, target: Any) -> tuple[str | None, Any, dict[str, str]]:
     """``(model, /v1/models answer or error text, server headers)``; model None if unreachable."""
-    from tokenswarm.load.context import endpoint_path
+    from urllib.parse import urlsplit, urlunsplit
 
-    models_url = endpoint_path(base_url, "chat").rsplit("/chat/completions", 1)[0] + "/models"
-    full = base_url.split("://", 1)[0] + "://" + base_url.split("://", 1)[1].split("/", 1)[0] + models_url
+    from tokenswarm.load.context import api_prefix
+
+    parts = urlsplit(base_url)
+    full = urlunsplit((parts.scheme, parts.netloc, api_prefix(base_url) + "/models", "", ""))
     headers = dict(target.headers)
     key = target.api_key()
     if key:
