@@ -123,10 +123,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--streams", type=int, nargs="+", default=[1, 64, 256, 512])
     ap.add_argument("--seconds", type=float, default=15)
+    ap.add_argument("--spec", nargs="+", default=["none", "draft"], choices=["none", "draft"],
+                    help="simulator speculative chunking: off (none) and/or on (draft)")
+    ap.add_argument("--keep", type=Path, help="keep the runs and truth logs in this directory")
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="tokenswarm-accuracy-"))
+    work = args.keep or Path(tempfile.mkdtemp(prefix="tokenswarm-accuracy-"))
+    work.mkdir(parents=True, exist_ok=True)
     rows = []
-    for spec in ("none", "draft"):
+    for spec in args.spec:
         for n in args.streams:
             truth = work / f"truth-{spec}-{n}.jsonl"
             sim, base = start_sim(spec, truth)
@@ -151,7 +155,8 @@ def main() -> int:
               f"{r['client_loop_lag_max_ms']:>9.1f}{(r['server_lag_p99_ms'] or float('nan')):>12.2f}")
     print("errors are |client - server| in ms; 'loop lag' is the generator's worst event-loop delay, "
           "'srv lag' the simulator's emission lag p99 (when it grows, the server, not the client, is late)")
-    shutil.rmtree(work, ignore_errors=True)
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

@@ -11,8 +11,15 @@ Offered load = N x 100 events/s. Measured per client, in one run of this script:
 * the ratio tokenswarm / baseline of events/s per core.
 
 A client that cannot keep up slows the closed-loop streams down (backpressure), so
-events/s at ~100 % CPU is its ceiling. ``--workers 2`` adds a tokenswarm run with two
-worker processes (no pinning; they share the machine's 2 cores with the simulator).
+events/s at ~100 % CPU is its ceiling.
+
+Worker scaling (``--workers 2``): tokenswarm with one worker process, then with two (master
+plus local workers, unpinned: they share the machine's cores with the simulator), against a
+second simulator in the ``bench-burst`` profile -- the same 10 ms per event, but each
+stream's events leave 8 per socket write, so the simulator needs a fraction of a core and
+the workers, not the simulator, set the aggregate events/s. Offered load is raised
+(``--scaling-streams``, default 768 = 76.8k events/s) so that one worker saturates. The
+simulator's own CPU share is printed for every row.
 
     python benchmarks/generator.py --streams 256 --seconds 20
 """
@@ -58,8 +65,18 @@ def sim_lag(base: str) -> dict:
         return {}
 
 
+def proc_cpu(pid: int) -> float:
+    import psutil
+
+    try:
+        t = psutil.Process(pid).cpu_times()
+        return t.user + t.system
+    except psutil.NoSuchProcess:
+        return 0.0
+
+
 def run_client(kind: str, base: str, streams: int, seconds: float, workdir: Path, pin: bool, workers: int = 0,
-               reader: str = "hub") -> dict:
+               reader: str = "hub", sim_pid: int | None = None) -> dict:
     env = {**os.environ, "BENCH_COUNT_FILE": str(workdir / f"{kind}.count"), "TOKENSWARM_READER": reader}
     taskset = ["taskset", "-c", "0"] if pin and shutil.which("taskset") else []
     if kind == "baseline":
@@ -103,9 +120,11 @@ def run_client(kind: str, base: str, streams: int, seconds: float, workdir: Path
                 pass
         return total
 
+    s0 = proc_cpu(sim_pid) if sim_pid else 0.0
     c0, k0, t0 = tree_cpu(), sim_chunks(base), time.perf_counter()
     time.sleep(window)
     c1, k1, t1 = tree_cpu(), sim_chunks(base), time.perf_counter()
+    s1 = proc_cpu(sim_pid) if sim_pid else 0.0
     _out, err = proc.communicate(timeout=seconds + 120)
     if proc.returncode not in (0, 1):
         print(err[-3000:], file=sys.stderr)
@@ -115,60 +134,83 @@ def run_client(kind: str, base: str, streams: int, seconds: float, workdir: Path
     return {"client": label if not workers else f"{label} x{workers} workers", "streams": streams,
             "events": int(chunks), "wall_s": round(wall, 2), "events_per_s": round(chunks / wall, 0),
             "cpu_s": round(cpu, 2), "cpu_us_per_event": round(cpu / chunks * 1e6, 1) if chunks else None,
-            "cpu_share_of_core": round(cpu / wall, 2)}
+            "cpu_share_of_core": round(cpu / wall, 2), "sim_cpu_share": round((s1 - s0) / wall, 2)}
+
+
+def start_sim(profile: str, pin_core: int | None) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    cmd = [sys.executable, "-m", "tokenswarm", "sim", "--port", str(port), "--profile", profile]
+    if pin_core is not None and shutil.which("taskset"):
+        cmd = ["taskset", "-c", str(pin_core)] + cmd
+    sim = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(base + "/health", timeout=1)
+            break
+        except Exception:
+            time.sleep(0.1)
+    return sim, base
+
+
+def stop_sim(sim: subprocess.Popen) -> None:
+    os.killpg(sim.pid, signal.SIGTERM)
+    sim.wait(10)
+
+
+def print_rows(rows: list[dict]) -> None:
+    print(f"{'client':<34} {'events/s':>9} {'CPU us/event':>13} {'CPU share':>10} {'events':>9} {'sim CPU':>8}")
+    for r in rows:
+        print(f"{r['client']:<34} {r['events_per_s']:>9.0f} {r['cpu_us_per_event'] or 0:>13.1f} "
+              f"{r['cpu_share_of_core']:>10.2f} {r['events']:>9} {r['sim_cpu_share']:>8.2f}")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--streams", type=int, default=256)
     ap.add_argument("--seconds", type=float, default=20)
-    ap.add_argument("--workers", type=int, default=2, help="also run tokenswarm with this many workers (0 = skip)")
+    ap.add_argument("--workers", type=int, default=2, help="also compare 1 worker with this many (0 = skip)")
+    ap.add_argument("--scaling-streams", type=int, default=768, help="streams offered in the worker comparison")
+    ap.add_argument("--skip-baseline", action="store_true", help="only the worker comparison")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tokenswarm-genbench-"))
-    port = free_port()
-    sim_cmd = [sys.executable, "-m", "tokenswarm", "sim", "--port", str(port), "--profile", "bench-10ms"]
-    if shutil.which("taskset"):
-        sim_cmd = ["taskset", "-c", "1"] + sim_cmd
-    sim = subprocess.Popen(sim_cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(base + "/health", timeout=1)
-                break
-            except Exception:
-                time.sleep(0.1)
-        rows = [run_client("baseline", base, args.streams, args.seconds, work, pin=True),
-                run_client("tokenswarm", base, args.streams, args.seconds, work, pin=True),
-                run_client("tokenswarm", base, args.streams, args.seconds, work, pin=True, reader="greenlet")]
-        if args.workers:
-            # Distributed mode on this machine: a master plus N worker processes, unpinned (they
-            # share the cores with the simulator), against one worker process in the same mode.
-            rows.append(run_client("tokenswarm", base, args.streams, args.seconds, work, pin=False, workers=1))
-            rows.append(run_client("tokenswarm", base, args.streams, args.seconds, work, pin=False,
-                                   workers=args.workers))
-        lag = sim_lag(base)
-    finally:
-        os.killpg(sim.pid, signal.SIGTERM)
-        sim.wait(10)
-    offered = args.streams * 100
-    print(f"\nSSE events/s per client core, {args.streams} streams x 100 events/s offered = {offered}/s "
-          f"(simulator bench-10ms on core 1; clients on core 0)")
-    print(f"{'client':<34} {'events/s':>9} {'CPU us/event':>13} {'CPU share':>10} {'events':>9}")
-    for r in rows:
-        print(f"{r['client']:<34} {r['events_per_s']:>9.0f} {r['cpu_us_per_event'] or 0:>13.1f} "
-              f"{r['cpu_share_of_core']:>10.2f} {r['events']:>9}")
-    b, t = rows[0], rows[1]
-    print(f"\nratio tokenswarm / baseline: events/s {t['events_per_s'] / b['events_per_s']:.2f}x, "
-          f"CPU per event {b['cpu_us_per_event'] / t['cpu_us_per_event']:.2f}x cheaper")
-    print(f"ceiling per core (1 s of CPU / CPU per event): baseline {1e6 / b['cpu_us_per_event']:.0f} events/s, "
-          f"tokenswarm {1e6 / t['cpu_us_per_event']:.0f} events/s")
+    rows: list[dict] = []
+    lag: dict = {}
+    if not args.skip_baseline:
+        sim, base = start_sim("bench-10ms", 1)
+        try:
+            for kind, reader in (("baseline", "hub"), ("tokenswarm", "hub"), ("tokenswarm", "greenlet")):
+                rows.append(run_client(kind, base, args.streams, args.seconds, work, pin=True, reader=reader,
+                                       sim_pid=sim.pid))
+            lag = sim_lag(base)
+        finally:
+            stop_sim(sim)
+        offered = args.streams * 100
+        print(f"\nSSE events/s per client core, {args.streams} streams x 100 events/s offered = {offered}/s "
+              f"(simulator bench-10ms on core 1; clients on core 0)")
+        print_rows(rows)
+        b, t = rows[0], rows[1]
+        print(f"\nratio tokenswarm / baseline: events/s {t['events_per_s'] / b['events_per_s']:.2f}x, "
+              f"CPU per event {b['cpu_us_per_event'] / t['cpu_us_per_event']:.2f}x cheaper")
+        print(f"ceiling per core (1 s of CPU / CPU per event): baseline {1e6 / b['cpu_us_per_event']:.0f} events/s, "
+              f"tokenswarm {1e6 / t['cpu_us_per_event']:.0f} events/s")
+        if lag:
+            print(f"simulator emission lag over these runs: {json.dumps(lag)[:300]}")
     if args.workers:
-        one, many = rows[-2], rows[-1]
-        print(f"aggregate events/s, {args.workers} workers / 1 worker (master + local worker processes): "
-              f"{many['events_per_s'] / one['events_per_s']:.2f}x ({many['events_per_s']:.0f} vs {one['events_per_s']:.0f})")
-    if lag:
-        print(f"simulator emission lag over the whole benchmark: {json.dumps(lag)[:300]}")
+        # Distributed mode on this machine: a master plus N local worker processes (unpinned),
+        # against the same with one worker, both against a simulator that writes 8 events at a time.
+        sim, base = start_sim("bench-burst", None)
+        try:
+            scaling = [run_client("tokenswarm", base, args.scaling_streams, args.seconds, work, pin=False,
+                                  workers=n, sim_pid=sim.pid) for n in (1, args.workers)]
+        finally:
+            stop_sim(sim)
+        print(f"\nworker scaling: {args.scaling_streams} streams x 100 events/s offered = "
+              f"{args.scaling_streams * 100}/s, simulator bench-burst (8 events per write), all processes unpinned")
+        print_rows(scaling)
+        one, many = scaling
+        print(f"aggregate events/s, {args.workers} workers / 1 worker: {many['events_per_s'] / one['events_per_s']:.2f}x "
+              f"({many['events_per_s']:.0f} vs {one['events_per_s']:.0f})")
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

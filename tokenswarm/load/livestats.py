@@ -54,10 +54,12 @@ class LogHistogram:
         us = np.asarray(values_ms, dtype=np.float64) * 1000.0
         keys = np.where(us >= 1.0, (np.log(np.maximum(us, 1.0)) / _LOG_BASE).astype(np.int64), _ZERO_BUCKET)
         counts = np.asarray(counts, dtype=np.int64)
-        uniq, inv = np.unique(keys, return_inverse=True)
-        sums = np.bincount(inv, weights=counts)
+        # bincount over the (narrow) key range: no sort, unlike np.unique
+        lo_key = int(keys.min())
+        sums = np.bincount(keys - lo_key, weights=counts)
+        nz = np.flatnonzero(sums)
         b = self.buckets
-        for k, c in zip(uniq.tolist(), sums.tolist()):
+        for k, c in zip((nz + lo_key).tolist(), sums[nz].tolist()):
             b[k] = b.get(k, 0) + int(c)
         n = int(counts.sum())
         self.count += n

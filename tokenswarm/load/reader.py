@@ -1,52 +1,174 @@
-"""Reading a streamed response from the event loop itself: no greenlet switch per SSE event.
+"""Reading streamed responses from the event loop itself: no greenlet switch per SSE event.
 
 In gevent, a greenlet blocked in ``recv`` is woken through the hub for every TCP segment:
 two greenlet switches plus a watcher start/stop per event, the biggest single cost of a
 streaming client (it is what limits a plain Locust ``readline`` loop). Here the request's
-greenlet instead registers a libev I/O watcher and sleeps once; the watcher's callback runs
-*inside the hub* whenever the socket is readable, takes the arrival timestamp, reads what
-the socket has, parses it and updates the stream state. The greenlet is woken once, when
-the response is complete (or broken).
+greenlet instead hands its socket to the process's :class:`StreamPoller` and sleeps once;
+the poller's callback runs *inside the hub* whenever sockets are readable, reads what each
+socket has, parses it and updates the stream state. The greenlet is woken once, when the
+response is complete (or broken).
 
-The callback must never block or raise: errors are stored and re-raised in the waiting
+Why one nested ``epoll`` set rather than a libev watcher per socket:
+
+* **Timestamps.** Streams that a server batches together send their chunks in the same
+  millisecond. With a watcher per socket each callback took its own timestamp, so the
+  last of 64 simultaneous chunks was stamped ~64 x (read + parse) late -- a client-made
+  error that grows with concurrency. The poller takes ONE timestamp when ``epoll`` reports
+  the ready set and gives it to every socket in that set: the moment the bytes were known
+  to be there. (Bytes that land on a socket between that poll and its ``recv`` are stamped
+  up to one batch's processing time early; the batch time is what the loop-lag probe
+  reports, and the accuracy benchmark measures the net error against server truth.)
+* **Cost.** One libev callback per wake-up instead of one per socket.
+
+Callbacks must never block or raise: errors are stored and re-raised in the waiting
 greenlet. Used for plain-TCP streams without per-chunk hooks; TLS sockets (which buffer
 inside OpenSSL) and hooked streams use the greenlet loop in :mod:`tokenswarm.load.client`.
+Without ``epoll`` (non-Linux) each socket gets its own libev watcher instead.
 """
 
 from __future__ import annotations
 
+import os
+import platform
+import socket
+import struct
+import sys
+import time
 from typing import Any, Callable
 
 import gevent
 from gevent.event import Event
+from gevent.monkey import get_original
 
 from tokenswarm.load.dechunk import ChunkedDecoder, ChunkedError
 
+try:  # monkey-patching removes select.epoll (it would block the hub); we only poll it with timeout 0
+    _epoll, _EPOLLIN = get_original("select", ["epoll", "EPOLLIN"])
+except AttributeError:
+    _epoll, _EPOLLIN = None, 0
+
 RECV_BYTES = 65536
+#: Ready sockets handled per wake-up; more stay ready (level-triggered) for the next one.
+MAX_READY = 1024
+#: Kernel receive timestamps (``SO_TIMESTAMPNS``): Linux stamps every segment when it arrives,
+#: so when we read it no longer matters. TOKENSWARM_KERNEL_TIMESTAMPS=0 turns them off.
+#: (Python does not export the constant; 35 is its value on the asm-generic architectures listed.)
+_GENERIC_ARCH = platform.machine() in ("x86_64", "aarch64", "arm64", "i686", "i386", "armv7l", "riscv64",
+                                       "ppc64le", "s390x")
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if _GENERIC_ARCH else None) \
+    if sys.platform.startswith("linux") else None
+KERNEL_TIMESTAMPS = SO_TIMESTAMPNS is not None and os.environ.get("TOKENSWARM_KERNEL_TIMESTAMPS", "1") != "0"
+#: With kernel timestamps, a busy poller looks at its sockets every this many seconds instead of
+#: on every arrival: one sweep reads many sockets (fewer wake-ups and system calls per event)
+#: and the timestamps do not move. TOKENSWARM_READ_BATCH_MS=0 reads on every arrival.
+READ_BATCH_S = float(os.environ.get("TOKENSWARM_READ_BATCH_MS", "1")) / 1000.0
+#: A kernel stamp older than this (relative to the poll) means the wall clock was stepped.
+PLAUSIBLE_AGE_S = 10.0
+_ANC_BYTES = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
+_timespec = struct.Struct("@qq").unpack_from
 
 
 def can_watch(resp: Any) -> bool:
-    """True for a plain (non-TLS) gevent socket we can put a raw watcher on."""
+    """True for a plain (non-TLS) gevent socket we can read from the hub."""
     sock = getattr(resp, "_sock", None)
     return sock is not None and getattr(sock, "_sslobj", None) is None and hasattr(sock, "_sock")
 
 
-class HubReader:
-    """Feeds one response's bytes into ``on_data(now_s, data)`` from a hub callback."""
+class StreamPoller:
+    """All hub-read sockets of one process in one ``epoll`` set behind one libev watcher.
 
-    __slots__ = ("resp", "raw", "clock", "on_data", "on_eof", "done", "error", "watcher", "dechunker", "reads")
+    Idle, it wakes on the first arrival. Busy (it found sockets ready) and with kernel
+    timestamps, it stops listening and sweeps again after ``READ_BATCH_S``, going back to
+    listening when a sweep finds nothing.
+    """
+
+    __slots__ = ("clock", "ep", "handlers", "watcher", "timer", "batch_s", "kernel_stamps")
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.ep = _epoll()
+        self.handlers: dict[int, Callable[[float, float], None]] = {}
+        loop = gevent.get_hub().loop
+        self.watcher = loop.io(self.ep.fileno(), 1)
+        # Kernel stamps are CLOCK_REALTIME; they map onto our timeline only if the clock is
+        # CLOCK_MONOTONIC (perf_counter / monotonic): an injected test clock gets read-time stamps.
+        self.kernel_stamps = KERNEL_TIMESTAMPS and clock in (time.perf_counter, time.monotonic)
+        self.batch_s = READ_BATCH_S if self.kernel_stamps else 0.0
+        self.timer = loop.timer(self.batch_s, self.batch_s) if self.batch_s > 0 else None
+
+    def add(self, fd: int, handler: Callable[[float, float], None]) -> None:
+        """Call ``handler(now_s, real_minus_mono_s)`` from the hub whenever ``fd`` is readable."""
+        self.ep.register(fd, _EPOLLIN)
+        self.handlers[fd] = handler
+        if not self.watcher.active and not (self.timer is not None and self.timer.active):
+            self.watcher.start(self._ready)
+
+    def remove(self, fd: int) -> None:
+        if self.handlers.pop(fd, None) is not None:
+            try:
+                self.ep.unregister(fd)
+            except (OSError, ValueError):
+                pass  # already closed: the kernel dropped it from the set
+        if not self.handlers:  # an idle process does not wake for an empty set
+            self.watcher.stop()
+            if self.timer is not None:
+                self.timer.stop()
+
+    def _ready(self) -> None:
+        now = self.clock()  # one timestamp for everything this poll reports
+        offset = time.time() - now if self.kernel_stamps else 0.0  # realtime -> our timeline
+        handlers = self.handlers
+        ready = self.ep.poll(0, MAX_READY)
+        for fd, _mask in ready:
+            h = handlers.get(fd)
+            if h is not None:
+                h(now, offset)
+        timer = self.timer
+        if timer is None or not self.handlers:
+            return
+        if ready:
+            if not timer.active:  # busy: sweep on the timer from now on
+                self.watcher.stop()
+                timer.start(self._ready)
+        elif timer.active:  # quiet again: wake on the next arrival
+            timer.stop()
+            self.watcher.start(self._ready)
+
+
+_pollers: dict[tuple, StreamPoller] = {}
+
+
+def stream_poller(clock: Callable[[], float]) -> StreamPoller | None:
+    """The poller of this process and hub (created on first use: forked workers get their own)."""
+    if _epoll is None:
+        return None
+    key = (os.getpid(), gevent.get_hub(), clock)
+    p = _pollers.get(key)
+    if p is None:
+        p = _pollers[key] = StreamPoller(clock)
+    return p
+
+
+class HubReader:
+    """Feeds one response's bytes into ``on_data(now_s, data)`` from the hub."""
+
+    __slots__ = ("resp", "raw", "fd", "clock", "on_data", "on_eof", "done", "error", "poller", "watcher",
+                 "dechunker", "reads", "stamped")
 
     def __init__(self, resp: Any, clock: Callable[[], float], on_data: Callable[[float, bytes], bool],
                  on_eof: Callable[[], None]) -> None:
         self.resp = resp
         self.raw = resp._sock._sock  # the non-blocking OS-level socket under gevent's wrapper
+        self.fd = -1
         self.clock = clock
         self.on_data = on_data  # returns True when the caller wants to stop reading
         self.on_eof = on_eof  # peer closed: raise if that was not a valid end of body
         self.done = Event()
         self.error: BaseException | None = None
+        self.poller: StreamPoller | None = None
         self.watcher = None
         self.reads = 0
+        self.stamped = False  # reads carry kernel receive timestamps
         # Our own de-chunking when the header read stopped at the end of the headers (so the
         # library's parser holds no partial chunk); otherwise its parser does the framing.
         chunked = "chunked" in str(resp.get("transfer-encoding") or "").lower()
@@ -62,8 +184,20 @@ class HubReader:
                 return
         if resp.message_complete:
             return
-        self.watcher = gevent.get_hub().loop.io(self.raw.fileno(), 1)
-        self.watcher.start(self._readable)
+        self.fd = self.raw.fileno()
+        poller = stream_poller(self.clock)
+        if poller is not None:
+            self.poller = poller
+            if poller.kernel_stamps:
+                try:
+                    self.raw.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+                    self.stamped = True
+                except OSError:
+                    pass
+            poller.add(self.fd, self.readable)
+        else:
+            self.watcher = gevent.get_hub().loop.io(self.fd, 1)
+            self.watcher.start(lambda: self.readable(self.clock(), 0.0))
         try:
             self.done.wait()
         finally:
@@ -71,15 +205,28 @@ class HubReader:
         if self.error is not None:
             raise self.error
 
-    def _readable(self) -> None:
+    def readable(self, now: float, offset: float) -> None:
+        """The socket has bytes (or EOF) that were there at ``now``: read and parse them.
+
+        With kernel timestamps the read's time is when its last segment reached this host
+        (``CLOCK_REALTIME`` minus ``offset``, the realtime-minus-monotonic difference sampled at
+        the poll), never later than ``now``; without them (or if the kernel gave none) ``now``.
+        """
         try:
-            data = self.raw.recv(RECV_BYTES)
+            if self.stamped:
+                data, anc, _flags, _addr = self.raw.recvmsg(RECV_BYTES, _ANC_BYTES)
+                if anc and anc[0][1] == SO_TIMESTAMPNS:
+                    sec, nsec = _timespec(anc[0][2])
+                    stamp = (sec - offset) + nsec * 1e-9
+                    if now - PLAUSIBLE_AGE_S < stamp < now:  # else a wall-clock step: keep ``now``
+                        now = stamp
+            else:
+                data = self.raw.recv(RECV_BYTES)
         except BlockingIOError:
             return
         except BaseException as exc:
             self._finish(exc)
             return
-        now = self.clock()  # one timestamp per read, before parsing
         try:
             if not data:
                 if self.dechunker is not None:
@@ -126,6 +273,10 @@ class HubReader:
         self.done.set()
 
     def stop(self) -> None:
+        p = self.poller
+        if p is not None:
+            self.poller = None
+            p.remove(self.fd)
         w = self.watcher
         if w is not None:
             self.watcher = None

@@ -130,6 +130,7 @@ class Stream:
         self.text_parts: list[str] = []
         self.finish_reason: str | None = None
         self.last_emit_s: float | None = None
+        self.held: list[tuple[bytes, Emission]] = []  #: frames waiting for a shared write (events_per_write)
         self.done = False  #: request finished (any outcome); truth record queued
         self.complete = False  #: non-streaming: all tokens generated, body not yet written
         self.outcome = "ok"
@@ -178,10 +179,20 @@ class Stream:
         frame = b"%x\r\n%b\r\n" % (len(payload), payload)
         if finish is not None:
             frame += b"0\r\n\r\n"
-        now = monotonic()  # immediately before the socket write
-        ok = self.conn.write_nowait(frame)
         self.n_chunks += 1
         srv.metrics.chunks_sent += 1
+        if finish is None and not cutting and len(self.held) + 1 < srv.profile.events_per_write:
+            self.held.append((frame, e))  # sent with a later chunk of this stream
+            return
+        held = self.held
+        if held:
+            frame = b"".join([f for f, _ in held] + [frame])
+        now = monotonic()  # immediately before the socket write
+        ok = self.conn.write_nowait(frame)
+        if held:
+            for _f, he in held:
+                self._observe(now, he, lag=False)  # held on purpose: not emission lag
+            held.clear()
         self._observe(now, e)
         if not ok:
             self.srv.sched.abort(self.seq)
@@ -195,11 +206,12 @@ class Stream:
             self.finish_reason = finish
             self.finish("fault_stall" if self.seq is not None and self.seq.stalled else "ok")
 
-    def _observe(self, now: float, e: Emission) -> None:
+    def _observe(self, now: float, e: Emission, lag: bool = True) -> None:
         m = self.srv.metrics
-        lag = now - e.scheduled_s
-        m.emission_lag.observe(lag)
-        m.lags.add(lag)
+        if lag:
+            late = now - e.scheduled_s
+            m.emission_lag.observe(late)
+            m.lags.add(late)
         if self.last_emit_s is None:
             m.ttft.observe(now - self.received_s)
         else:

@@ -1,0 +1,80 @@
+"""Arrival times come from the kernel, not from when the event loop got round to reading.
+
+The hub reader asks Linux for receive timestamps (``SO_TIMESTAMPNS``): a chunk that reached
+the socket while the event loop was busy is still stamped with the moment it arrived. These
+tests block the loop on purpose, for 60 ms, between a chunk's arrival and its read.
+"""
+
+import sys
+import time
+
+import gevent
+import pytest
+from gevent import socket
+from gevent.monkey import get_original
+
+from tokenswarm.load import reader
+
+blocking_sleep = get_original("time", "sleep")  # holds the whole event loop, like a busy client
+EVENT = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}],"usage":{"completion_tokens":1}}\n\n'
+FRAME = b"%x\r\n%s\r\n" % (len(EVENT), EVENT)
+
+
+class _Resp:
+    """The few attributes HubReader uses of a geventhttpclient response (headers already read)."""
+
+    def __init__(self, sock):
+        self._sock = sock
+        self._body_buffer = bytearray()
+        self.message_complete = False
+
+    def get(self, name):
+        return "chunked" if name == "transfer-encoding" else None
+
+    def feed(self, data):
+        pass
+
+
+def _read_one_chunk_after_a_busy_loop(clock):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    client = socket.create_connection(listener.getsockname())
+    server, _ = listener.accept()
+    seen = []
+
+    def on_data(now, body):
+        seen.append((now, body))
+        return True  # one chunk is all we need
+
+    hub_reader = reader.HubReader(_Resp(client), clock, on_data, lambda: None)
+    g = gevent.spawn(hub_reader.run)
+    gevent.sleep(0.01)  # the reader is registered with the poller and waiting
+    sent = clock()
+    server.sendall(FRAME)
+    blocking_sleep(0.06)  # the loop is busy: nothing reads for 60 ms
+    g.join(timeout=5)
+    for s in (client, server, listener):
+        s.close()
+    assert seen and seen[0][1] == EVENT
+    return (seen[0][0] - sent) * 1000.0
+
+
+@pytest.mark.skipif(not (sys.platform.startswith("linux") and reader.KERNEL_TIMESTAMPS),
+                    reason="kernel receive timestamps are a Linux feature")
+def test_a_chunk_is_stamped_when_it_arrived_even_if_read_60ms_later():
+    delay_ms = _read_one_chunk_after_a_busy_loop(time.perf_counter)
+    assert 0.0 <= delay_ms < 5.0  # loopback delivery, not the 60 ms the loop was busy
+
+
+def test_without_kernel_timestamps_the_read_time_is_recorded():
+    # An injected (non-CLOCK_MONOTONIC) clock cannot be mapped from kernel time: the poll's
+    # timestamp is used, which includes the time the loop was busy.
+    offset = time.perf_counter()
+
+    def test_clock():
+        return time.perf_counter() - offset
+
+    assert reader.stream_poller(test_clock).kernel_stamps is False
+    delay_ms = _read_one_chunk_after_a_busy_loop(test_clock)
+    assert delay_ms >= 55.0
