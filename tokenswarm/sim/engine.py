@@ -135,6 +135,8 @@ class Emission:
     n_tokens: int
     finish_reason: str | None
     scheduled_s: float
+    #: the step's tokens one by one, when each should leave as its own SSE event (tokens_per_step)
+    pieces: list[str] | None = None
 
 
 @dataclass
@@ -319,6 +321,8 @@ class Scheduler:
                 while accepted < k and proposal[accepted] == text.tokens[pos + accepted]:
                     accepted += 1
         n = min(accepted + 1, remaining)
+        if not k and self.p.tokens_per_step > 1:
+            n = min(self.p.tokens_per_step, remaining)
         text.ensure(pos + n)
         tokens = text.tokens[pos : pos + n]
         if k and self.spec.divergence_rate > 0.0 and unit_hash(self.spec.seed, text.key, pos) < self.spec.divergence_rate:
@@ -449,7 +453,8 @@ class Scheduler:
         elif s.stall_after is not None and not s.stalled and s.n_out >= s.stall_after:
             s.stalled = True
             s.paused_until = t + s.stall_s
-        out.append(Emission(s, chunk, n, finish, t))
+        pieces = tokens if (n > 1 and not e.k and self.p.tokens_per_step > 1 and not s.stops) else None
+        out.append(Emission(s, chunk, n, finish, t, pieces))
 
     # ----------------------------------------------------------------- independent mode
     def _plan_one(self, s: Sequence, t: float) -> None:

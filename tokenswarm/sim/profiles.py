@@ -56,10 +56,10 @@ class Profile:
     flops_per_token_s: float = 1e-4
     prefill_tokens_per_s: float = 6000.0
     natural_output_tokens: tuple[int, int] = (64, 512)
-    #: SSE events written per socket write (>1: a stream's chunks are held and sent K at a
-    #: time, as a buffering proxy would). Cuts the simulator's cost per event for generator
-    #: benchmarks; the truth log stamps every held chunk with the write that sent it.
-    events_per_write: int = 1
+    #: Independent batching only: tokens decoded per step (without speculation). Each token
+    #: still leaves as its own SSE event, all of a step's events in one socket write -- a
+    #: cheap way to serve many events/s (the generator benchmarks' ``bench-burst``).
+    tokens_per_step: int = 1
     draft: DraftCost = DraftCost()
     ngram: NgramCost = NgramCost()
     source: str = "<builtin>"
@@ -98,7 +98,7 @@ def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
 
 
 _POS_FLOAT = ("overhead_s", "weights_read_s", "kv_read_s_per_token", "flops_per_token_s")
-_POS_INT = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "kv_capacity_tokens", "events_per_write")
+_POS_INT = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "kv_capacity_tokens", "tokens_per_step")
 
 
 def profile_from_dict(data: Any, where: str) -> Profile:
@@ -142,6 +142,8 @@ def profile_from_dict(data: Any, where: str) -> Profile:
         elif key == "ngram":
             kw[key] = _sub(NgramCost, value, err, key)
     prof = Profile(**kw)
+    if prof.tokens_per_step > 1 and prof.batching != "independent":
+        raise err("tokens_per_step", "only meaningful with 'batching: independent'")
     if prof.kv_capacity_tokens < prof.max_model_len:
         raise err("kv_capacity_tokens", f"must be >= max_model_len ({prof.max_model_len}) so any request fits")
     if prof.max_num_batched_tokens < 16:

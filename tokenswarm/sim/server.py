@@ -130,7 +130,6 @@ class Stream:
         self.text_parts: list[str] = []
         self.finish_reason: str | None = None
         self.last_emit_s: float | None = None
-        self.held: list[tuple[bytes, Emission]] = []  #: frames waiting for a shared write (events_per_write)
         self.done = False  #: request finished (any outcome); truth record queued
         self.complete = False  #: non-streaming: all tokens generated, body not yet written
         self.outcome = "ok"
@@ -163,14 +162,20 @@ class Stream:
         if self.n_chunks == 0 and self.req.endpoint == "chat":
             parts.append(self.prefix + b'{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,'
                          b'"finish_reason":null}]' + (self._usage(0) if self.req.continuous_usage else b"") + b"}\n\n")
-        fr = b"null" if finish is None else b'"' + finish.encode() + b'"'
-        usage = self._usage(self.n_tokens) if self.req.continuous_usage else b""
-        if self.req.endpoint == "chat":
-            parts.append(self.prefix + b'{"index":0,"delta":{"content":' + orjson.dumps(e.text)
-                         + b'},"logprobs":null,"finish_reason":' + fr + b',"stop_reason":null}]' + usage + b"}\n\n")
-        else:
-            parts.append(self.prefix + b'{"index":0,"text":' + orjson.dumps(e.text)
-                         + b',"logprobs":null,"finish_reason":' + fr + b',"stop_reason":null}]' + usage + b"}\n\n")
+        # One SSE event for the step's tokens -- or, with tokens_per_step, one event per token.
+        pieces = e.pieces or (e.text,)
+        done_before = self.n_tokens - e.n_tokens
+        for i, piece in enumerate(pieces):
+            last = i == len(pieces) - 1
+            fr = b"null" if finish is None or not last else b'"' + finish.encode() + b'"'
+            cum = self.n_tokens if last else done_before + i + 1
+            usage = self._usage(cum) if self.req.continuous_usage else b""
+            if self.req.endpoint == "chat":
+                parts.append(self.prefix + b'{"index":0,"delta":{"content":' + orjson.dumps(piece)
+                             + b'},"logprobs":null,"finish_reason":' + fr + b',"stop_reason":null}]' + usage + b"}\n\n")
+            else:
+                parts.append(self.prefix + b'{"index":0,"text":' + orjson.dumps(piece)
+                             + b',"logprobs":null,"finish_reason":' + fr + b',"stop_reason":null}]' + usage + b"}\n\n")
         if finish is not None:
             if self.req.include_usage:
                 parts.append(self.prefix + b"]" + self._final_usage() + b"}\n\n")
@@ -179,20 +184,10 @@ class Stream:
         frame = b"%x\r\n%b\r\n" % (len(payload), payload)
         if finish is not None:
             frame += b"0\r\n\r\n"
-        self.n_chunks += 1
-        srv.metrics.chunks_sent += 1
-        if finish is None and not cutting and len(self.held) + 1 < srv.profile.events_per_write:
-            self.held.append((frame, e))  # sent with a later chunk of this stream
-            return
-        held = self.held
-        if held:
-            frame = b"".join([f for f, _ in held] + [frame])
         now = monotonic()  # immediately before the socket write
         ok = self.conn.write_nowait(frame)
-        if held:
-            for _f, he in held:
-                self._observe(now, he, lag=False)  # held on purpose: not emission lag
-            held.clear()
+        self.n_chunks += len(pieces)
+        srv.metrics.chunks_sent += len(pieces)
         self._observe(now, e)
         if not ok:
             self.srv.sched.abort(self.seq)
@@ -206,19 +201,21 @@ class Stream:
             self.finish_reason = finish
             self.finish("fault_stall" if self.seq is not None and self.seq.stalled else "ok")
 
-    def _observe(self, now: float, e: Emission, lag: bool = True) -> None:
+    def _observe(self, now: float, e: Emission) -> None:
         m = self.srv.metrics
-        if lag:
-            late = now - e.scheduled_s
-            m.emission_lag.observe(late)
-            m.lags.add(late)
+        lag = now - e.scheduled_s
+        m.emission_lag.observe(lag)
+        m.lags.add(lag)
         if self.last_emit_s is None:
             m.ttft.observe(now - self.received_s)
         else:
             m.itl.observe(now - self.last_emit_s)
         self.last_emit_s = now
         if e.n_tokens and self.req.stream:
-            self.chunks.append([now, e.n_tokens])
+            if e.pieces:
+                self.chunks.extend([now, 1] for _ in e.pieces)  # one event per token, one write
+            else:
+                self.chunks.append([now, e.n_tokens])
 
     def _usage(self, completion: int) -> bytes:
         return self.usage_tail % (self.req.prompt_len + completion, completion)
