@@ -13,6 +13,7 @@ import pytest
 from gevent import socket
 from gevent.monkey import get_original
 
+from tokenswarm import kstamp
 from tokenswarm.load import reader
 
 blocking_sleep = get_original("time", "sleep")  # holds the whole event loop, like a busy client
@@ -60,7 +61,7 @@ def _read_one_chunk_after_a_busy_loop(clock):
     return (seen[0][0] - sent) * 1000.0
 
 
-@pytest.mark.skipif(not (sys.platform.startswith("linux") and reader.KERNEL_TIMESTAMPS),
+@pytest.mark.skipif(not (sys.platform.startswith("linux") and kstamp.ENABLED),
                     reason="kernel receive timestamps are a Linux feature")
 def test_a_chunk_is_stamped_when_it_arrived_even_if_read_60ms_later():
     delay_ms = _read_one_chunk_after_a_busy_loop(time.perf_counter)

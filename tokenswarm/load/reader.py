@@ -29,10 +29,6 @@ Without ``epoll`` (non-Linux) each socket gets its own libev watcher instead.
 from __future__ import annotations
 
 import os
-import platform
-import socket
-import struct
-import sys
 import time
 from typing import Any, Callable
 
@@ -40,6 +36,7 @@ import gevent
 from gevent.event import Event
 from gevent.monkey import get_original
 
+from tokenswarm import kstamp
 from tokenswarm.load.dechunk import ChunkedDecoder, ChunkedError
 
 try:  # monkey-patching removes select.epoll (it would block the hub); we only poll it with timeout 0
@@ -50,22 +47,10 @@ except AttributeError:
 RECV_BYTES = 65536
 #: Ready sockets handled per wake-up; more stay ready (level-triggered) for the next one.
 MAX_READY = 1024
-#: Kernel receive timestamps (``SO_TIMESTAMPNS``): Linux stamps every segment when it arrives,
-#: so when we read it no longer matters. TOKENSWARM_KERNEL_TIMESTAMPS=0 turns them off.
-#: (Python does not export the constant; 35 is its value on the asm-generic architectures listed.)
-_GENERIC_ARCH = platform.machine() in ("x86_64", "aarch64", "arm64", "i686", "i386", "armv7l", "riscv64",
-                                       "ppc64le", "s390x")
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if _GENERIC_ARCH else None) \
-    if sys.platform.startswith("linux") else None
-KERNEL_TIMESTAMPS = SO_TIMESTAMPNS is not None and os.environ.get("TOKENSWARM_KERNEL_TIMESTAMPS", "1") != "0"
 #: With kernel timestamps, a busy poller looks at its sockets every this many seconds instead of
 #: on every arrival: one sweep reads many sockets (fewer wake-ups and system calls per event)
 #: and the timestamps do not move. TOKENSWARM_READ_BATCH_MS=0 reads on every arrival.
 READ_BATCH_S = float(os.environ.get("TOKENSWARM_READ_BATCH_MS", "1")) / 1000.0
-#: A kernel stamp older than this (relative to the poll) means the wall clock was stepped.
-PLAUSIBLE_AGE_S = 10.0
-_ANC_BYTES = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
-_timespec = struct.Struct("@qq").unpack_from
 
 
 def can_watch(resp: Any) -> bool:
@@ -92,7 +77,7 @@ class StreamPoller:
         self.watcher = loop.io(self.ep.fileno(), 1)
         # Kernel stamps are CLOCK_REALTIME; they map onto our timeline only if the clock is
         # CLOCK_MONOTONIC (perf_counter / monotonic): an injected test clock gets read-time stamps.
-        self.kernel_stamps = KERNEL_TIMESTAMPS and clock in (time.perf_counter, time.monotonic)
+        self.kernel_stamps = kstamp.ENABLED and clock in (time.perf_counter, time.monotonic)
         self.batch_s = READ_BATCH_S if self.kernel_stamps else 0.0
         self.timer = loop.timer(self.batch_s, self.batch_s) if self.batch_s > 0 else None
 
@@ -189,11 +174,7 @@ class HubReader:
         if poller is not None:
             self.poller = poller
             if poller.kernel_stamps:
-                try:
-                    self.raw.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-                    self.stamped = True
-                except OSError:
-                    pass
+                self.stamped = kstamp.enable(self.raw)
             poller.add(self.fd, self.readable)
         else:
             self.watcher = gevent.get_hub().loop.io(self.fd, 1)
@@ -214,12 +195,9 @@ class HubReader:
         """
         try:
             if self.stamped:
-                data, anc, _flags, _addr = self.raw.recvmsg(RECV_BYTES, _ANC_BYTES)
-                if anc and anc[0][1] == SO_TIMESTAMPNS:
-                    sec, nsec = _timespec(anc[0][2])
-                    stamp = (sec - offset) + nsec * 1e-9
-                    if now - PLAUSIBLE_AGE_S < stamp < now:  # else a wall-clock step: keep ``now``
-                        now = stamp
+                data, anc, _flags, _addr = self.raw.recvmsg(RECV_BYTES, kstamp.ANC_BYTES)
+                if anc:
+                    now = kstamp.stamp_of(anc, offset, now)
             else:
                 data = self.raw.recv(RECV_BYTES)
         except BlockingIOError:

@@ -26,6 +26,7 @@ import gevent.event
 import orjson
 from gevent.server import StreamServer
 
+from tokenswarm import kstamp
 from tokenswarm.sim import api
 from tokenswarm.sim.api import HttpError
 from tokenswarm.sim.engine import Emission, Scheduler, Sequence, SpecConfig
@@ -47,16 +48,29 @@ _SERVER = b"server: tokenswarm-sim\r\n"
 class Conn:
     """One client connection: immediate non-blocking writes plus an ordered backlog."""
 
-    __slots__ = ("sock", "raw", "backlog", "sending", "closed", "wake", "recv_s")
+    __slots__ = ("sock", "raw", "backlog", "sending", "closed", "wake", "recv_s", "stamped")
 
     def __init__(self, sock) -> None:
         self.sock = sock
-        self.recv_s: float | None = None  # when the read that completed the current request returned
+        self.recv_s: float | None = None  # when the bytes completing the current request arrived
+        self.stamped = kstamp.enable(sock)
         self.raw = sock._sock  # the real non-blocking socket under gevent's wrapper
         self.backlog: deque[bytes] = deque()
         self.sending = False
         self.closed = False
         self.wake = gevent.event.Event()
+
+    def recv(self, n: int) -> bytes:
+        """Read (cooperatively) and set ``recv_s``: the kernel's arrival stamp when available,
+        so a busy simulator's truth log does not move the request's arrival later."""
+        if not self.stamped:
+            data = self.sock.recv(n)
+            self.recv_s = monotonic()
+            return data
+        data, anc, _flags, _addr = self.sock.recvmsg(n, kstamp.ANC_BYTES)
+        now = monotonic()
+        self.recv_s = kstamp.stamp_of(anc, time.time() - now, now)
+        return data
 
     def write_nowait(self, data: bytes) -> bool:
         """Write without yielding; queue what the kernel does not take. False if the peer is gone."""
@@ -419,8 +433,7 @@ class SimServer:
                     if len(buf) > MAX_HEADER_BYTES:
                         self._respond(conn, 431, api.error_body(431, "Request headers too large"), keep=False)
                         return
-                    data = sock.recv(65536)
-                    conn.recv_s = monotonic()
+                    data = conn.recv(65536)
                     if not data:
                         return
                     buf += data
@@ -453,8 +466,7 @@ class SimServer:
                         self._respond(conn, 413, api.error_body(413, "Request body too large"), keep=False)
                         return
                     while len(buf) < length:
-                        data = sock.recv(max(65536, length - len(buf)))
-                        conn.recv_s = monotonic()
+                        data = conn.recv(max(65536, length - len(buf)))
                         if not data:
                             return
                         buf += data

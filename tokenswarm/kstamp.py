@@ -1,0 +1,52 @@
+"""Kernel receive timestamps (Linux ``SO_TIMESTAMPNS``), shared by the reader and the simulator.
+
+The kernel stamps every TCP segment when it reaches the host; a ``recvmsg`` returns the stamp
+of the last segment it consumed as ``CLOCK_REALTIME``. Both clocks our timelines use
+(``perf_counter``/``monotonic``, i.e. ``CLOCK_MONOTONIC``) are slewed together with it, so
+``stamp - (time.time() - monotonic_now)`` places the stamp on the monotonic timeline.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import struct
+import sys
+
+#: Python does not export the constant; 35 is its value on the asm-generic architectures listed.
+_GENERIC_ARCH = platform.machine() in ("x86_64", "aarch64", "arm64", "i686", "i386", "armv7l", "riscv64",
+                                       "ppc64le", "s390x")
+SO_TIMESTAMPNS: int | None = (getattr(socket, "SO_TIMESTAMPNS", 35 if _GENERIC_ARCH else None)
+                              if sys.platform.startswith("linux") else None)
+#: TOKENSWARM_KERNEL_TIMESTAMPS=0 turns them off (for comparison).
+ENABLED = SO_TIMESTAMPNS is not None and os.environ.get("TOKENSWARM_KERNEL_TIMESTAMPS", "1") != "0"
+#: ancillary buffer for one ``struct timespec``
+ANC_BYTES = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
+#: a stamp older than this (relative to the read) means the wall clock was stepped: ignore it
+PLAUSIBLE_AGE_S = 10.0
+_timespec = struct.Struct("@qq").unpack_from
+
+
+def enable(sock: socket.socket) -> bool:
+    """Ask the kernel to stamp ``sock``'s received segments; False if it cannot."""
+    if not ENABLED:
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        return True
+    except OSError:
+        return False
+
+
+def stamp_of(anc: list, real_minus_mono_s: float, now_s: float) -> float:
+    """The arrival time in ``recvmsg``'s ancillary data on the monotonic timeline, else ``now_s``.
+
+    ``real_minus_mono_s`` is ``time.time() - monotonic()`` read close to ``now_s``.
+    """
+    if anc and anc[0][1] == SO_TIMESTAMPNS:
+        sec, nsec = _timespec(anc[0][2])
+        stamp = (sec - real_minus_mono_s) + nsec * 1e-9
+        if now_s - PLAUSIBLE_AGE_S < stamp < now_s:
+            return stamp
+    return now_s
