@@ -65,7 +65,7 @@ def _read_one_chunk_after_a_busy_loop(clock):
                     reason="kernel receive timestamps are a Linux feature")
 def test_a_chunk_is_stamped_when_it_arrived_even_if_read_60ms_later():
     delay_ms = _read_one_chunk_after_a_busy_loop(time.perf_counter)
-    assert 0.0 <= delay_ms < 5.0  # loopback delivery, not the 60 ms the loop was busy
+    assert 0.0 <= delay_ms < 20.0  # loopback delivery (µs), not the 60 ms the loop was busy
 
 
 def test_without_kernel_timestamps_the_read_time_is_recorded():
