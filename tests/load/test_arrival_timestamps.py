@@ -79,3 +79,23 @@ def test_without_kernel_timestamps_the_read_time_is_recorded():
     assert reader.stream_poller(test_clock).kernel_stamps is False
     delay_ms = _read_one_chunk_after_a_busy_loop(test_clock)
     assert delay_ms >= 55.0
+
+
+def _anc(real_s):
+    import struct
+
+    sec = int(real_s)
+    return [(1, kstamp.SO_TIMESTAMPNS, struct.pack("@qq", sec, int(round((real_s - sec) * 1e9))))]
+
+
+@pytest.mark.skipif(kstamp.SO_TIMESTAMPNS is None, reason="no SO_TIMESTAMPNS on this platform")
+def test_stamp_conversion_onto_the_monotonic_timeline():
+    real_minus_mono = 1_700_000_000.0
+    now = 500.0
+    # arrived 3 ms before the read
+    assert kstamp.stamp_of(_anc(real_minus_mono + 499.997), real_minus_mono, now) == pytest.approx(499.997, abs=1e-6)
+    # a stamp from the future or from before a wall-clock step is not believed
+    assert kstamp.stamp_of(_anc(real_minus_mono + 500.5), real_minus_mono, now) == now
+    assert kstamp.stamp_of(_anc(real_minus_mono + 400.0), real_minus_mono, now) == now
+    # no ancillary data (stamps off, or the segment had none): the read time
+    assert kstamp.stamp_of([], real_minus_mono, now) == now
