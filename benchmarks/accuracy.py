@@ -21,47 +21,18 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_sim(spec: str, truth: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    cmd = [sys.executable, "-m", "tokenswarm", "sim", "--port", str(port), "--profile", "bench-10ms", "--truth",
-           str(truth), "--spec-method", spec]
-    if shutil.which("taskset"):
-        cmd = ["taskset", "-c", "1"] + cmd
-    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(base + "/health", timeout=1)
-            return proc, base
-        except Exception:
-            time.sleep(0.1)
-    raise RuntimeError("simulator did not start")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    os.killpg(proc.pid, signal.SIGTERM)
-    proc.wait(15)
+from tokenswarm.sim.testing import start_sim  # noqa: E402
 
 
 def run_tokenswarm(base: str, streams: int, seconds: float, out: Path, temperature: float) -> None:
@@ -133,12 +104,10 @@ def main() -> int:
     for spec in args.spec:
         for n in args.streams:
             truth = work / f"truth-{spec}-{n}.jsonl"
-            sim, base = start_sim(spec, truth)
-            try:
-                run_tokenswarm(base, n, args.seconds, work / f"run-{spec}-{n}", temperature=0.0)
-                lag = json.loads(urllib.request.urlopen(base + "/_tokenswarm/stats", timeout=5).read())
-            finally:
-                stop(sim)
+            with start_sim("--profile", "bench-10ms", "--truth", str(truth), "--spec-method", spec,
+                           cpus="1") as sim:
+                run_tokenswarm(sim.base_url, n, args.seconds, work / f"run-{spec}-{n}", temperature=0.0)
+                lag = sim.stats()
             row = analyse(work / f"run-{spec}-{n}", truth)
             row.update(streams=n, spec=spec, server_lag_p99_ms=lag.get("emission_lag", {}).get("p99_ms"))
             rows.append(row)

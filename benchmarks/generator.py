@@ -31,39 +31,23 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tokenswarm.sim.testing import SimHandle, start_sim  # noqa: E402
 
 
-def sim_chunks(base: str) -> float:
-    text = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
-    for line in text.splitlines():
+def sim_chunks(sim: SimHandle) -> float:
+    for line in sim.metrics_text(timeout_s=30).splitlines():  # a saturated simulator answers slowly
         if line.startswith("tokenswarm_sim:chunks_sent_total"):
             return float(line.split()[-1])
     raise RuntimeError("simulator exposes no tokenswarm_sim:chunks_sent_total")
-
-
-def sim_lag(base: str) -> dict:
-    try:
-        return json.loads(urllib.request.urlopen(base + "/_tokenswarm/stats", timeout=5).read())
-    except Exception:
-        return {}
 
 
 def proc_cpu(pid: int) -> float:
@@ -76,8 +60,8 @@ def proc_cpu(pid: int) -> float:
         return 0.0
 
 
-def run_client(kind: str, base: str, streams: int, seconds: float, workdir: Path, pin: bool, workers: int = 0,
-               reader: str = "hub", sim_pid: int | None = None, output_tokens: int = 200,
+def run_client(kind: str, sim: SimHandle, streams: int, seconds: float, workdir: Path, pin: bool, workers: int = 0,
+               reader: str = "hub", output_tokens: int = 200,
                warm_s: float | None = None) -> dict:
     env = {**os.environ, "BENCH_COUNT_FILE": str(workdir / f"{kind}.count"), "TOKENSWARM_READER": reader}
     taskset = ["taskset", "-c", "0"] if pin and shutil.which("taskset") else []
@@ -96,7 +80,7 @@ def run_client(kind: str, base: str, streams: int, seconds: float, workdir: Path
                "--out", str(workdir / f"run-{kind}")]
         if workers:
             cmd += ["--processes", str(workers)]
-    cmd = taskset + cmd + ["--headless", "--host", base, "-u", str(streams), "-r", str(streams), "-t",
+    cmd = taskset + cmd + ["--headless", "--host", sim.base_url, "-u", str(streams), "-r", str(streams), "-t",
                            f"{int(seconds)}s", "--only-summary", "--stop-timeout", "0"]
     # CPU per event is measured over a steady window in the middle of the run (after start-up
     # and ramp, before shutdown), from the client process tree's CPU times and the simulator's
@@ -122,11 +106,11 @@ def run_client(kind: str, base: str, streams: int, seconds: float, workdir: Path
                 pass
         return total
 
-    s0 = proc_cpu(sim_pid) if sim_pid else 0.0
-    c0, k0, t0 = tree_cpu(), sim_chunks(base), time.perf_counter()
+    s0 = proc_cpu(sim.proc.pid)
+    c0, k0, t0 = tree_cpu(), sim_chunks(sim), time.perf_counter()
     time.sleep(window)
-    c1, k1, t1 = tree_cpu(), sim_chunks(base), time.perf_counter()
-    s1 = proc_cpu(sim_pid) if sim_pid else 0.0
+    c1, k1, t1 = tree_cpu(), sim_chunks(sim), time.perf_counter()
+    s1 = proc_cpu(sim.proc.pid)
     _out, err = proc.communicate(timeout=seconds + 120)
     if proc.returncode not in (0, 1):
         print(err[-3000:], file=sys.stderr)
@@ -137,27 +121,6 @@ def run_client(kind: str, base: str, streams: int, seconds: float, workdir: Path
             "events": int(chunks), "wall_s": round(wall, 2), "events_per_s": round(chunks / wall, 0),
             "cpu_s": round(cpu, 2), "cpu_us_per_event": round(cpu / chunks * 1e6, 1) if chunks else None,
             "cpu_share_of_core": round(cpu / wall, 2), "sim_cpu_share": round((s1 - s0) / wall, 2)}
-
-
-def start_sim(profile: str, pin_core: int | None) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    cmd = [sys.executable, "-m", "tokenswarm", "sim", "--port", str(port), "--profile", profile]
-    if pin_core is not None and shutil.which("taskset"):
-        cmd = ["taskset", "-c", str(pin_core)] + cmd
-    sim = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(base + "/health", timeout=1)
-            break
-        except Exception:
-            time.sleep(0.1)
-    return sim, base
-
-
-def stop_sim(sim: subprocess.Popen) -> None:
-    os.killpg(sim.pid, signal.SIGTERM)
-    sim.wait(10)
 
 
 def print_rows(rows: list[dict]) -> None:
@@ -179,14 +142,10 @@ def main() -> int:
     rows: list[dict] = []
     lag: dict = {}
     if not args.skip_baseline:
-        sim, base = start_sim("bench-10ms", 1)
-        try:
+        with start_sim("--profile", "bench-10ms", cpus="1") as sim:
             for kind, reader in (("baseline", "hub"), ("tokenswarm", "hub"), ("tokenswarm", "greenlet")):
-                rows.append(run_client(kind, base, args.streams, args.seconds, work, pin=True, reader=reader,
-                                       sim_pid=sim.pid))
-            lag = sim_lag(base)
-        finally:
-            stop_sim(sim)
+                rows.append(run_client(kind, sim, args.streams, args.seconds, work, pin=True, reader=reader))
+            lag = sim.stats()
         offered = args.streams * 100
         print(f"\nSSE events/s per client core, {args.streams} streams x 100 events/s offered = {offered}/s "
               f"(simulator bench-10ms on core 1; clients on core 0)")
@@ -200,15 +159,12 @@ def main() -> int:
             print(f"simulator emission lag over these runs: {json.dumps(lag)[:300]}")
     if args.workers:
         # Distributed mode on this machine: a master plus N local worker processes (unpinned),
-        # against the same with one worker, both against a simulator that writes 8 events at a time.
-        sim, base = start_sim("bench-burst", None)
-        try:
+        # against the same with one worker, both against a simulator that writes 32 events at a time.
+        with start_sim("--profile", "bench-burst") as sim:
             # thousands of users take a few seconds to spawn: measure after they all stream
-            scaling = [run_client("tokenswarm", base, args.scaling_streams, args.seconds + 10, work, pin=False,
-                                  workers=n, sim_pid=sim.pid, output_tokens=1000, warm_s=10.0)
+            scaling = [run_client("tokenswarm", sim, args.scaling_streams, args.seconds + 10, work, pin=False,
+                                  workers=n, output_tokens=1000, warm_s=10.0)
                        for n in (1, args.workers)]
-        finally:
-            stop_sim(sim)
         print(f"\nworker scaling: {args.scaling_streams} streams x 100 events/s offered = "
               f"{args.scaling_streams * 100}/s, simulator bench-burst (32 one-token events per write), all processes unpinned")
         print_rows(scaling)

@@ -67,7 +67,7 @@ class StreamPoller:
     listening when a sweep finds nothing.
     """
 
-    __slots__ = ("clock", "ep", "handlers", "watcher", "timer", "batch_s", "kernel_stamps")
+    __slots__ = ("clock", "ep", "handlers", "watcher", "timer", "kernel_stamps")
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
@@ -78,8 +78,8 @@ class StreamPoller:
         # Kernel stamps are CLOCK_REALTIME; they map onto our timeline only if the clock is
         # CLOCK_MONOTONIC (perf_counter / monotonic): an injected test clock gets read-time stamps.
         self.kernel_stamps = kstamp.ENABLED and clock in (time.perf_counter, time.monotonic)
-        self.batch_s = READ_BATCH_S if self.kernel_stamps else 0.0
-        self.timer = loop.timer(self.batch_s, self.batch_s) if self.batch_s > 0 else None
+        sweep = self.kernel_stamps and READ_BATCH_S > 0  # without kernel stamps, reading late is stamping late
+        self.timer = loop.timer(READ_BATCH_S, READ_BATCH_S) if sweep else None
 
     def add(self, fd: int, handler: Callable[[float, float], None]) -> None:
         """Call ``handler(now_s, real_minus_mono_s)`` from the hub whenever ``fd`` is readable."""
@@ -127,9 +127,12 @@ def stream_poller(clock: Callable[[], float]) -> StreamPoller | None:
     """The poller of this process and hub (created on first use: forked workers get their own)."""
     if _epoll is None:
         return None
-    key = (os.getpid(), gevent.get_hub(), clock)
+    pid = os.getpid()
+    key = (pid, gevent.get_hub(), clock)
     p = _pollers.get(key)
     if p is None:
+        for stale in [k for k in _pollers if k[0] != pid]:  # inherited from the parent through fork
+            del _pollers[stale]
         p = _pollers[key] = StreamPoller(clock)
     return p
 

@@ -453,7 +453,7 @@ class SimServer:
                 conn_hdr = headers.get("connection", "").lower()
                 keep = (version == "HTTP/1.1" and conn_hdr != "close") or (conn_hdr == "keep-alive")
                 if "chunked" in headers.get("transfer-encoding", "").lower():
-                    body = self._read_chunked(sock, buf)
+                    body = self._read_chunked(conn, buf)
                     if body is None:
                         return
                 else:
@@ -483,12 +483,12 @@ class SimServer:
             except OSError:
                 pass
 
-    def _read_chunked(self, sock, buf: bytearray) -> bytes | None:
+    def _read_chunked(self, conn: Conn, buf: bytearray) -> bytes | None:
         body = bytearray()
         while True:
             i = buf.find(b"\r\n")
             while i < 0:
-                data = sock.recv(65536)
+                data = conn.recv(65536)
                 if not data:
                     return None
                 buf += data
@@ -496,7 +496,7 @@ class SimServer:
             size = int(bytes(buf[:i]).split(b";")[0] or b"0", 16)
             del buf[: i + 2]
             while len(buf) < size + 2:
-                data = sock.recv(65536)
+                data = conn.recv(65536)
                 if not data:
                     return None
                 buf += data

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -67,9 +68,9 @@ class SimHandle:
             self.flush_truth()
         return read_truth(self.truth_path)
 
-    def metrics_text(self) -> str:
+    def metrics_text(self, timeout_s: float = 5.0) -> str:
         """The current ``/metrics`` exposition."""
-        status, body = self._request("GET", "/metrics")
+        status, body = self._request("GET", "/metrics", timeout_s)
         if status != 200:
             raise RuntimeError(f"/metrics answered {status}")
         return body.decode()
@@ -113,12 +114,14 @@ class SimHandle:
 
 
 @contextlib.contextmanager
-def start_sim(*cli_args: str, truth: bool = False, env: dict | None = None, timeout_s: float = 20.0) -> Iterator[SimHandle]:
+def start_sim(*cli_args: str, truth: bool = False, env: dict | None = None, timeout_s: float = 20.0,
+              cpus: str | None = None) -> Iterator[SimHandle]:
     """Run ``python -m tokenswarm sim --port P *cli_args`` until the block exits.
 
     The process gets its own session (so it is not starved beside a busy client and a
     Ctrl-C in the test runner does not hit it). Waits until ``/health`` answers 200;
     raises ``RuntimeError`` with the server's output if it exits or times out first.
+    ``cpus`` (e.g. ``"1"``) pins it with ``taskset`` where that exists (benchmarks).
     """
     tmpdir = tempfile.mkdtemp(prefix="tokenswarm-sim-")
     port = free_port()
@@ -127,6 +130,8 @@ def start_sim(*cli_args: str, truth: bool = False, env: dict | None = None, time
     cmd = [sys.executable, "-m", "tokenswarm", "sim", "--port", str(port), *cli_args]
     if truth_path:
         cmd += ["--truth", truth_path]
+    if cpus is not None and shutil.which("taskset"):
+        cmd = ["taskset", "-c", cpus, *cmd]
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
