@@ -254,6 +254,17 @@ def _iter_lines(path: Path, warnings: list[str], block_bytes: int = 8 << 20) -> 
         yield lineno, pending, True
 
 
+def _tolerate_bad_line(path: Path, lineno: int, line: bytes, is_last: bool, warnings: list[str]) -> None:
+    """A line that is not JSON: blank lines pass, a truncated *last* line is skipped with a
+    warning (a writer killed mid-write); anywhere else it is an error naming file and line."""
+    if not line.strip():
+        return
+    if is_last:
+        warnings.append(f"{path}:{lineno}: truncated last line skipped (the writer probably stopped mid-write)")
+        return
+    raise RunInputError(f"{path}:{lineno}: not valid JSON (only a truncated last line is tolerated)") from None
+
+
 def _iter_json(path: Path, warnings: list[str]) -> Iterator[tuple[int, dict]]:
     """Decoded JSON objects of a JSON-lines file; only the last line may be broken (skipped)."""
     loads = orjson.loads
@@ -261,14 +272,8 @@ def _iter_json(path: Path, warnings: list[str]) -> Iterator[tuple[int, dict]]:
         try:
             obj = loads(line)
         except orjson.JSONDecodeError:
-            if not line.strip():
-                continue
-            if is_last:
-                warnings.append(
-                    f"{path}:{lineno}: truncated last line skipped (the writer probably stopped mid-write)"
-                )
-                return
-            raise RunInputError(f"{path}:{lineno}: not valid JSON (only a truncated last line is tolerated)") from None
+            _tolerate_bad_line(path, lineno, line, is_last, warnings)
+            continue
         if not isinstance(obj, dict):
             raise RunInputError(f"{path}:{lineno}: expected a JSON object per line")
         yield lineno, obj
@@ -517,12 +522,8 @@ def read_records(files: list[Path], keep_text: bool = False) -> tuple[dict[str, 
             try:
                 obj = loads(line)
             except orjson.JSONDecodeError:
-                if not line.strip():
-                    continue
-                if is_last:
-                    warnings.append(f"{path}:{lineno}: truncated last line skipped (the writer probably stopped mid-write)")
-                    break
-                raise RunInputError(f"{path}:{lineno}: not valid JSON (only a truncated last line is tolerated)") from None
+                _tolerate_bad_line(path, lineno, line, is_last, warnings)
+                continue
             if type(obj) is not dict:
                 raise RunInputError(f"{path}:{lineno}: expected a JSON object per line")
             acc.add(obj, f"{path}:{lineno}", seg)
