@@ -21,21 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-#: SLO name -> (column of a step-table row, "max" (observed <= threshold) or "min" (>=), unit)
-SLO_METRICS: dict[str, tuple[str, str, str]] = {
-    "ttft_p50_ms": ("ttft_p50_ms", "max", "ms"),
-    "ttft_p95_ms": ("ttft_p95_ms", "max", "ms"),
-    "ttft_p99_ms": ("ttft_p99_ms", "max", "ms"),
-    "tpot_p50_ms": ("tpot_p50_ms", "max", "ms"),
-    "tpot_p95_ms": ("tpot_p95_ms", "max", "ms"),
-    "tpot_p99_ms": ("tpot_p99_ms", "max", "ms"),
-    "itl_p99_ms": ("itl_p99_ms", "max", "ms"),
-    "e2e_p95_ms": ("e2e_p95_ms", "max", "ms"),
-    "e2e_p99_ms": ("e2e_p99_ms", "max", "ms"),
-    "error_rate": ("error_rate", "max", "fraction"),
-    "min_output_tps": ("output_tokens_per_s", "min", "tokens/s"),
-    "min_goodput_share": ("goodput_share", "min", "fraction"),
-}
+from tokenswarm.metrics import SLO_METRICS
+
 #: Per-request goodput thresholds (not row SLOs).
 REQUEST_THRESHOLDS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "e2e_ms")
 ALL_TASKS = "all"

@@ -43,6 +43,23 @@ GLOSSARY: dict[str, tuple[str, str]] = {
     ),
 }
 
+#: Step-level SLOs a scenario may set (``slo:``), defined once for the scenario loader and the
+#: analysis: name -> (column of a step-table row, "max" (observed <= threshold) or "min" (>=), unit).
+SLO_METRICS: dict[str, tuple[str, str, str]] = {
+    "ttft_p50_ms": ("ttft_p50_ms", "max", "ms"),
+    "ttft_p95_ms": ("ttft_p95_ms", "max", "ms"),
+    "ttft_p99_ms": ("ttft_p99_ms", "max", "ms"),
+    "tpot_p50_ms": ("tpot_p50_ms", "max", "ms"),
+    "tpot_p95_ms": ("tpot_p95_ms", "max", "ms"),
+    "tpot_p99_ms": ("tpot_p99_ms", "max", "ms"),
+    "itl_p99_ms": ("itl_p99_ms", "max", "ms"),
+    "e2e_p95_ms": ("e2e_p95_ms", "max", "ms"),
+    "e2e_p99_ms": ("e2e_p99_ms", "max", "ms"),
+    "error_rate": ("error_rate", "max", "fraction"),
+    "min_output_tps": ("output_tokens_per_s", "min", "tokens/s"),
+    "min_goodput_share": ("goodput_share", "min", "fraction"),
+}
+
 
 def tpot_ms(ttft_ms: float | None, e2e_ms: float | None, output_tokens: int | None) -> float | None:
     """Time per output token of one request; ``None`` with fewer than 2 tokens."""

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from tokenswarm.load.distributions import Dist, DistSpecError, make_dist
+from tokenswarm.metrics import SLO_METRICS
 
 KINDS = ("qa", "summarization", "code", "multi_turn", "abnormal")
 APIS = ("chat", "completions")
@@ -30,20 +31,7 @@ ARRIVALS = ("poisson", "gamma", "constant")
 DATASET_FORMATS = ("auto", "jsonl", "sharegpt")
 #: abnormal request kinds an ``abnormal`` task can send (see the README)
 ABNORMAL_CASES = ("empty_prompt", "huge_max_tokens", "invalid_params", "cancel_early", "unicode")
-SLO_NAMES = (
-    "ttft_p50_ms",
-    "ttft_p95_ms",
-    "ttft_p99_ms",
-    "tpot_p50_ms",
-    "tpot_p95_ms",
-    "tpot_p99_ms",
-    "itl_p99_ms",
-    "e2e_p95_ms",
-    "e2e_p99_ms",
-    "error_rate",
-    "min_output_tps",
-    "min_goodput_share",
-)
+SLO_NAMES = tuple(SLO_METRICS)  # the glossary defines them (tokenswarm.metrics)
 #: field names that would hold a literal secret; the key must come from ``api_key_env``
 _SECRET_FIELDS = (
     "api_key",
