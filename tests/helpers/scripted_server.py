@@ -101,6 +101,20 @@ def handle(sock, _addr) -> None:
             close_delimited = name == "close_delimited"
             head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
             head += b"Connection: close\r\n\r\n" if close_delimited else b"Transfer-Encoding: chunked\r\n\r\n"
+            if name == "glued":
+                # The headers and the first `glue` bytes of the chunked body in one write, so the
+                # client's header read also parses part of the body (at any framing position).
+                frames = [b"%x\r\n%s\r\n" % (len(e), e) for e in script_events(name, n, per_chunk)]
+                body, glue = b"".join(frames) + b"0\r\n\r\n", int(q.get("glue", "0"))
+                sock.sendall(head + body[:glue])
+                gevent.sleep(0.02)
+                pos = 0
+                for frame in frames + [b"0\r\n\r\n"]:
+                    pos += len(frame)
+                    if pos > glue:
+                        sock.sendall(body[max(glue, pos - len(frame)):pos])
+                        gevent.sleep(gap)
+                continue
             sock.sendall(head)
             for item in script_events(name, n, per_chunk):
                 if item == "CUT":

@@ -6,6 +6,7 @@ import pytest
 from geventhttpclient import HTTPClient
 
 from tests.helpers.procs import scripted_server
+from tests.helpers.scripted_server import ROLE
 from tokenswarm.load.client import stream_call
 from tokenswarm.load.stream import WallAnchor
 
@@ -59,6 +60,22 @@ def test_awkward_but_valid_framings_are_read_exactly(server, script):
     rec, _, _ = call(server, script, "n=5&gap_ms=5")
     assert rec.outcome == "ok", rec.error
     assert rec.chunk_tokens == [1] * 5 and rec.output_tokens == 5
+
+
+ROLE_FRAME = len(b"%x\r\n" % len(ROLE)) + len(ROLE) + 2
+
+
+@pytest.mark.parametrize("glue", [0, 1, 3, 60, ROLE_FRAME - 2, ROLE_FRAME - 1, ROLE_FRAME, ROLE_FRAME + 1,
+                                  ROLE_FRAME + 3, ROLE_FRAME + 40])
+def test_body_bytes_read_with_the_headers_at_any_framing_position(server, glue):
+    # The library parses whatever body came with the headers; the reader takes the framing
+    # over at a chunk boundary, or hands it back when the library was inside a chunk.
+    rec, text, client = call(server, "glued", f"n=5&gap_ms=5&glue={glue}")
+    assert rec.outcome == "ok", rec.error
+    assert rec.chunk_tokens == [1] * 5 and rec.output_tokens == 5
+    assert text == "".join(f"w{i}_0 " for i in range(5))
+    rec2, _, _ = call(server, "normal", "n=2", client=client)  # the connection was left reusable
+    assert rec2.outcome == "ok"
 
 
 def test_missing_done_after_finish_reason_is_ok(server):

@@ -12,6 +12,7 @@ from __future__ import annotations
 __all__ = ["ChunkedDecoder", "ChunkedError"]
 
 _SIZE, _DATA, _DATA_CRLF, _TRAILER, _DONE = range(5)
+_HEX = b"0123456789abcdefABCDEF"
 
 
 class ChunkedError(ValueError):
@@ -33,6 +34,15 @@ class ChunkedDecoder:
         return self._state == _DONE
 
     def feed(self, data: bytes) -> bytes:
+        if self._state == _SIZE and not self._buf:
+            # The commonest read of a stream: exactly one whole chunk ("1a4\r\n<data>\r\n").
+            eol = data.find(b"\r\n", 0, 18)
+            if eol > 0:
+                size_text = data[:eol]
+                if not size_text.strip(_HEX):
+                    end = eol + 2 + int(size_text, 16)
+                    if end + 2 == len(data) and end > eol + 2 and data[end:] == b"\r\n":
+                        return data[eol + 2:end]
         buf = self._buf + data if self._buf else data
         out: list[bytes] = []
         pos, n = 0, len(buf)
@@ -44,8 +54,8 @@ class ChunkedDecoder:
                     if n - pos > 1024:
                         raise ChunkedError("chunk size line too long")
                     break
-                size_text = buf[pos:eol].split(b";", 1)[0].strip()
-                if not size_text or size_text.strip(b"0123456789abcdefABCDEF"):
+                size_text = buf[pos:eol].split(b";", 1)[0].rstrip(b" \t")  # RFC 9112: BWS before ";" only
+                if not size_text or size_text.strip(_HEX):
                     raise ChunkedError(f"invalid chunk size {size_text[:20]!r}")
                 size = int(size_text, 16)
                 pos = eol + 2

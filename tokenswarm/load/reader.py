@@ -53,6 +53,13 @@ MAX_READY = 1024
 READ_BATCH_S = float(os.environ.get("TOKENSWARM_READ_BATCH_MS", "1")) / 1000.0
 
 
+def _between_chunks(resp: Any) -> bool:
+    try:
+        return resp.get_remaining_content_length() == 0
+    except (AttributeError, ValueError):
+        return not resp._body_buffer  # no parser state to ask: only an untouched body is safe
+
+
 def can_watch(resp: Any) -> bool:
     """True for a plain (non-TLS) gevent socket we can read from the hub."""
     sock = getattr(resp, "_sock", None)
@@ -141,7 +148,7 @@ class HubReader:
     """Feeds one response's bytes into ``on_data(now_s, data)`` from the hub."""
 
     __slots__ = ("resp", "raw", "fd", "clock", "on_data", "on_eof", "done", "error", "poller", "watcher",
-                 "dechunker", "reads", "stamped")
+                 "dechunker", "trial", "stamped")
 
     def __init__(self, resp: Any, clock: Callable[[], float], on_data: Callable[[float, bytes], bool],
                  on_eof: Callable[[], None]) -> None:
@@ -155,12 +162,15 @@ class HubReader:
         self.error: BaseException | None = None
         self.poller: StreamPoller | None = None
         self.watcher = None
-        self.reads = 0
         self.stamped = False  # reads carry kernel receive timestamps
-        # Our own de-chunking when the header read stopped at the end of the headers (so the
-        # library's parser holds no partial chunk); otherwise its parser does the framing.
+        # Our own de-chunking from the first chunk boundary on. The library's parser reads the
+        # headers and whatever body bytes came with them; it is between chunks when it expects
+        # no more bytes of the current one (remaining length 0). The states that also report 0
+        # -- before a chunk's closing CRLF, inside the terminating "0" line -- make our first
+        # feed fail, and ``readable`` then hands the framing back to the library.
         chunked = "chunked" in str(resp.get("transfer-encoding") or "").lower()
-        self.dechunker = ChunkedDecoder() if chunked and not resp._body_buffer else None
+        self.dechunker = ChunkedDecoder() if chunked and _between_chunks(resp) else None
+        self.trial: list[bytes] | None = [] if self.dechunker is not None else None  # raw bytes until trusted
 
     def run(self) -> None:
         """Process what is already buffered, then read from the hub until the response ends."""
@@ -215,18 +225,23 @@ class HubReader:
                 self.on_eof()
                 self._finish(None)
                 return
-            self.reads += 1
             dec = self.dechunker
             if dec is not None:
+                trial = self.trial
+                if trial is not None:
+                    trial.append(data)
                 try:
                     body = dec.feed(data)
                 except ChunkedError:
-                    if self.reads > 1:
+                    if trial is None:
                         raise
-                    # The library's parser had consumed part of a chunk line with the headers:
-                    # hand it these (unconsumed) bytes and let it do the framing from here.
-                    self.dechunker = None
+                    # The library's parser was inside a chunk when we took over: hand it every
+                    # byte we have seen and let it do the framing from here.
+                    self.dechunker = self.trial = None
+                    data = b"".join(trial)
                 else:
+                    if body:
+                        self.trial = None  # our framing produced data: it is ours from now on
                     stop = self.on_data(now, body) if body else False
                     if dec.done:
                         self.resp.feed(b"0\r\n\r\n")  # end the message for the library: keep-alive reuse
