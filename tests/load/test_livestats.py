@@ -51,6 +51,28 @@ def test_observe_counts_itl_per_token_and_tokens_per_chunk():
     assert t.hists["tpot_ms"].mean == pytest.approx((260 - 100) / 3)
 
 
+def test_deferred_chunk_gaps_equal_per_stream_bucketing_and_never_cross_streams():
+    rng = np.random.default_rng(5)
+    streams = []
+    for _ in range(300):  # enough values to flush on size once, the rest on the first read
+        n = int(rng.integers(1, 120))
+        offs = np.cumsum(rng.exponential(8.0, n)).round(3).tolist()
+        toks = rng.integers(0, 4, n).tolist()  # zero-token chunks give no samples
+        streams.append((offs, toks))
+    deferred, direct = LogHistogram(), LogHistogram()
+    for offs, toks in streams:
+        deferred.add_chunk_gaps(offs, toks)
+        o, t = np.asarray(offs), np.asarray(toks[1:])
+        keep = t > 0
+        if len(o) > 1:
+            direct.add_many(np.diff(o)[keep] / t[keep], t[keep])
+    assert deferred.count == direct.count > 0  # a read sees what is still pending
+    assert deferred.buckets == direct.buckets
+    assert deferred.total == pytest.approx(direct.total)
+    assert (deferred.min, deferred.max) == (direct.min, direct.max)
+    assert LogHistogram.from_dict(deferred.to_dict()).quantile(0.99) == direct.quantile(0.99)
+
+
 def test_failures_count_but_do_not_enter_e2e():
     s = LiveStats(clock=lambda: 1000.0)
     s.observe(rec("qa", outcome="timeout", offs=(), toks=(), out=None))
