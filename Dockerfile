@@ -2,11 +2,14 @@
 FROM python:3.11-slim
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY tokenswarm ./tokenswarm
 COPY analysis ./analysis
 COPY locustfiles ./locustfiles
 COPY scenarios ./scenarios
-RUN pip install .
+# gcc only for the build of the reader's C fast path (tokenswarm/load/_fastread.c), then removed
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && pip install . \
+    && apt-get purge -y gcc libc6-dev && apt-get autoremove -y && rm -rf /var/lib/apt/lists/*
 EXPOSE 8000 8089 5557
 CMD ["tokenswarm", "--help"]

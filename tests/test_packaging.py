@@ -83,3 +83,19 @@ def test_installed_packages_carry_the_shipped_scenarios():
     assert resolve_scenario_path("mix").endswith("mix.yaml")
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert '"scenarios/*.yaml"' in pyproject
+
+
+def test_the_readers_c_fast_path_is_built_where_a_compiler_is():
+    # setup.py marks the extension optional (an install without a compiler falls back to the
+    # pure-Python reader); on a machine with one, a silent build failure would cost ~2x CPU.
+    import shutil
+
+    import pytest
+
+    if not shutil.which("cc") and not shutil.which("gcc"):
+        pytest.skip("no C compiler: the pure-Python reader is the expected path")
+    from tokenswarm.load import reader
+
+    assert reader._read_events is not None, "tokenswarm.load._fastread was not built: pip install -e . again"
+    docker = (ROOT / "Dockerfile").read_text()
+    assert "setup.py" in docker and "gcc" in docker  # the image builds it too

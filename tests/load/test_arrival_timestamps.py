@@ -15,6 +15,7 @@ from gevent.monkey import get_original
 
 from tokenswarm import kstamp
 from tokenswarm.load import reader
+from tokenswarm.load.sse import SSEParser
 
 blocking_sleep = get_original("time", "sleep")  # holds the whole event loop, like a busy client
 EVENT = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}],"usage":{"completion_tokens":1}}\n\n'
@@ -36,7 +37,9 @@ class _Resp:
         pass
 
 
-def _read_one_chunk_after_a_busy_loop(clock):
+def _read_second_chunk_after_a_busy_loop(clock):
+    """The first chunk goes through the general parsers, the second (with the C extension
+    built) through the fast path: the one whose stamp we measure."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen()
@@ -44,31 +47,42 @@ def _read_one_chunk_after_a_busy_loop(clock):
     server, _ = listener.accept()
     seen = []
 
-    def on_data(now, body):
-        seen.append((now, body))
-        return True  # one chunk is all we need
+    def on_events(now, events):
+        seen.append((now, events))
+        return len(seen) == 2
 
-    hub_reader = reader.HubReader(_Resp(client), clock, on_data, lambda: None)
+    hub_reader = reader.HubReader(_Resp(client), clock, SSEParser(), on_events, lambda: None)
     g = gevent.spawn(hub_reader.run)
     gevent.sleep(0.01)  # the reader is registered with the poller and waiting
+    server.sendall(FRAME)
+    gevent.sleep(0.01)  # read and parsed
+    assert hub_reader.fast == (reader.FAST and hub_reader.dechunker is not None)
     sent = clock()
     server.sendall(FRAME)
     blocking_sleep(0.06)  # the loop is busy: nothing reads for 60 ms
     g.join(timeout=5)
     for s in (client, server, listener):
         s.close()
-    assert seen and seen[0][1] == EVENT
-    return (seen[0][0] - sent) * 1000.0
+    assert [events for _, events in seen] == [[(None, EVENT[6:-2])]] * 2
+    return (seen[1][0] - sent) * 1000.0
+
+
+@pytest.fixture(params=["native", "python"])
+def fast_path(request, monkeypatch):
+    """Each case with the C fast path (when built) and with the pure-Python path."""
+    if request.param == "native" and not reader.FAST:
+        pytest.skip("the C extension tokenswarm.load._fastread is not built")
+    monkeypatch.setattr(reader, "FAST", request.param == "native")
 
 
 @pytest.mark.skipif(not (sys.platform.startswith("linux") and kstamp.ENABLED),
                     reason="kernel receive timestamps are a Linux feature")
-def test_a_chunk_is_stamped_when_it_arrived_even_if_read_60ms_later():
-    delay_ms = _read_one_chunk_after_a_busy_loop(time.perf_counter)
+def test_a_chunk_is_stamped_when_it_arrived_even_if_read_60ms_later(fast_path):
+    delay_ms = _read_second_chunk_after_a_busy_loop(time.perf_counter)
     assert 0.0 <= delay_ms < 20.0  # loopback delivery (µs), not the 60 ms the loop was busy
 
 
-def test_without_kernel_timestamps_the_read_time_is_recorded():
+def test_without_kernel_timestamps_the_read_time_is_recorded(fast_path):
     # An injected (non-CLOCK_MONOTONIC) clock cannot be mapped from kernel time: the poll's
     # timestamp is used, which includes the time the loop was busy.
     offset = time.perf_counter()
@@ -77,7 +91,7 @@ def test_without_kernel_timestamps_the_read_time_is_recorded():
         return time.perf_counter() - offset
 
     assert reader.stream_poller(test_clock).kernel_stamps is False
-    delay_ms = _read_one_chunk_after_a_busy_loop(test_clock)
+    delay_ms = _read_second_chunk_after_a_busy_loop(test_clock)
     assert delay_ms >= 55.0
 
 

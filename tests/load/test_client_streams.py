@@ -15,12 +15,17 @@ BASE = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="QAUser", re
 BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true}'
 
 
-@pytest.fixture(params=["hub", "greenlet"], autouse=True)
+@pytest.fixture(params=["hub-native", "hub-python", "greenlet"], autouse=True)
 def reader(request, monkeypatch):
-    """Every case runs with both readers: the event-loop callback and the greenlet loop."""
+    """Every case runs with each reader: the event-loop callback with and without its C fast
+    path, and the greenlet loop."""
     import tokenswarm.load.client as client
+    import tokenswarm.load.reader as hub_reader
 
-    monkeypatch.setattr(client, "USE_HUB_READER", request.param == "hub")
+    if request.param == "hub-native" and not hub_reader.FAST:
+        pytest.skip("the C extension tokenswarm.load._fastread is not built")
+    monkeypatch.setattr(client, "USE_HUB_READER", request.param != "greenlet")
+    monkeypatch.setattr(hub_reader, "FAST", request.param == "hub-native")
     return request.param
 
 

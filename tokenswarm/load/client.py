@@ -155,12 +155,9 @@ def stream_call(
             on_first = hooks.on_first_token if hooks else None
             on_chunks = hooks.on_chunks if hooks else None
 
-            def process(now: float, data: bytes) -> bool:
-                """Parse one read's bytes (b"" = end of body); True = stop reading."""
+            def on_events(now: float, events: list) -> bool:
+                """The events of one read, all arrived at ``now``; True = stop reading."""
                 nonlocal outcome, error
-                events = parser.feed(data) if data else parser.close()
-                if not events:
-                    return False
                 had_first = bool(state.times)
                 added = state.on_events(now, events)
                 if added:
@@ -175,8 +172,13 @@ def stream_call(
                         on_chunks(base, (now - sent) * 1000.0, added)
                 return False
 
+            def process(now: float, data: bytes) -> bool:
+                """Parse one read's bytes (b"" = end of body); True = stop reading."""
+                events = parser.feed(data) if data else parser.close()
+                return on_events(now, events) if events else False
+
             if hooks is None and USE_HUB_READER and can_watch(resp):
-                HubReader(resp, clock, process, lambda: _check_eof(resp)).run()
+                HubReader(resp, clock, parser, on_events, lambda: _check_eof(resp)).run()
                 stopped = outcome is Outcome.CANCELLED
             else:
                 stopped = False

@@ -30,6 +30,11 @@ class ChunkedDecoder:
         self._buf = b""  # unconsumed input
 
     @property
+    def idle(self) -> bool:
+        """Between chunks with nothing buffered: the next byte starts a chunk-size line."""
+        return self._state == _SIZE and not self._buf
+
+    @property
     def done(self) -> bool:
         return self._state == _DONE
 

@@ -38,6 +38,14 @@ from gevent.monkey import get_original
 
 from tokenswarm import kstamp
 from tokenswarm.load.dechunk import ChunkedDecoder, ChunkedError
+from tokenswarm.load.sse import SSEParser
+
+try:  # the C fast path (setup.py builds it; optional): whole chunks of whole events per read
+    from tokenswarm.load._fastread import read_events as _read_events
+except ImportError:  # no compiler at install time: the pure-Python path does the same work
+    _read_events = None
+#: TOKENSWARM_NATIVE=0 keeps the pure-Python path (for comparison and tests).
+FAST = _read_events is not None and os.environ.get("TOKENSWARM_NATIVE", "1") != "0"
 
 try:  # monkey-patching removes select.epoll (it would block the hub); we only poll it with timeout 0
     _epoll, _EPOLLIN = get_original("select", ["epoll", "EPOLLIN"])
@@ -145,18 +153,19 @@ def stream_poller(clock: Callable[[], float]) -> StreamPoller | None:
 
 
 class HubReader:
-    """Feeds one response's bytes into ``on_data(now_s, data)`` from the hub."""
+    """Feeds one response's SSE events into ``on_events(now_s, events)`` from the hub."""
 
-    __slots__ = ("resp", "raw", "fd", "clock", "on_data", "on_eof", "done", "error", "poller", "watcher",
-                 "dechunker", "trial", "stamped")
+    __slots__ = ("resp", "raw", "fd", "clock", "parser", "on_events", "on_eof", "done", "error", "poller",
+                 "watcher", "dechunker", "trial", "stamped", "fast")
 
-    def __init__(self, resp: Any, clock: Callable[[], float], on_data: Callable[[float, bytes], bool],
-                 on_eof: Callable[[], None]) -> None:
+    def __init__(self, resp: Any, clock: Callable[[], float], parser: SSEParser,
+                 on_events: Callable[[float, list], bool], on_eof: Callable[[], None]) -> None:
         self.resp = resp
         self.raw = resp._sock._sock  # the non-blocking OS-level socket under gevent's wrapper
         self.fd = -1
         self.clock = clock
-        self.on_data = on_data  # returns True when the caller wants to stop reading
+        self.parser = parser
+        self.on_events = on_events  # returns True when the caller wants to stop reading
         self.on_eof = on_eof  # peer closed: raise if that was not a valid end of body
         self.done = Event()
         self.error: BaseException | None = None
@@ -171,6 +180,9 @@ class HubReader:
         chunked = "chunked" in str(resp.get("transfer-encoding") or "").lower()
         self.dechunker = ChunkedDecoder() if chunked and _between_chunks(resp) else None
         self.trial: list[bytes] | None = [] if self.dechunker is not None else None  # raw bytes until trusted
+        # The C fast path reads whole chunks of whole events; allowed while our decoder and the
+        # SSE parser hold nothing partial (they start empty; re-checked after every slow read).
+        self.fast = False
 
     def run(self) -> None:
         """Process what is already buffered, then read from the hub until the response ends."""
@@ -178,7 +190,7 @@ class HubReader:
         if resp._body_buffer:
             data = bytes(resp._body_buffer)
             del resp._body_buffer[:]
-            if self.on_data(self.clock(), data) or resp.message_complete:
+            if self._body(self.clock(), data) or resp.message_complete:
                 return
         if resp.message_complete:
             return
@@ -199,6 +211,10 @@ class HubReader:
         if self.error is not None:
             raise self.error
 
+    def _body(self, now: float, body: bytes) -> bool:
+        events = self.parser.feed(body)
+        return self.on_events(now, events) if events else False
+
     def readable(self, now: float, offset: float) -> None:
         """The socket has bytes (or EOF) that were there at ``now``: read and parse them.
 
@@ -207,7 +223,13 @@ class HubReader:
         the poll), never later than ``now``; without them (or if the kernel gave none) ``now``.
         """
         try:
-            if self.stamped:
+            if self.fast:
+                now, events, data = _read_events(self.fd, True, self.stamped, offset, now, kstamp.PLAUSIBLE_AGE_S)
+                if events is not None:
+                    if self.on_events(now, events):
+                        self._finish(None)
+                    return
+            elif self.stamped:
                 data, anc, _flags, _addr = self.raw.recvmsg(RECV_BYTES, kstamp.ANC_BYTES)
                 if anc:
                     now = kstamp.stamp_of(anc, offset, now)
@@ -219,48 +241,54 @@ class HubReader:
             self._finish(exc)
             return
         try:
-            if not data:
-                if self.dechunker is not None:
-                    raise ConnectionError("connection closed mid-stream")
-                self.on_eof()
-                self._finish(None)
-                return
-            dec = self.dechunker
-            if dec is not None:
-                trial = self.trial
-                if trial is not None:
-                    trial.append(data)
-                try:
-                    body = dec.feed(data)
-                except ChunkedError:
-                    if trial is None:
-                        raise
-                    # The library's parser was inside a chunk when we took over: hand it every
-                    # byte we have seen and let it do the framing from here.
-                    self.dechunker = self.trial = None
-                    data = b"".join(trial)
-                else:
-                    if body:
-                        self.trial = None  # our framing produced data: it is ours from now on
-                    stop = self.on_data(now, body) if body else False
-                    if dec.done:
-                        self.resp.feed(b"0\r\n\r\n")  # end the message for the library: keep-alive reuse
-                        self._finish(None)
-                    elif stop:
-                        self._finish(None)
-                    return
-            resp = self.resp
-            resp.feed(data)  # de-chunks into _body_buffer; may complete the message
-            buf = resp._body_buffer
-            stop = False
-            if buf:
-                body = bytes(buf)
-                del buf[:]
-                stop = self.on_data(now, body)
-            if stop or resp.message_complete:
-                self._finish(None)
+            self._consume(now, data)
         except BaseException as exc:
             self._finish(exc)
+
+    def _consume(self, now: float, data: bytes) -> None:
+        """The general path: any framing, partial chunks and events, EOF."""
+        if not data:
+            if self.dechunker is not None:
+                raise ConnectionError("connection closed mid-stream")
+            self.on_eof()
+            self._finish(None)
+            return
+        dec = self.dechunker
+        if dec is not None:
+            trial = self.trial
+            if trial is not None:
+                trial.append(data)
+            try:
+                body = dec.feed(data)
+            except ChunkedError:
+                if trial is None:
+                    raise
+                # The library's parser was inside a chunk when we took over: hand it every
+                # byte we have seen and let it do the framing from here.
+                self.dechunker = self.trial = None
+                data = b"".join(trial)
+            else:
+                if body:
+                    self.trial = None  # our framing produced data: it is ours from now on
+                stop = self._body(now, body) if body else False
+                if dec.done:
+                    self.resp.feed(b"0\r\n\r\n")  # end the message for the library: keep-alive reuse
+                    self._finish(None)
+                elif stop:
+                    self._finish(None)
+                else:
+                    self.fast = FAST and self.trial is None and dec.idle and self.parser.idle
+                return
+        resp = self.resp
+        resp.feed(data)  # de-chunks into _body_buffer; may complete the message
+        buf = resp._body_buffer
+        stop = False
+        if buf:
+            body = bytes(buf)
+            del buf[:]
+            stop = self._body(now, body)
+        if stop or resp.message_complete:
+            self._finish(None)
 
     def _finish(self, exc: BaseException | None) -> None:
         self.stop()

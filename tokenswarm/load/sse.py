@@ -30,6 +30,11 @@ class SSEParser:
         self._data: list[bytes] = []  # data lines of the event being built
         self._event: bytes | None = None
 
+    @property
+    def idle(self) -> bool:
+        """No partial line or event held: the next byte starts a new event."""
+        return not self._tail and not self._data and self._event is None
+
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Parse ``chunk`` (any split) and return the events it completed."""
         if not self._tail and not self._data and self._event is None:

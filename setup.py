@@ -1,0 +1,11 @@
+"""Only the optional C extension lives here; everything else is in pyproject.toml.
+
+``tokenswarm.load._fastread`` is the hub reader's fast path. ``optional=True``: without a C
+compiler the install still succeeds and the reader uses its pure-Python path (same results,
+more CPU per event).
+"""
+
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension("tokenswarm.load._fastread", ["tokenswarm/load/_fastread.c"], optional=True,
+                             extra_compile_args=["-O2"])])
