@@ -69,8 +69,9 @@ class StreamState:
     # -- feeding -----------------------------------------------------------------------------
     def on_events(self, now_s: float, events: list[tuple]) -> int:
         """Consume parsed SSE events that arrived at ``now_s``; return content chunks added."""
+        # The hot path: one iteration per SSE event, kept flat on purpose (no helper calls).
         added = 0
-        loads, on_chunk = orjson.loads, self._on_chunk
+        loads = orjson.loads
         for event_type, data in events:
             if data == b"[DONE]":
                 self.done = True
@@ -83,10 +84,56 @@ class StreamState:
             if type(obj) is not dict:
                 self.error = "malformed SSE: payload is not an object"
                 continue
-            if event_type == "error" or ("error" in obj and not obj.get("choices")):
+            choices = obj.get("choices")
+            if event_type == "error" or ("error" in obj and not choices):
                 self.error = _error_text(obj)
                 continue
-            added += on_chunk(now_s, obj)
+            if self.response_id is None:
+                self.response_id = obj.get("id")
+            usage = obj.get("usage")
+            if usage is not None and type(usage) is dict:
+                self.usage = usage
+                self.usage_stale = False
+            else:
+                usage = None
+            if "metrics" in obj:
+                metrics = obj["metrics"]
+                if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
+                    self.spec_decode = metrics["speculative_decoding"]
+            if not choices:
+                continue  # usage-only trailer or keep-alive object
+            c0 = choices[0]
+            finish = c0.get("finish_reason")
+            if finish:
+                self.finish_reason = finish
+            delta = c0.get("delta")
+            if delta is not None:
+                text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or ""
+            else:
+                text = c0.get("text") or ""
+            # Exact token count of this chunk, if the server tells.
+            n = None
+            if usage is not None:
+                cum = usage.get("completion_tokens")
+                if type(cum) is int:
+                    n = cum - (self.last_cum or 0)
+                    self.last_cum = cum
+            elif "token_ids" in c0 and type(c0["token_ids"]) is list:
+                n = len(c0["token_ids"])
+            if n is None:
+                self.exact_tokens = False
+                if not text:
+                    continue
+                n = 0
+            elif n <= 0 and not text:
+                continue  # role-only first chunk, finish chunk: no generated tokens
+            self.times.append(now_s)
+            self.tokens.append(n)
+            if text:
+                self.text_parts.append(text)
+            if usage is None:
+                self.usage_stale = True
+            added += 1
         return added
 
     def on_json_body(self, now_s: float, obj: dict[str, Any]) -> None:
@@ -107,56 +154,6 @@ class StreamState:
             self.text_parts.append(text)
         self.exact_tokens = n is not None
         self.done = True
-
-    def _on_chunk(self, now_s: float, obj: dict[str, Any]) -> int:
-        # The hot path: one call per SSE event. Kept flat on purpose (no helper calls).
-        if self.response_id is None:
-            self.response_id = obj.get("id")
-        usage = obj.get("usage")
-        if usage is not None and type(usage) is dict:
-            self.usage = usage
-            self.usage_stale = False
-        else:
-            usage = None
-        if "metrics" in obj:
-            metrics = obj["metrics"]
-            if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
-                self.spec_decode = metrics["speculative_decoding"]
-        choices = obj.get("choices")
-        if not choices:
-            return 0  # usage-only trailer or keep-alive object
-        c0 = choices[0]
-        finish = c0.get("finish_reason")
-        if finish:
-            self.finish_reason = finish
-        delta = c0.get("delta")
-        if delta is not None:
-            text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or ""
-        else:
-            text = c0.get("text") or ""
-        # Exact token count of this chunk, if the server tells.
-        n = None
-        if usage is not None:
-            cum = usage.get("completion_tokens")
-            if type(cum) is int:
-                n = cum - (self.last_cum or 0)
-                self.last_cum = cum
-        elif "token_ids" in c0 and type(c0["token_ids"]) is list:
-            n = len(c0["token_ids"])
-        if n is None:
-            self.exact_tokens = False
-            if not text:
-                return 0
-            n = 0
-        elif n <= 0 and not text:
-            return 0  # role-only first chunk, finish chunk: no generated tokens
-        self.times.append(now_s)
-        self.tokens.append(n)
-        if text:
-            self.text_parts.append(text)
-        if usage is None:
-            self.usage_stale = True
-        return 1
 
     # -- results ----------------------------------------------------------------------------------
     @property
