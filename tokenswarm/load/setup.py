@@ -110,9 +110,11 @@ def quiet_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(20000, 20, 20)
-    # Locust's Runner.stop logs its caller with inspect.stack(), whose first call stats the file
-    # of every loaded module (~50 ms) while streams still in flight are being read: pay it now.
-    inspect.stack(0)
+    # Locust's Runner.stop logs its caller with inspect.stack(), whose first call resolves the
+    # real path of every loaded module (~50 ms) while streams still in flight are being read:
+    # pay it now. With source context (the default, as Locust calls it), or the module map
+    # that costs the time is not built.
+    inspect.stack()
 
 
 def apply_user_settings(sc: Any, base_url: str) -> None:
