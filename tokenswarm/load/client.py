@@ -155,6 +155,8 @@ def stream_call(
             on_first = hooks.on_first_token if hooks else None
             on_chunks = hooks.on_chunks if hooks else None
 
+            hub_reader: HubReader | None = None
+
             def on_events(now: float, events: list) -> bool:
                 """The events of one read, all arrived at ``now``; True = stop reading."""
                 nonlocal outcome, error
@@ -168,6 +170,8 @@ def stream_call(
                         if cancel_after_first_token:  # a client that goes away mid-answer
                             outcome, error = Outcome.CANCELLED, "client disconnected after first token"
                             return True
+                        if hub_reader is not None and on_chunks is None:
+                            hub_reader.steady = state.on_events  # nothing left to decide per read
                     if on_chunks is not None:
                         on_chunks(base, (now - sent) * 1000.0, added)
                 return False
@@ -178,7 +182,8 @@ def stream_call(
                 return on_events(now, events) if events else False
 
             if hooks is None and USE_HUB_READER and can_watch(resp):
-                HubReader(resp, clock, parser, on_events, lambda: _check_eof(resp)).run()
+                hub_reader = HubReader(resp, clock, parser, on_events, lambda: _check_eof(resp))
+                hub_reader.run()
                 stopped = outcome is Outcome.CANCELLED
             else:
                 stopped = False

@@ -156,7 +156,7 @@ class HubReader:
     """Feeds one response's SSE events into ``on_events(now_s, events)`` from the hub."""
 
     __slots__ = ("resp", "raw", "fd", "clock", "parser", "on_events", "on_eof", "done", "error", "poller",
-                 "watcher", "dechunker", "trial", "stamped", "fast")
+                 "watcher", "dechunker", "trial", "stamped", "fast", "steady")
 
     def __init__(self, resp: Any, clock: Callable[[], float], parser: SSEParser,
                  on_events: Callable[[float, list], bool], on_eof: Callable[[], None]) -> None:
@@ -183,6 +183,9 @@ class HubReader:
         # The C fast path reads whole chunks of whole events; allowed while our decoder and the
         # SSE parser hold nothing partial (they start empty; re-checked after every slow read).
         self.fast = False
+        # Set by the caller once no read can make it stop (first token seen, no per-read hooks):
+        # the events go straight to the stream state, one call less per read.
+        self.steady: Callable[[float, list], Any] | None = None
 
     def run(self) -> None:
         """Process what is already buffered, then read from the hub until the response ends."""
@@ -226,7 +229,10 @@ class HubReader:
             if self.fast:
                 now, events, data = _read_events(self.fd, True, self.stamped, offset, now, kstamp.PLAUSIBLE_AGE_S)
                 if events is not None:
-                    if self.on_events(now, events):
+                    steady = self.steady
+                    if steady is not None:
+                        steady(now, events)
+                    elif self.on_events(now, events):
                         self._finish(None)
                     return
             elif self.stamped:
