@@ -1,6 +1,8 @@
 """The streaming client against a scripted server: every malformed-stream case becomes a
 record with the right outcome, partial tokens kept, timings taken per read."""
 
+import gc
+
 import gevent
 import pytest
 from geventhttpclient import HTTPClient
@@ -81,6 +83,23 @@ def test_body_bytes_read_with_the_headers_at_any_framing_position(server, glue):
     assert text == "".join(f"w{i}_0 " for i in range(5))
     rec2, _, _ = call(server, "normal", "n=2", client=client)  # the connection was left reusable
     assert rec2.outcome == "ok"
+
+
+def test_a_finished_stream_leaves_no_reference_cycles_for_the_garbage_collector(server):
+    # The collector's passes stop the event loop; at 256 streams, cycles left per request made
+    # them take 20-35 ms every few seconds. Everything a request allocates is freed by refcount.
+    _, _, client = call(server, "normal", "n=3")
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for _ in range(3):
+            rec, _, _ = call(server, "normal", "n=3", client=client)
+            assert rec.outcome == "ok"
+        left = [type(o).__name__ for o in gc.garbage] if gc.collect() else []
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert left == []
 
 
 def test_missing_done_after_finish_reason_is_ok(server):
