@@ -139,7 +139,7 @@ class Emission:
     pieces: list[str] | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class _Entry:
     seq: Sequence
     prefill_chunk: int = 0  #: >0: prefill step entry
@@ -202,6 +202,8 @@ class Scheduler:
         self._counter = 0
         self.independent = profile.batching == "independent"
         self._k_lookahead = self.spec.k if self.spec.enabled else 0
+        # No speculation and no n-gram lookup cost (SpecConfig does not change during a run).
+        self._plain_decode = not self.spec.enabled and self.spec.method != "ngram"
 
     # ----------------------------------------------------------------- requests
     def kv_need(self, prompt_len: int, output_tokens: int) -> int:
@@ -459,7 +461,19 @@ class Scheduler:
     # ----------------------------------------------------------------- independent mode
     def _plan_one(self, s: Sequence, t: float) -> None:
         """Independent batching: the sequence steps alone (batch of one) on its own clock."""
-        t = max(t, s.paused_until)
+        if s.paused_until > t:
+            t = s.paused_until
+        if s.prefilled >= s.prompt_len and self._plain_decode:
+            # The commonest step of all (decode, no speculation), once per emitted chunk: the
+            # same arithmetic as _duration(context, 1, 0, 1, 0, 1.0), without the general path.
+            e = self._decode_entry(s, False)
+            p = self.p
+            dur = p.overhead_s + max(p.weights_read_s + p.kv_read_s_per_token * (s.prompt_len + s.n_out),
+                                     p.flops_per_token_s)
+            self.step_index += 1
+            self._counter += 1
+            heapq.heappush(self._heap, (t + dur, self._counter, s, e))
+            return
         if s.prefilled < s.prompt_len:
             e = _Entry(s, prefill_chunk=s.prompt_len - s.prefilled, completes_prefill=True)
             dur = self._duration(s.prompt_len, 0, e.prefill_chunk, 0, 0, 1.0)
