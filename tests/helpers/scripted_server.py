@@ -8,6 +8,7 @@ Run as ``python scripted_server.py PORT``. The request path picks the behaviour:
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import time
 from urllib.parse import parse_qs, urlsplit
@@ -68,6 +69,9 @@ def script_events(name: str, n: int, per_chunk: int) -> list[bytes | float | str
 
 
 def handle(sock, _addr) -> None:
+    # Like real servers (uvicorn, the simulator): no Nagle delay of small writes behind an
+    # unacknowledged one (with the client's delayed ACK, that held answers for ~40 ms).
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     f = sock.makefile("rb")
     try:
         while True:
@@ -106,8 +110,9 @@ def handle(sock, _addr) -> None:
                 # client's header read also parses part of the body (at any framing position).
                 frames = [b"%x\r\n%s\r\n" % (len(e), e) for e in script_events(name, n, per_chunk)]
                 body, glue = b"".join(frames) + b"0\r\n\r\n", int(q.get("glue", "0"))
+                gevent.sleep(float(q.get("delay_ms", "0")) / 1000.0)
                 sock.sendall(head + body[:glue])
-                gevent.sleep(0.02)
+                gevent.sleep(gap)
                 pos = 0
                 for frame in frames + [b"0\r\n\r\n"]:
                     pos += len(frame)

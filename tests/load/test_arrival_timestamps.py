@@ -113,3 +113,47 @@ def test_stamp_conversion_onto_the_monotonic_timeline():
     assert kstamp.stamp_of(_anc(real_minus_mono + 400.0), real_minus_mono, now) == now
     # no ancillary data (stamps off, or the segment had none): the read time
     assert kstamp.stamp_of([], real_minus_mono, now) == now
+
+
+@pytest.mark.skipif(not (sys.platform.startswith("linux") and kstamp.ENABLED),
+                    reason="kernel receive timestamps are a Linux feature")
+@pytest.mark.parametrize("stamped", [True, False])
+def test_a_first_chunk_read_with_the_headers_keeps_its_arrival_time(stamped):
+    # The server writes its headers and first events at once, 20 ms after the request; the
+    # loop is busy from 5 to 65 ms, so the request's greenlet reads them ~45 ms late. TTFT
+    # must be the arrival, not the read.
+    from geventhttpclient import HTTPClient
+
+    from tests.helpers.procs import scripted_server
+    from tests.helpers.scripted_server import ROLE, chunk
+    from tokenswarm.load.client import stream_call
+    from tokenswarm.load.pool import tune_pool
+    from tokenswarm.load.stream import WallAnchor
+
+    def frame_len(event: bytes) -> int:
+        return len(b"%x\r\n" % len(event)) + len(event) + 2
+
+    with scripted_server() as url:
+        host, port = url.split("//")[1].split(":")
+        client = HTTPClient(host, int(port), connection_timeout=2, network_timeout=30, concurrency=2)
+        if stamped:
+            tune_pool(client)
+        glue = frame_len(ROLE) + frame_len(chunk(0, "w0_0 ", 1))  # the role and first content chunks
+
+        def call(path):
+            return stream_call(client, path, b"{}",
+                               {"Content-Type": "application/json"},
+                               base=dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="U", request_key="k",
+                                         scheduled_at=0.0, schedule_lag_ms=0.0),
+                               anchor=WallAnchor(0.0, 0.0), first_token_timeout_s=5, total_timeout_s=10)[0]
+
+        # connected first: the measured request does not wait for a connect
+        assert call("/normal/v1/chat/completions?n=1&gap_ms=1").outcome == "ok"
+        busy = gevent.spawn_later(0.005, blocking_sleep, 0.06)  # the request is out by then
+        rec = call(f"/glued/v1/chat/completions?n=3&gap_ms=100&delay_ms=20&glue={glue}")
+        busy.join()
+    assert rec.outcome == "ok", rec.error
+    if stamped:
+        assert 15.0 <= rec.ttft_ms < 45.0  # the arrival, ~20 ms
+    else:
+        assert rec.ttft_ms >= 60.0  # the late read (what the stamping avoids)

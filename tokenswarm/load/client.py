@@ -24,7 +24,7 @@ import gevent
 import orjson
 from gevent import GreenletExit
 
-from tokenswarm.load.reader import HubReader, can_watch
+from tokenswarm.load.reader import HubReader, can_watch, stream_poller
 from tokenswarm.load.sse import SSEParser
 from tokenswarm.load.stream import StreamState, WallAnchor, error_from_body
 from tokenswarm.record import Outcome, RequestRecord
@@ -126,6 +126,10 @@ def stream_call(
     Never raises for target misbehaviour. When the calling greenlet is killed (end of run)
     the ``cancelled`` record goes to ``on_cancel`` and ``GreenletExit`` propagates.
     """
+    if USE_HUB_READER:
+        poller = stream_poller(clock)
+        if poller is not None:
+            poller.sweep_if_due()  # between greenlets: see StreamPoller.sweep_if_due
     sent = clock()
     state = StreamState(sent)
     status: int | None = None

@@ -26,6 +26,7 @@ from tokenswarm.load import runtime
 from tokenswarm.load.arrivals import ArrivalProcess
 from tokenswarm.load.client import StreamHooks, stream_call
 from tokenswarm.load.context import RunContext, request_key
+from tokenswarm.load.pool import tune_pool
 
 KIND_CLASSES: dict[str, str] = {
     "qa": "QAUser",
@@ -148,7 +149,9 @@ class _TokenswarmUser(FastHttpUser):
 
     def _http(self) -> Any:
         """This user's geventhttpclient connection pool to the target (FastHttpUser's settings)."""
-        return self.client.client.clientpool.get_client(URL(self.ctx.base_url))
+        client = self.client.client.clientpool.get_client(URL(self.ctx.base_url))
+        tune_pool(client)  # before its first connection exists
+        return client
 
 
 class LLMUser(_TokenswarmUser):
