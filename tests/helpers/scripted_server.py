@@ -132,6 +132,10 @@ def handle(sock, _addr) -> None:
                     gevent.sleep(item)
                     continue
                 data = item if close_delimited else b"%x\r\n%s\r\n" % (len(item), item)
+                if name == "cut_frames":  # every HTTP chunk in two writes: reads end inside chunks
+                    sock.sendall(data[:len(data) // 2])
+                    gevent.sleep(0.002)
+                    data = data[len(data) // 2:]
                 sock.sendall(data)
                 if item.startswith(b"data: {") and b'"content": "' in item:
                     gevent.sleep(gap)

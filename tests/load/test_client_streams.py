@@ -62,7 +62,7 @@ def test_multi_token_chunks(server):
     assert rec.chunk_tokens == [3, 3, 3, 3] and rec.output_tokens == 12
 
 
-@pytest.mark.parametrize("script", ["split", "crlf", "keepalive", "no_blank_lines", "close_delimited"])
+@pytest.mark.parametrize("script", ["split", "cut_frames", "crlf", "keepalive", "no_blank_lines", "close_delimited"])
 def test_awkward_but_valid_framings_are_read_exactly(server, script):
     rec, _, _ = call(server, script, "n=5&gap_ms=5")
     assert rec.outcome == "ok", rec.error

@@ -85,6 +85,31 @@ def test_generated_reads_split_like_the_python_parsers_or_are_declined(seed):
     assert accepted > 0  # the fast path is taken for part of every seed's reads
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_a_read_that_ends_inside_a_chunk_gives_its_complete_chunks_and_the_raw_rest(seed):
+    # What a client reading a backlog sees: the read stops anywhere. The complete chunks must
+    # give exactly the Python parsers' events, and the rest must start at a chunk boundary
+    # (it goes in front of the next read).
+    rng = random.Random(1000 + seed)
+    with_tail = 0
+    for _ in range(200):
+        events = [b"data: " + payload(rng) + b"\n\n" for _ in range(rng.randint(1, 8))]
+        frames = [b"%x\r\n%s\r\n" % (len(e), e) for e in events]
+        data = b"".join(frames)
+        data = data[:rng.randint(1, len(data))]
+        got = fastread.split(data, True, True)
+        assert got is not None  # the simple framing, cut anywhere, is always taken
+        fast, tail = got
+        assert data.endswith(tail)
+        complete = data[:len(data) - len(tail)]
+        expected, idle = python_split(complete, True) if complete else ([], True)
+        assert fast == expected and idle
+        if tail:
+            with_tail += 1
+            assert any(f.startswith(tail) for f in frames)  # the start of a chunk
+    assert with_tail > 100
+
+
 def test_the_common_reads_are_taken():
     body = b'data: {"a":1}\n\n' + b"data: [DONE]\n\n"
     one = b"%x\r\n%s\r\n" % (len(body), body)

@@ -4,10 +4,14 @@
  *
  * Why C: per SSE event the Python version of this work (recvmsg's result tuples, the
  * timestamp conversion, de-chunking, SSE splitting) cost more than the JSON parse itself.
- * Anything unusual (a chunk split across reads, CR line ends, comments, "event:" lines,
- * the last chunk, EOF) is handed back untouched and the Python parsers take it: the fast
- * path either understands a read completely or not at all, so both paths give the same
- * events (tests/load/test_fastread.py checks this on generated framings).
+ * A chunk cut by the end of a read (common when the client is behind and reads a backlog)
+ * is not a reason to give up: its bytes come back as a raw "tail" that the caller passes in
+ * front of the next read, which then starts at a chunk boundary again. Anything unusual (CR
+ * line ends, comments, "event:" lines, an event split across chunks, chunk extensions, the
+ * last chunk, EOF) is handed back untouched, with any tail in front, and the Python parsers
+ * take it: the fast path either understands the complete chunks of a read or none of them,
+ * so both paths give the same events (tests/load/test_fastread.py checks this on generated
+ * framings).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -18,9 +22,11 @@
 #include <time.h>
 
 #define READ_BYTES 65536
+#define TAIL_MAX 65536 /* a longer cut chunk goes to the Python decoder */
 
-/* One read at a time under the GIL: a static buffer saves an allocation per read. */
-static char read_buf[READ_BYTES];
+/* One read at a time under the GIL: a static buffer saves an allocation per read. The
+ * previous read's tail is copied in front of the new bytes. */
+static char read_buf[TAIL_MAX + READ_BYTES];
 
 /* Append (None, payload) for every event if [p, end) is nothing but whole "data: X\n\n"
  * events without CR; 1 = done, 0 = not the simple framing, -1 = Python error. */
@@ -62,10 +68,15 @@ static int hex_value(char c)
     return -1;
 }
 
-/* Whole non-empty chunks ("<hex>\r\n<data>\r\n", no extensions), each of whole events. */
-static int split_chunks(const char *p, const char *end, PyObject *out)
+/* Whole non-empty chunks ("<hex>\r\n<data>\r\n", no extensions), each of whole events.
+ * With ``tail`` non-NULL, a last chunk that the bytes end inside is allowed: *tail is set to
+ * its first byte (else to ``end``). 1 = done, 0 = not the simple framing, -1 = error. */
+static int split_chunks(const char *p, const char *end, PyObject *out, const char **tail)
 {
+    if (tail != NULL)
+        *tail = end;
     while (p < end) {
+        const char *start = p;
         size_t size = 0;
         int digits = 0, v;
         while (p < end && digits < 15 && (v = hex_value(*p)) >= 0) {
@@ -73,11 +84,21 @@ static int split_chunks(const char *p, const char *end, PyObject *out)
             p++;
             digits++;
         }
+        if (tail != NULL && digits > 0 && (p == end || (p[0] == '\r' && p + 1 == end))) {
+            *tail = start; /* the size line continues in the next read */
+            return 1;
+        }
         if (digits == 0 || end - p < 2 || p[0] != '\r' || p[1] != '\n' || size == 0)
             return 0; /* extensions, the last chunk, a partial size line: the Python decoder */
         p += 2;
-        if ((size_t)(end - p) < size + 2 || p[size] != '\r' || p[size + 1] != '\n')
-            return 0; /* the chunk continues in a later read */
+        if ((size_t)(end - p) < size + 2) {
+            if (tail == NULL)
+                return 0;
+            *tail = start; /* the chunk continues in the next read */
+            return 1;
+        }
+        if (p[size] != '\r' || p[size + 1] != '\n')
+            return 0;
         int rc = split_events(p, p + size, out);
         if (rc != 1)
             return rc;
@@ -86,20 +107,23 @@ static int split_chunks(const char *p, const char *end, PyObject *out)
     return 1;
 }
 
-/* read_events(fd, chunked, stamped, real_minus_mono_s, now_s, max_age_s)
- *     -> (arrival_s, events | None, data | None)
+/* read_events(fd, chunked, stamped, real_minus_mono_s, now_s, max_age_s, tail)
+ *     -> (arrival_s, events | None, data | None, tail)
  *
- * One recvmsg on the non-blocking socket ``fd``. ``arrival_s`` is the kernel's receive
- * stamp moved onto the monotonic timeline (stamp - real_minus_mono_s) when ``stamped`` and
- * plausible (within max_age_s before now_s), else ``now_s``. ``events`` is the list of
- * (None, payload) tuples when the read was the simple framing; otherwise ``data`` holds the
- * bytes read (b"" at EOF) for the general parsers. Errors raise OSError (BlockingIOError
- * when nothing was there).
+ * One recvmsg on the non-blocking socket ``fd``, after the previous call's ``tail`` (raw
+ * bytes of a cut chunk, b"" if none). ``arrival_s`` is the kernel's receive stamp moved onto
+ * the monotonic timeline (stamp - real_minus_mono_s) when ``stamped`` and plausible (within
+ * max_age_s before now_s), else ``now_s``. ``events`` is the list of (None, payload) tuples
+ * of the complete chunks when the bytes were the simple framing, and the returned ``tail``
+ * the raw bytes of a chunk they end inside (pass it to the next call). Otherwise ``data``
+ * holds every byte (the old tail and the new read; only the old tail, or b"", at EOF) for the
+ * general parsers, and ``tail`` is b"". Errors raise OSError (BlockingIOError when nothing
+ * was there).
  */
 static PyObject *read_events(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "read_events takes 6 arguments");
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "read_events takes 7 arguments");
         return NULL;
     }
     long fd = PyLong_AsLong(args[0]);
@@ -112,8 +136,18 @@ static PyObject *read_events(PyObject *self, PyObject *const *args, Py_ssize_t n
     double max_age = PyFloat_AsDouble(args[5]);
     if (chunked < 0 || stamped < 0 || PyErr_Occurred())
         return NULL;
+    if (!PyBytes_Check(args[6])) {
+        PyErr_SetString(PyExc_TypeError, "tail must be bytes");
+        return NULL;
+    }
+    Py_ssize_t head = PyBytes_GET_SIZE(args[6]);
+    if (head > TAIL_MAX) {
+        PyErr_SetString(PyExc_ValueError, "tail longer than TAIL_MAX");
+        return NULL;
+    }
+    memcpy(read_buf, PyBytes_AS_STRING(args[6]), (size_t)head);
 
-    struct iovec iov = {read_buf, READ_BYTES};
+    struct iovec iov = {read_buf + head, READ_BYTES};
     union {
         char bytes[CMSG_SPACE(sizeof(struct timespec))];
         struct cmsghdr align;
@@ -135,7 +169,7 @@ static PyObject *read_events(PyObject *self, PyObject *const *args, Py_ssize_t n
             return NULL;
     }
     if (n < 0)
-        return PyErr_SetFromErrno(PyExc_OSError); /* EAGAIN becomes BlockingIOError */
+        return PyErr_SetFromErrno(PyExc_OSError); /* EAGAIN becomes BlockingIOError; the tail stays with the caller */
 
     double arrival = now;
 #ifdef SCM_TIMESTAMPNS
@@ -154,52 +188,56 @@ static PyObject *read_events(PyObject *self, PyObject *const *args, Py_ssize_t n
     }
 #endif
 
+    Py_ssize_t total = head + n;
     if (n > 0 && chunked) {
         PyObject *events = PyList_New(0);
         if (events == NULL)
             return NULL;
-        int rc = split_chunks(read_buf, read_buf + n, events);
+        const char *tail;
+        int rc = split_chunks(read_buf, read_buf + total, events, &tail);
         if (rc < 0) {
             Py_DECREF(events);
             return NULL;
         }
-        if (rc == 1)
-            return Py_BuildValue("(dNO)", arrival, events, Py_None);
+        Py_ssize_t tail_len = (read_buf + total) - tail;
+        if (rc == 1 && tail_len <= TAIL_MAX)
+            return Py_BuildValue("(dNOy#)", arrival, events, Py_None, tail, tail_len);
         Py_DECREF(events);
     }
-    return Py_BuildValue("(dOy#)", arrival, Py_None, read_buf, (Py_ssize_t)n);
+    return Py_BuildValue("(dOy#y)", arrival, Py_None, read_buf, total, "");
 }
 
-/* split(data, chunked) -> events | None: the parsing half of read_events, for tests. */
+/* split(data, chunked, allow_tail=False) -> events | (events, tail) | None: the parsing
+ * half of read_events, for tests. With allow_tail, returns (events, tail bytes). */
 static PyObject *split(PyObject *self, PyObject *args)
 {
     Py_buffer view;
-    int chunked;
-    if (!PyArg_ParseTuple(args, "y*p", &view, &chunked))
+    int chunked, allow_tail = 0;
+    if (!PyArg_ParseTuple(args, "y*p|p", &view, &chunked, &allow_tail))
         return NULL;
     PyObject *events = PyList_New(0);
     if (events == NULL) {
         PyBuffer_Release(&view);
         return NULL;
     }
-    const char *p = view.buf;
-    int rc = chunked ? split_chunks(p, p + view.len, events) : split_events(p, p + view.len, events);
-    PyBuffer_Release(&view);
-    if (rc < 0) {
+    const char *p = view.buf, *end = p + view.len, *tail = end;
+    int rc = chunked ? split_chunks(p, end, events, allow_tail ? &tail : NULL) : split_events(p, end, events);
+    if (rc < 0 || rc == 0 || view.len == 0) {
+        PyBuffer_Release(&view);
         Py_DECREF(events);
-        return NULL;
-    }
-    if (rc == 0 || view.len == 0) {
-        Py_DECREF(events);
+        if (rc < 0)
+            return NULL;
         Py_RETURN_NONE;
     }
-    return events;
+    PyObject *out = allow_tail ? Py_BuildValue("(Ny#)", events, tail, (Py_ssize_t)(end - tail)) : events;
+    PyBuffer_Release(&view);
+    return out;
 }
 
 static PyMethodDef methods[] = {
     {"read_events", (PyCFunction)(void (*)(void))read_events, METH_FASTCALL,
-     "read_events(fd, chunked, stamped, real_minus_mono_s, now_s, max_age_s) -> (arrival_s, events|None, data|None)"},
-    {"split", split, METH_VARARGS, "split(data, chunked) -> list of (None, payload) or None"},
+     "read_events(fd, chunked, stamped, real_minus_mono_s, now_s, max_age_s, tail) -> (arrival_s, events|None, data|None, tail)"},
+    {"split", split, METH_VARARGS, "split(data, chunked, allow_tail=False) -> events, (events, tail) or None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -169,7 +169,7 @@ class HubReader:
     """Feeds one response's SSE events into ``on_events(now_s, events)`` from the hub."""
 
     __slots__ = ("resp", "raw", "fd", "clock", "parser", "on_events", "on_eof", "done", "error", "poller",
-                 "watcher", "dechunker", "trial", "stamped", "fast", "steady")
+                 "watcher", "dechunker", "trial", "stamped", "fast", "steady", "tail")
 
     def __init__(self, resp: Any, clock: Callable[[], float], parser: SSEParser,
                  on_events: Callable[[float, list], bool], on_eof: Callable[[], None]) -> None:
@@ -196,6 +196,7 @@ class HubReader:
         # The C fast path reads whole chunks of whole events; allowed while our decoder and the
         # SSE parser hold nothing partial (they start empty; re-checked after every slow read).
         self.fast = False
+        self.tail = b""  # fast path: raw bytes of a chunk the last read ended inside
         # Set by the caller once no read can make it stop (first token seen, no per-read hooks):
         # the events go straight to the stream state, one call less per read.
         self.steady: Callable[[float, list], Any] | None = None
@@ -244,13 +245,15 @@ class HubReader:
         """
         try:
             if self.fast:
-                now, events, data = _read_events(self.fd, True, self.stamped, offset, now, kstamp.PLAUSIBLE_AGE_S)
+                now, events, data, self.tail = _read_events(self.fd, True, self.stamped, offset, now,
+                                                            kstamp.PLAUSIBLE_AGE_S, self.tail)
                 if events is not None:
-                    steady = self.steady
-                    if steady is not None:
-                        steady(now, events)
-                    elif self.on_events(now, events):
-                        self._finish(None)
+                    if events:
+                        steady = self.steady
+                        if steady is not None:
+                            steady(now, events)
+                        elif self.on_events(now, events):
+                            self._finish(None)
                     return
             elif self.stamped:
                 data, anc, _flags, _addr = self.raw.recvmsg(RECV_BYTES, kstamp.ANC_BYTES)
