@@ -117,16 +117,18 @@ def test_stamp_conversion_onto_the_monotonic_timeline():
 
 @pytest.mark.skipif(not (sys.platform.startswith("linux") and kstamp.ENABLED),
                     reason="kernel receive timestamps are a Linux feature")
+@pytest.mark.parametrize("hooked", [False, True], ids=["hub-reader", "greenlet-reader"])
 @pytest.mark.parametrize("stamped", [True, False])
-def test_a_first_chunk_read_with_the_headers_keeps_its_arrival_time(stamped):
+def test_a_first_chunk_read_with_the_headers_keeps_its_arrival_time(stamped, hooked):
     # The server writes its headers and first events at once, 20 ms after the request; the
     # loop is busy from 5 to 65 ms, so the request's greenlet reads them ~45 ms late. TTFT
-    # must be the arrival, not the read.
+    # must be the arrival, not the read -- with either reader (per-chunk hooks select the
+    # greenlet one).
     from geventhttpclient import HTTPClient
 
     from tests.helpers.procs import scripted_server
     from tests.helpers.scripted_server import ROLE, chunk
-    from tokenswarm.load.client import stream_call
+    from tokenswarm.load.client import StreamHooks, stream_call
     from tokenswarm.load.pool import tune_pool
     from tokenswarm.load.stream import WallAnchor
 
@@ -145,7 +147,8 @@ def test_a_first_chunk_read_with_the_headers_keeps_its_arrival_time(stamped):
                                {"Content-Type": "application/json"},
                                base=dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="U", request_key="k",
                                          scheduled_at=0.0, schedule_lag_ms=0.0),
-                               anchor=WallAnchor(0.0, 0.0), first_token_timeout_s=5, total_timeout_s=10)[0]
+                               anchor=WallAnchor(0.0, 0.0), first_token_timeout_s=5, total_timeout_s=10,
+                               hooks=StreamHooks(on_chunks=lambda *a: None) if hooked else None)[0]
 
         # connected first: the measured request does not wait for a connect
         assert call("/normal/v1/chat/completions?n=1&gap_ms=1").outcome == "ok"

@@ -4,9 +4,12 @@ Why not ``FastHttpSession.iter_lines()``: geventhttpclient's ``read(n)`` waits u
 bytes are buffered, so SSE events arrive in 1-4 KiB batches and token timings are falsified
 (measured: TTFT 612 ms instead of 205 ms, most gaps 0 ms). Instead we take the user's
 geventhttpclient connection (FastHttpUser's pool, timeouts and TLS settings), and read
-*whatever the socket has* with one ``recv``; its C parser removes the chunked framing, we
-split the SSE lines in bulk and take ONE timestamp per read, right after ``recv`` returns and
-before any parsing. Events that came in one read share that timestamp.
+*whatever the socket has* with one read, split the SSE lines in bulk and take ONE timestamp
+per read: the kernel's receive stamp where there is one (plain TCP on Linux, see
+:mod:`tokenswarm.load.reader` and :mod:`tokenswarm.load.pool`), else the time the read
+returned, before any parsing. Events that came in one read share that timestamp. Plain-TCP
+streams without per-chunk hooks are read from the event loop (:class:`HubReader`); TLS and
+hooked streams by this greenlet.
 
 Deadlines: ``connect`` is the pool's connection timeout; ``first_token`` and ``total`` are
 gevent timeouts around the call. A timeout still yields a record (``outcome: timeout``)
@@ -24,6 +27,7 @@ import gevent
 import orjson
 from gevent import GreenletExit
 
+from tokenswarm.load.pool import library_read_time
 from tokenswarm.load.reader import HubReader, can_watch, stream_poller
 from tokenswarm.load.sse import SSEParser
 from tokenswarm.load.stream import StreamState, WallAnchor, error_from_body
@@ -199,7 +203,7 @@ def stream_call(
                 stopped = False
                 while not stopped:
                     data = read_available(resp)
-                    now = clock()  # one timestamp per read, before parsing
+                    now = library_read_time(resp, clock)  # the read's kernel stamp, else now
                     stopped = process(now, data)
                     if not data:
                         break

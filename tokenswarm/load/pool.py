@@ -19,7 +19,8 @@ Both go through the pool's own extension points (``_is_socket_alive`` and the do
 from __future__ import annotations
 
 import socket
-from typing import Any
+import time
+from typing import Any, Callable
 
 import gevent.socket
 from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
@@ -38,6 +39,20 @@ class StampedSocket(gevent.socket.socket):
         data, anc, _flags, _addr = self.recvmsg(bufsize, kstamp.ANC_BYTES, flags)
         self.last_anc = anc
         return data
+
+
+def library_read_time(resp: Any, clock: Callable[[], float]) -> float:
+    """When the bytes of the HTTP library's latest read on ``resp``'s socket arrived.
+
+    The kernel stamp of that read on ``clock``'s timeline when the socket is a
+    :class:`StampedSocket` and ``clock`` is CLOCK_MONOTONIC-based; otherwise ``clock()``.
+    """
+    now = clock()
+    sock = getattr(resp, "_sock", None)
+    anc = getattr(sock, "last_anc", None) if sock is not None else None
+    if anc and clock in (time.perf_counter, time.monotonic):
+        now = kstamp.stamp_of(anc, time.time() - now, now)
+    return now
 
 
 def _stamped_tcp_socket(family: int, socktype: int, protocol: int) -> gevent.socket.socket:

@@ -38,6 +38,7 @@ from gevent.monkey import get_original
 
 from tokenswarm import kstamp
 from tokenswarm.load.dechunk import ChunkedDecoder, ChunkedError
+from tokenswarm.load.pool import library_read_time
 from tokenswarm.load.sse import SSEParser
 
 try:  # the C fast path (setup.py builds it; optional): whole chunks of whole events per read
@@ -207,11 +208,7 @@ class HubReader:
         if resp._body_buffer:  # came with the headers, in the library's last read
             data = bytes(resp._body_buffer)
             del resp._body_buffer[:]
-            now = self.clock()
-            anc = getattr(resp._sock, "last_anc", None)
-            if anc and self.clock in (time.perf_counter, time.monotonic):
-                now = kstamp.stamp_of(anc, time.time() - now, now)
-            if self._body(now, data) or resp.message_complete:
+            if self._body(library_read_time(resp, self.clock), data) or resp.message_complete:
                 return
         if resp.message_complete:
             return
