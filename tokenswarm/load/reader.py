@@ -8,17 +8,17 @@ the poller's callback runs *inside the hub* whenever sockets are readable, reads
 socket has, parses it and updates the stream state. The greenlet is woken once, when the
 response is complete (or broken).
 
-Why one nested ``epoll`` set rather than a libev watcher per socket:
+How a read is dated and done:
 
-* **Timestamps.** Streams that a server batches together send their chunks in the same
-  millisecond. With a watcher per socket each callback took its own timestamp, so the
-  last of 64 simultaneous chunks was stamped ~64 x (read + parse) late -- a client-made
-  error that grows with concurrency. The poller takes ONE timestamp when ``epoll`` reports
-  the ready set and gives it to every socket in that set: the moment the bytes were known
-  to be there. (Bytes that land on a socket between that poll and its ``recv`` are stamped
-  up to one batch's processing time early; the batch time is what the loop-lag probe
-  reports, and the accuracy benchmark measures the net error against server truth.)
-* **Cost.** One libev callback per wake-up instead of one per socket.
+* **Kernel receive stamps** (Linux, ``SO_TIMESTAMPNS``): each read is dated by when its last
+  segment reached the host, so how late the loop gets to a socket does not move the time.
+  Without them (other platforms, injected test clocks) a read gets the time its poll returned.
+* **One ``epoll`` set per process** behind one libev watcher, and, once busy, a sweep of all
+  ready sockets every ``READ_BATCH_S`` instead of a wake-up per arrival: fewer wake-ups and
+  system calls per event, and the stamps do not move.
+* **The C fast path** (:mod:`tokenswarm.load._fastread`) reads a socket, converts its stamp
+  and splits whole chunks of whole ``data:`` events in one call; everything else goes through
+  the Python de-chunker and SSE parser, which give the same events.
 
 Callbacks must never block or raise: errors are stored and re-raised in the waiting
 greenlet. Used for plain-TCP streams without per-chunk hooks; TLS sockets (which buffer
