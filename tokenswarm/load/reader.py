@@ -54,6 +54,8 @@ except AttributeError:
     _epoll, _EPOLLIN = None, 0
 
 RECV_BYTES = 65536
+#: Times per response the reader tries to take the chunked framing over from the HTTP library.
+TAKEOVER_ATTEMPTS = 8
 #: Ready sockets handled per wake-up; more stay ready (level-triggered) for the next one.
 MAX_READY = 1024
 #: With kernel timestamps, a busy poller looks at its sockets every this many seconds instead of
@@ -170,7 +172,7 @@ class HubReader:
     """Feeds one response's SSE events into ``on_events(now_s, events)`` from the hub."""
 
     __slots__ = ("resp", "raw", "fd", "clock", "parser", "on_events", "on_eof", "done", "error", "poller",
-                 "watcher", "dechunker", "trial", "stamped", "fast", "steady", "tail")
+                 "watcher", "dechunker", "trial", "takeovers", "stamped", "fast", "steady", "tail")
 
     def __init__(self, resp: Any, clock: Callable[[], float], parser: SSEParser,
                  on_events: Callable[[float, list], bool], on_eof: Callable[[], None]) -> None:
@@ -194,6 +196,10 @@ class HubReader:
         chunked = "chunked" in str(resp.get("transfer-encoding") or "").lower()
         self.dechunker = ChunkedDecoder() if chunked and _between_chunks(resp) else None
         self.trial: list[bytes] | None = [] if self.dechunker is not None else None  # raw bytes until trusted
+        # Where the header read ended inside a chunk (a client reading a backlog: the library
+        # reads 4 KiB), the library keeps the framing until one of its reads ends between
+        # chunks, and we take over then; a few attempts per response at most.
+        self.takeovers = TAKEOVER_ATTEMPTS if chunked else 0
         # The C fast path reads whole chunks of whole events; allowed while our decoder and the
         # SSE parser hold nothing partial (they start empty; re-checked after every slow read).
         self.fast = False
@@ -287,7 +293,7 @@ class HubReader:
                 if trial is None:
                     raise
                 # The library's parser was inside a chunk when we took over: hand it every
-                # byte we have seen and let it do the framing from here.
+                # byte we have seen and let it do the framing until its next chunk boundary.
                 self.dechunker = self.trial = None
                 data = b"".join(trial)
             else:
@@ -312,6 +318,9 @@ class HubReader:
             stop = self._body(now, body)
         if stop or resp.message_complete:
             self._finish(None)
+        elif self.takeovers and _between_chunks(resp):
+            self.takeovers -= 1
+            self.dechunker, self.trial = ChunkedDecoder(), []
 
     def _finish(self, exc: BaseException | None) -> None:
         self.stop()
