@@ -463,20 +463,16 @@ class Scheduler:
         """Independent batching: the sequence steps alone (batch of one) on its own clock."""
         if s.paused_until > t:
             t = s.paused_until
-        if s.prefilled >= s.prompt_len and self._plain_decode:
+        if s.prefilled < s.prompt_len:
+            e = _Entry(s, prefill_chunk=s.prompt_len - s.prefilled, completes_prefill=True)
+            dur = self._duration(s.prompt_len, 0, e.prefill_chunk, 0, 0, 1.0)
+        elif self._plain_decode:
             # The commonest step of all (decode, no speculation), once per emitted chunk: the
             # same arithmetic as _duration(context, 1, 0, 1, 0, 1.0), without the general path.
             e = self._decode_entry(s, False)
             p = self.p
             dur = p.overhead_s + max(p.weights_read_s + p.kv_read_s_per_token * (s.prompt_len + s.n_out),
                                      p.flops_per_token_s)
-            self.step_index += 1
-            self._counter += 1
-            heapq.heappush(self._heap, (t + dur, self._counter, s, e))
-            return
-        if s.prefilled < s.prompt_len:
-            e = _Entry(s, prefill_chunk=s.prompt_len - s.prefilled, completes_prefill=True)
-            dur = self._duration(s.prompt_len, 0, e.prefill_chunk, 0, 0, 1.0)
         else:
             spec_on, slow = self._draft_ok(t)
             e = self._decode_entry(s, spec_on)
