@@ -29,6 +29,21 @@ _ZERO_BUCKET = -1  # values below 1 us
 FLUSH_GAPS = 16384
 
 
+def _flushing(slot: str) -> property:
+    """A public attribute of :class:`LogHistogram` backed by ``slot``; reading it first buckets
+    the deferred chunk gaps."""
+
+    def get(self: "LogHistogram") -> Any:
+        if self._pending:
+            self._flush()
+        return getattr(self, slot)
+
+    def set(self: "LogHistogram", value: Any) -> None:
+        setattr(self, slot, value)
+
+    return property(get, set)
+
+
 class LogHistogram:
     """Counts of values (ms) in 1 %-wide buckets, with exact count/sum/min/max."""
 
@@ -43,56 +58,12 @@ class LogHistogram:
         self._pending: list[tuple[list[float], list[int]]] = []  # add_chunk_gaps not yet bucketed
         self._pending_n = 0
 
-    # Every read sees the deferred samples: the attributes flush first.
-    @property
-    def buckets(self) -> dict[int, int]:
-        if self._pending:
-            self._flush()
-        return self._buckets
-
-    @buckets.setter
-    def buckets(self, value: dict[int, int]) -> None:
-        self._buckets = value
-
-    @property
-    def count(self) -> int:
-        if self._pending:
-            self._flush()
-        return self._count
-
-    @count.setter
-    def count(self, value: int) -> None:
-        self._count = value
-
-    @property
-    def total(self) -> float:
-        if self._pending:
-            self._flush()
-        return self._total
-
-    @total.setter
-    def total(self, value: float) -> None:
-        self._total = value
-
-    @property
-    def min(self) -> float | None:
-        if self._pending:
-            self._flush()
-        return self._min
-
-    @min.setter
-    def min(self, value: float | None) -> None:
-        self._min = value
-
-    @property
-    def max(self) -> float | None:
-        if self._pending:
-            self._flush()
-        return self._max
-
-    @max.setter
-    def max(self, value: float | None) -> None:
-        self._max = value
+    # Every read sees the deferred samples: the attributes flush first (writes do not).
+    buckets: dict[int, int] = _flushing("_buckets")  # type: ignore[assignment]
+    count: int = _flushing("_count")  # type: ignore[assignment]
+    total: float = _flushing("_total")  # type: ignore[assignment]
+    min: float | None = _flushing("_min")  # type: ignore[assignment]
+    max: float | None = _flushing("_max")  # type: ignore[assignment]
 
     def add(self, value_ms: float, n: int = 1) -> None:
         us = value_ms * 1000.0
