@@ -13,6 +13,8 @@ import platform
 import socket
 import struct
 import sys
+import time
+from typing import Callable
 
 #: Python does not export the constant; 35 is its value on the asm-generic architectures listed.
 _GENERIC_ARCH = platform.machine() in ("x86_64", "aarch64", "arm64", "i686", "i386", "armv7l", "riscv64",
@@ -26,6 +28,12 @@ ANC_BYTES = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
 #: a stamp older than this (relative to the read) means the wall clock was stepped: ignore it
 PLAUSIBLE_AGE_S = 10.0
 _timespec = struct.Struct("@qq").unpack_from
+
+
+def maps_onto(clock: Callable[[], float]) -> bool:
+    """Whether kernel stamps can be placed on ``clock``'s timeline (enabled, and the clock is
+    CLOCK_MONOTONIC: ``perf_counter`` or ``monotonic``; an injected test clock is not)."""
+    return ENABLED and clock in (time.perf_counter, time.monotonic)
 
 
 def enable(sock: socket.socket) -> bool:

@@ -50,7 +50,7 @@ def library_read_time(resp: Any, clock: Callable[[], float]) -> float:
     now = clock()
     sock = getattr(resp, "_sock", None)
     anc = getattr(sock, "last_anc", None) if sock is not None else None
-    if anc and clock in (time.perf_counter, time.monotonic):
+    if anc and kstamp.maps_onto(clock):
         now = kstamp.stamp_of(anc, time.time() - now, now)
     return now
 

@@ -93,9 +93,8 @@ class StreamPoller:
         self.handlers: dict[int, Callable[[float, float], None]] = {}
         loop = gevent.get_hub().loop
         self.watcher = loop.io(self.ep.fileno(), 1)
-        # Kernel stamps are CLOCK_REALTIME; they map onto our timeline only if the clock is
-        # CLOCK_MONOTONIC (perf_counter / monotonic): an injected test clock gets read-time stamps.
-        self.kernel_stamps = kstamp.ENABLED and clock in (time.perf_counter, time.monotonic)
+        # Kernel stamps are CLOCK_REALTIME; an injected test clock gets read-time stamps.
+        self.kernel_stamps = kstamp.maps_onto(clock)
         sweep = self.kernel_stamps and READ_BATCH_S > 0  # without kernel stamps, reading late is stamping late
         self.timer = loop.timer(READ_BATCH_S, READ_BATCH_S) if sweep else None
         self.last_sweep_s = 0.0
@@ -192,7 +191,7 @@ class HubReader:
         # headers and whatever body bytes came with them; it is between chunks when it expects
         # no more bytes of the current one (remaining length 0). The states that also report 0
         # -- before a chunk's closing CRLF, inside the terminating "0" line -- make our first
-        # feed fail, and ``readable`` then hands the framing back to the library.
+        # feed fail, and ``_consume`` then hands the framing back to the library.
         chunked = "chunked" in str(resp.get("transfer-encoding") or "").lower()
         self.dechunker = ChunkedDecoder() if chunked and _between_chunks(resp) else None
         self.trial: list[bytes] | None = [] if self.dechunker is not None else None  # raw bytes until trusted
