@@ -44,3 +44,17 @@ def test_ngram_proposes_what_followed_in_the_prompt():
     idx = NgramIndex(src, 2, 3)
     assert idx.propose(tokenize("x alpha beta"), 2) == [" gamma", " delta"]
     assert idx.propose(tokenize("zeta eta"), 2) == []
+
+
+def test_generating_ahead_in_blocks_changes_no_position():
+    src = tokenize(code_prompt(4))
+    one_by_one, at_once = TargetText(src, temperature=0.7, seed=3), TargetText(src, temperature=0.7, seed=3)
+    accepted = []
+    for i in range(1, 301):  # the engine's access pattern: one position, then a draft window
+        one_by_one.token(i - 1)
+        accepted.append(one_by_one.draft_accepted(i - 1, 4))
+    at_once.ensure(400)
+    assert accepted == [at_once.draft_accepted(i - 1, 4) for i in range(1, 301)]
+    assert one_by_one.tokens[:300] == at_once.tokens[:300]
+    assert one_by_one.draft_hit[:300] == at_once.draft_hit[:300]
+    assert [at_once.draft_correct(i) for i in range(300)] == at_once.draft_hit[:300]

@@ -126,7 +126,7 @@ class Sequence:
         }
 
 
-@dataclass
+@dataclass(slots=True)
 class Emission:
     """Tokens one sequence produced in one step, due at ``scheduled_s``."""
 
@@ -201,9 +201,10 @@ class Scheduler:
         self._heap: list[tuple[float, int, Sequence, _Entry]] = []  # independent mode
         self._counter = 0
         self.independent = profile.batching == "independent"
-        self._k_lookahead = self.spec.k if self.spec.enabled else 0
+        self._spec_on = self.spec.enabled  # SpecConfig is frozen: read once, not per step
+        self._k_lookahead = self.spec.k if self._spec_on else 0
         # No speculation and no n-gram lookup cost (SpecConfig does not change during a run).
-        self._plain_decode = not self.spec.enabled and self.spec.method != "ngram"
+        self._plain_decode = not self._spec_on and self.spec.method != "ngram"
 
     # ----------------------------------------------------------------- requests
     def kv_need(self, prompt_len: int, output_tokens: int) -> int:
@@ -296,7 +297,7 @@ class Scheduler:
         s.kv_reserved = 0
 
     def _draft_ok(self, t: float) -> tuple[bool, float]:
-        if not self.spec.enabled:
+        if not self._spec_on:
             return False, 1.0
         if self.draft_state is None:
             return True, 1.0
@@ -349,7 +350,7 @@ class Scheduler:
     def _plan(self, t: float) -> None:
         self._admit(t)
         spec_on, slow = self._draft_ok(t)
-        if self.spec.enabled:
+        if self._spec_on:
             self.draft_available = spec_on
         budget = self.p.max_num_batched_tokens
         entries: list[_Entry] = []
@@ -381,7 +382,7 @@ class Scheduler:
             entries.append(_Entry(s, prefill_chunk=chunk, completes_prefill=s.prefilled + chunk == s.prompt_len))
         if not entries:
             return
-        if self.spec.enabled and not spec_on:
+        if self._spec_on and not spec_on:
             self.stats.fallback_steps += 1
         dur = self._duration(context, verify, prefill, n_decode, n_drafting, slow)
         self.step = _Step(t, t + dur, entries, verify + prefill)
@@ -476,7 +477,7 @@ class Scheduler:
         else:
             spec_on, slow = self._draft_ok(t)
             e = self._decode_entry(s, spec_on)
-            if self.spec.enabled and not spec_on:
+            if self._spec_on and not spec_on:
                 self.stats.fallback_steps += 1
             dur = self._duration(s.prompt_len + s.n_out, 1 + e.k, 0, 1, 1 if e.k else 0, slow)
         self.step_index += 1
@@ -484,18 +485,20 @@ class Scheduler:
         heapq.heappush(self._heap, (t + dur, self._counter, s, e))
 
     def _advance_independent(self, now_s: float) -> list[Emission]:
+        # Runs once per emitted chunk: attribute reads hoisted, Sequence.done inlined.
         out: list[Emission] = []
-        heap = self._heap
+        heap, pop, stats, on_step = self._heap, heapq.heappop, self.stats, self.on_step
+        catchup_s = self.max_catchup_s
         while heap and heap[0][0] <= now_s:
-            due, _, s, e = heapq.heappop(heap)
-            if s.done:
+            due, _, s, e = pop(heap)
+            if s.finish_reason is not None or s.aborted:
                 continue
-            self.stats.steps += 1
-            if self.on_step is not None:
-                self.on_step(e.prefill_chunk + (len(e.tokens or ()) and 1 + e.k), 0.0)
+            stats.steps += 1
+            if on_step is not None:
+                on_step(e.prefill_chunk + (len(e.tokens or ()) and 1 + e.k), 0.0)
             self._apply(e, due, out)
-            if s.done:
+            if s.finish_reason is not None:
                 self._admit(due)
             else:
-                self._plan_one(s, due if now_s - due <= self.max_catchup_s else now_s)
+                self._plan_one(s, due if now_s - due <= catchup_s else now_s)
         return out

@@ -17,6 +17,7 @@ import socket
 import sys
 import time
 import traceback
+from array import array
 from collections import deque
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -140,7 +141,9 @@ class Stream:
         self.seq: Sequence | None = None
         self.n_chunks = 0
         self.n_tokens = 0
-        self.chunks: list[list[float]] = []
+        # Truth log per chunk: send time and tokens, in arrays (no GC-tracked object per chunk).
+        self.chunk_s = array("d")
+        self.chunk_tokens = array("q")
         self.text_parts: list[str] = []
         self.finish_reason: str | None = None
         self.last_emit_s: float | None = None
@@ -152,6 +155,11 @@ class Stream:
         obj = b"chat.completion.chunk" if chat else b"text_completion"
         self.prefix = (b'data: {"id":"' + rid.encode() + b'","object":"' + obj + b'","created":'
                        + str(self.created).encode() + b',"model":' + orjson.dumps(req.model) + b',"choices":[')
+        # One %-template per stream: each content event is a single bytes formatting of
+        # (JSON text, finish reason, usage) on the engine's per-chunk path.
+        content = b'"delta":{"content":%b}' if chat else b'"text":%b'
+        self.event_fmt = (self.prefix.replace(b"%", b"%%") + b'{"index":0,' + content
+                          + b',"logprobs":null,"finish_reason":%b,"stop_reason":null}]%b}\n\n')
         self.usage_tail = (b',"usage":{"prompt_tokens":%d,"total_tokens":%%d,"completion_tokens":%%d}'
                            % req.prompt_len)
 
@@ -172,29 +180,25 @@ class Stream:
             return
         cutting = self.cut_after is not None and self.n_chunks + 1 >= self.cut_after
         finish = None if cutting else e.finish_reason
+        req = self.req
         parts = []
-        if self.n_chunks == 0 and self.req.endpoint == "chat":
+        if self.n_chunks == 0 and req.endpoint == "chat":
             parts.append(self.prefix + b'{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,'
-                         b'"finish_reason":null}]' + (self._usage(0) if self.req.continuous_usage else b"") + b"}\n\n")
+                         b'"finish_reason":null}]' + (self._usage(0) if req.continuous_usage else b"") + b"}\n\n")
         # One SSE event for the step's tokens -- or, with tokens_per_step, one event per token.
         pieces = e.pieces or (e.text,)
-        done_before = self.n_tokens - e.n_tokens
+        fmt, usage_tail, plen = self.event_fmt, self.usage_tail if req.continuous_usage else None, req.prompt_len
+        cum = self.n_tokens - e.n_tokens
+        last = len(pieces) - 1
         for i, piece in enumerate(pieces):
-            last = i == len(pieces) - 1
-            fr = b"null" if finish is None or not last else b'"' + finish.encode() + b'"'
-            cum = self.n_tokens if last else done_before + i + 1
-            usage = self._usage(cum) if self.req.continuous_usage else b""
-            if self.req.endpoint == "chat":
-                parts.append(self.prefix + b'{"index":0,"delta":{"content":' + orjson.dumps(piece)
-                             + b'},"logprobs":null,"finish_reason":' + fr + b',"stop_reason":null}]' + usage + b"}\n\n")
-            else:
-                parts.append(self.prefix + b'{"index":0,"text":' + orjson.dumps(piece)
-                             + b',"logprobs":null,"finish_reason":' + fr + b',"stop_reason":null}]' + usage + b"}\n\n")
+            cum = self.n_tokens if i == last else cum + 1
+            fr = b"null" if finish is None or i < last else b'"%b"' % finish.encode()
+            parts.append(fmt % (orjson.dumps(piece), fr, b"" if usage_tail is None else usage_tail % (plen + cum, cum)))
         if finish is not None:
-            if self.req.include_usage:
+            if req.include_usage:
                 parts.append(self.prefix + b"]" + self._final_usage() + b"}\n\n")
             parts.append(b"data: [DONE]\n\n")
-        payload = b"".join(parts)
+        payload = parts[0] if len(parts) == 1 else b"".join(parts)
         frame = b"%x\r\n%b\r\n" % (len(payload), payload)
         if finish is not None:
             frame += b"0\r\n\r\n"
@@ -217,9 +221,7 @@ class Stream:
 
     def _observe(self, now: float, e: Emission) -> None:
         m = self.srv.metrics
-        lag = now - e.scheduled_s
-        m.emission_lag.observe(lag)
-        m.lags.add(lag)
+        m.emission_lag.observe(now - e.scheduled_s)
         if self.last_emit_s is None:
             m.ttft.observe(now - self.received_s)
         else:
@@ -227,9 +229,16 @@ class Stream:
         self.last_emit_s = now
         if e.n_tokens and self.req.stream:
             if e.pieces:
-                self.chunks.extend([now, 1] for _ in e.pieces)  # one event per token, one write
+                k = len(e.pieces)  # one event per token, one write
+                self.chunk_s.extend([now] * k)
+                self.chunk_tokens.extend([1] * k)
             else:
-                self.chunks.append([now, e.n_tokens])
+                self.chunk_s.append(now)
+                self.chunk_tokens.append(e.n_tokens)
+
+    def truth_chunks(self) -> list[tuple[float, int]]:
+        """The truth log's ``chunks``: (send time, tokens) per SSE content event."""
+        return list(zip(self.chunk_s.tolist(), self.chunk_tokens.tolist()))
 
     def _usage(self, completion: int) -> bytes:
         return self.usage_tail % (self.req.prompt_len + completion, completion)
@@ -268,7 +277,7 @@ class Stream:
         elif outcome == "aborted":
             srv.metrics.aborted += 1
         srv.truth_record(self.rid, self.req.endpoint, 200, self.received_s, self.req.prompt_len, self.n_tokens,
-                         self.finish_reason, outcome, self.chunks)
+                         self.finish_reason, outcome, self.truth_chunks())
         self.conn.wake.set()
 
     # ------------------------------------------------------------------ connection side
@@ -328,7 +337,7 @@ class SimServer:
         """Bind and start serving (non-blocking)."""
         self.server.start()
         self._engine = gevent.spawn(self._engine_loop)
-        self._flusher = gevent.spawn(self._truth_loop)
+        self._flusher = gevent.spawn(self._flush_loop)
         self._reaper = gevent.spawn(self._reap_loop)
 
     @property
@@ -403,9 +412,11 @@ class SimServer:
                     st.conn.closed = True
                     st.conn.wake.set()
 
-    def _truth_loop(self) -> None:
+    def _flush_loop(self) -> None:
+        """Every 0.2 s: write the truth log, bucket the metrics observed since (bounded memory)."""
         while not self.stopping:
             gevent.sleep(0.2)
+            self.metrics.flush()
             if self.truth is not None and not self.stopping:
                 self.truth.flush()
 
@@ -585,6 +596,7 @@ class SimServer:
 
     def stats(self, reset: bool = False) -> dict:
         """Simulator self-measurements for benchmarks (``GET /_tokenswarm/stats[?reset=1]``)."""
+        self.metrics.flush()
         out = {"emission_lag": self.metrics.lags.summary(), "chunks_sent": self.metrics.chunks_sent,
                "running": self.sched.num_running, "waiting": self.sched.num_waiting,
                "requests": self.request_index, "engine_steps": self.sched.stats.steps}
@@ -655,7 +667,9 @@ class SimServer:
             payload = stream.non_stream_body()
             now = monotonic()
             self._respond(conn, 200, payload, keep)
-            stream.chunks = [[now, stream.n_tokens]] if stream.n_tokens else []
+            if stream.n_tokens:  # the whole body is one "chunk", sent now
+                stream.chunk_s.append(now)
+                stream.chunk_tokens.append(stream.n_tokens)
             stream.finish("fault_stall" if seq.stalled else "ok")
         return keep and not conn.closed
 

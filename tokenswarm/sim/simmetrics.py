@@ -9,8 +9,9 @@ series are emitted (consumers ignore them anyway).
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left
 from typing import Callable
+
+import numpy as np
 
 TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
                   7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -24,36 +25,78 @@ LAG_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.
 
 
 class Histogram:
-    """Cumulative-on-render histogram with fixed upper bounds."""
+    """Cumulative-on-render histogram with fixed upper bounds (``le``, Prometheus semantics).
 
-    __slots__ = ("bounds", "counts", "total", "count")
+    ``observe`` is the bound ``append`` of a pending array: one C call on the engine's
+    per-chunk path. :meth:`flush` buckets the pending values in bulk with numpy; reading
+    ``counts``/``total``/``count`` flushes first, and the simulator flushes every 0.2 s so
+    the pending array stays small (a few thousand values) however long the run.
+    """
 
-    def __init__(self, bounds: tuple[float, ...]) -> None:
+    __slots__ = ("bounds", "_edges", "_counts", "_total", "_count", "pending", "observe", "sink")
+
+    def __init__(self, bounds: tuple[float, ...], sink: Callable[[np.ndarray], None] | None = None) -> None:
         self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)
-        self.total = 0.0
-        self.count = 0
+        self.sink = sink  #: also receives every flushed batch (in observation order)
+        self._edges = np.asarray(bounds, dtype=np.float64)
+        self._counts = np.zeros(len(bounds) + 1, dtype=np.int64)
+        self._total = 0.0
+        self._count = 0
+        self.pending = array("d")
+        self.observe: Callable[[float], None] = self.pending.append
 
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.total += value
-        self.count += 1
+    def flush(self) -> None:
+        """Bucket the pending observations (and hand them to ``sink``)."""
+        if not self.pending:
+            return
+        values = np.array(self.pending, dtype=np.float64)
+        del self.pending[:]  # in place: ``observe`` stays bound to this array
+        # side="left": the first bound >= value, as "le" buckets count value <= bound.
+        self._counts += np.bincount(np.searchsorted(self._edges, values, side="left"), minlength=len(self._counts))
+        self._total += float(values.sum())
+        self._count += len(values)
+        if self.sink is not None:
+            self.sink(values)
+
+    @property
+    def counts(self) -> list[int]:
+        self.flush()
+        return self._counts.tolist()
+
+    @property
+    def total(self) -> float:
+        self.flush()
+        return self._total
+
+    @property
+    def count(self) -> int:
+        self.flush()
+        return self._count
 
 
 class LagReservoir:
     """The most recent emission lags (seconds), for exact percentiles in benchmarks."""
 
     def __init__(self, size: int = 1 << 18) -> None:
-        self.buf = array("d", bytes(8 * size))
+        self.buf = np.zeros(size, dtype=np.float64)
         self.size = size
         self.n = 0
         self.max_s = 0.0
 
-    def add(self, lag_s: float) -> None:
-        self.buf[self.n % self.size] = lag_s
-        self.n += 1
-        if lag_s > self.max_s:
-            self.max_s = lag_s
+    def extend(self, lags_s: np.ndarray) -> None:
+        """Append lags in arrival order; the oldest are overwritten past ``size``."""
+        k = len(lags_s)
+        if not k:
+            return
+        self.max_s = max(self.max_s, float(lags_s.max()))
+        if k >= self.size:
+            lags_s, self.n = lags_s[-self.size:], self.n + k - self.size
+            k = self.size
+        start = self.n % self.size
+        first = min(k, self.size - start)
+        self.buf[start:start + first] = lags_s[:first]
+        self.buf[:k - first] = lags_s[first:]
+        self.n += k
 
     def reset(self) -> None:
         self.n = 0
@@ -62,12 +105,12 @@ class LagReservoir:
     def summary(self) -> dict:
         """Count, p50/p90/p99/p99.9/max in ms of the retained samples (None when empty)."""
         k = min(self.n, self.size)
-        vals = sorted(self.buf[:k])
-        if not vals:
+        vals = np.sort(self.buf[:k])
+        if not k:
             return {"count": 0, "p50_ms": None, "p90_ms": None, "p99_ms": None, "p999_ms": None, "max_ms": None}
 
         def q(p: float) -> float:
-            return round(vals[min(k - 1, int(p * k))] * 1000.0, 4)
+            return round(float(vals[min(k - 1, int(p * k))]) * 1000.0, 4)
 
         return {"count": self.n, "p50_ms": q(0.5), "p90_ms": q(0.9), "p99_ms": q(0.99),
                 "p999_ms": q(0.999), "max_ms": round(self.max_s * 1000.0, 4)}
@@ -125,8 +168,8 @@ class SimMetrics:
         self.e2e = Histogram(E2E_BUCKETS_S)
         self.itl = Histogram(ITL_BUCKETS_S)
         self.iteration_tokens = Histogram(ITERATION_TOKEN_BUCKETS)
-        self.emission_lag = Histogram(LAG_BUCKETS_S)
         self.lags = LagReservoir()
+        self.emission_lag = Histogram(LAG_BUCKETS_S, sink=self.lags.extend)
         self.aborted = 0
         self.faults: dict[str, int] = {}
         self.http_requests: dict[tuple[str, str], int] = {}
@@ -137,6 +180,11 @@ class SimMetrics:
 
     def on_step(self, tokens: int, _duration_s: float) -> None:
         self.iteration_tokens.observe(tokens)
+
+    def flush(self) -> None:
+        """Bucket every pending observation (the emission lags also reach the reservoir)."""
+        for h in (self.ttft, self.e2e, self.itl, self.iteration_tokens, self.emission_lag):
+            h.flush()
 
 
 def render(

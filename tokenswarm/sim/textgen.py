@@ -26,6 +26,7 @@ _PUNCT = (",", ".", ".", "\n", ":", ";")
 
 AGREE_COPY = 0.87  #: draft/target agreement on a copied token
 AGREE_FRESH = 0.22  #: draft/target agreement on a fresh token
+_BLOCK = 32  #: target positions generated at a time
 
 
 def copy_probability(source: list[str]) -> float:
@@ -70,7 +71,7 @@ class TargetText:
     """Lazily generated target output of one request (position-indexed, deterministic)."""
 
     __slots__ = (
-        "source", "rng", "p_copy", "p_continue", "tokens", "copied", "draft_u", "_ptr",
+        "source", "rng", "p_copy", "p_continue", "tokens", "copied", "draft_hit", "_ptr",
         "agree_copy", "agree_fresh", "starts", "fresh_scale", "natural_len", "key",
     )
 
@@ -100,24 +101,34 @@ class TargetText:
         self.natural_len = lo + int(self.rng.random() * (hi - lo + 1))
         self.tokens: list[str] = []
         self.copied: list[bool] = []
-        self.draft_u: list[float] = []
+        self.draft_hit: list[bool] = []
         self._ptr = -1
 
     def ensure(self, n: int) -> None:
-        """Generate target positions up to ``n - 1``."""
+        """Generate target positions up to at least ``n - 1``.
+
+        Positions are drawn strictly in order from one PRNG, so generating ahead never
+        changes a token; generating in blocks keeps the per-step cost of the engine's
+        "is position n there yet" down to one length check.
+        """
+        tokens = self.tokens
+        if len(tokens) >= n:
+            return
+        n = max(n, len(tokens) + _BLOCK)
         rnd = self.rng.random
         src = self.source
-        tokens, copied, du = self.tokens, self.copied, self.draft_u
+        copied, hit = self.copied, self.draft_hit
+        agree_copy, agree_fresh = self.agree_copy, self.agree_fresh
         while len(tokens) < n:
             ptr = self._ptr
             if ptr >= 0 and ptr < len(src) and rnd() < self.p_continue:
                 tokens.append(src[ptr])
-                copied.append(True)
+                copy = True
                 self._ptr = ptr + 1
             elif src and rnd() < self.p_copy:
                 start = self.starts[int(rnd() * len(self.starts))]
                 tokens.append(src[start])
-                copied.append(True)
+                copy = True
                 self._ptr = start + 1
             else:
                 r = rnd()
@@ -126,27 +137,28 @@ class TargetText:
                 else:
                     tok = " " + FRESH_WORDS[int(rnd() * len(FRESH_WORDS) * self.fresh_scale) % len(FRESH_WORDS)]
                 tokens.append(tok)
-                copied.append(False)
+                copy = False
                 self._ptr = -1
-            du.append(rnd())
+            copied.append(copy)
+            # The draft model proposes the right token iff u < agreement (decided once, here).
+            hit.append(rnd() < (agree_copy if copy else agree_fresh))
 
     def token(self, i: int) -> str:
         """Target token at output position ``i``."""
-        if i >= len(self.tokens):
-            self.ensure(i + 1)
+        self.ensure(i + 1)
         return self.tokens[i]
 
     def draft_correct(self, i: int) -> bool:
         """Whether the draft model proposes the target token at position ``i``."""
-        if i >= len(self.tokens):
-            self.ensure(i + 1)
-        return self.draft_u[i] < (self.agree_copy if self.copied[i] else self.agree_fresh)
+        self.ensure(i + 1)
+        return self.draft_hit[i]
 
     def draft_accepted(self, start: int, k: int) -> int:
         """Leading draft positions from ``start`` that the verifier accepts (0..k)."""
         self.ensure(start + k)
+        hit = self.draft_hit
         a = 0
-        while a < k and self.draft_u[start + a] < (self.agree_copy if self.copied[start + a] else self.agree_fresh):
+        while a < k and hit[start + a]:
             a += 1
         return a
 
