@@ -183,13 +183,13 @@ class Scheduler:
         profile: Profile,
         spec: SpecConfig | None = None,
         draft_state: DraftState | None = None,
-        on_step: Callable[[int, float], None] | None = None,
+        on_step: Callable[[int], None] | None = None,
         max_catchup_s: float = 0.25,
     ) -> None:
         self.p = profile
         self.spec = spec or SpecConfig()
         self.draft_state = draft_state
-        self.on_step = on_step
+        self.on_step = on_step  #: called with the tokens each completed step scheduled
         self.max_catchup_s = max_catchup_s
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
@@ -205,6 +205,12 @@ class Scheduler:
         self._k_lookahead = self.spec.k if self._spec_on else 0
         # No speculation and no n-gram lookup cost (SpecConfig does not change during a run).
         self._plain_decode = not self._spec_on and self.spec.method != "ngram"
+        self._tokens_per_step = profile.tokens_per_step
+        # Per-step reads of frozen configuration, hoisted (the engine runs once per chunk).
+        self._k = self.spec.k
+        self._draft_model = self.spec.method == "draft"
+        self._ngram = self.spec.method == "ngram"
+        self._divergence_rate = self.spec.divergence_rate
 
     # ----------------------------------------------------------------- requests
     def kv_need(self, prompt_len: int, output_tokens: int) -> int:
@@ -308,13 +314,14 @@ class Scheduler:
         text = s.text
         pos = s.n_out
         remaining = s.max_tokens - pos
-        if not s.ignore_eos:
-            remaining = min(remaining, text.natural_len - pos)
-        remaining = max(1, remaining)
+        if not s.ignore_eos and text.natural_len < s.max_tokens:
+            remaining = text.natural_len - pos
+        if remaining < 1:
+            remaining = 1
         k = accepted = 0
         if spec_on and remaining > 1:
-            k = min(self.spec.k, remaining - 1)
-            if self.spec.method == "draft":
+            k = self._k if self._k < remaining else remaining - 1
+            if self._draft_model:
                 accepted = text.draft_accepted(pos, k)
             else:
                 text.ensure(pos + k)
@@ -323,23 +330,25 @@ class Scheduler:
                 k = len(proposal)
                 while accepted < k and proposal[accepted] == text.tokens[pos + accepted]:
                     accepted += 1
-        n = min(accepted + 1, remaining)
-        if not k and self.p.tokens_per_step > 1:
-            n = min(self.p.tokens_per_step, remaining)
-        text.ensure(pos + n)
+        n = accepted + 1 if accepted < remaining else remaining
+        if not k and self._tokens_per_step > 1:
+            n = min(self._tokens_per_step, remaining)
+        if len(text.tokens) < pos + n:
+            text.ensure(pos + n)
         tokens = text.tokens[pos : pos + n]
-        if k and self.spec.divergence_rate > 0.0 and unit_hash(self.spec.seed, text.key, pos) < self.spec.divergence_rate:
+        if k and self._divergence_rate > 0.0 and unit_hash(self.spec.seed, text.key, pos) < self._divergence_rate:
             tokens = tokens[:-1] + [text.wrong_token(pos + n - 1)]
-        return _Entry(s, tokens=tokens, k=k, accepted=min(accepted, n - 1) if k else 0)
+        return _Entry(s, 0, False, tokens, k, min(accepted, n - 1) if k else 0)
 
     def _duration(self, context: int, verify: int, prefill: int, n_decode: int, n_drafting: int, slow: float) -> float:
         p = self.p
         mem_s = p.weights_read_s + p.kv_read_s_per_token * context
         compute_s = p.flops_per_token_s * verify + prefill / p.prefill_tokens_per_s
         draft_s = 0.0
-        if self.spec.method == "draft" and n_drafting:
-            draft_s = self.spec.k * (p.draft.pass_s + p.draft.flops_per_token_s * n_drafting) * slow
-        elif self.spec.method == "ngram" and n_decode:
+        if self._draft_model:
+            if n_drafting:
+                draft_s = self._k * (p.draft.pass_s + p.draft.flops_per_token_s * n_drafting) * slow
+        elif self._ngram and n_decode:
             draft_s = p.ngram.lookup_s_per_seq * n_decode
         return p.overhead_s + max(mem_s, compute_s) + draft_s
 
@@ -391,14 +400,14 @@ class Scheduler:
     def _complete(self, step: _Step, out: list[Emission]) -> None:
         self.stats.steps += 1
         if self.on_step is not None:
-            self.on_step(step.tokens, step.end_s - step.start_s)
+            self.on_step(step.tokens)
         for e in step.entries:
             self._apply(e, step.end_s, out)
         # Sequences that finished free their slots; waiting ones are admitted at next plan.
 
     def _apply(self, e: _Entry, t: float, out: list[Emission]) -> None:
         s = e.seq
-        if s.done:
+        if s.finish_reason is not None or s.aborted:  # Sequence.done, inlined: once per chunk
             return
         st = self.stats
         if e.prefill_chunk:
@@ -411,29 +420,32 @@ class Scheduler:
                 return
         else:
             tokens = e.tokens or []
-            if e.k:
+            k = e.k
+            if k:
+                accepted = e.accepted
                 st.spec_drafts += 1
-                st.spec_draft_tokens += e.k
-                st.spec_accepted_tokens += e.accepted
-                per = st.spec_accepted_per_pos
-                for i in range(e.accepted):
-                    per[i] += 1
+                st.spec_draft_tokens += k
+                st.spec_accepted_tokens += accepted
+                if accepted:
+                    per = st.spec_accepted_per_pos
+                    for i in range(accepted):
+                        per[i] += 1
                 s.spec_steps += 1
-                s.spec_drafted += e.k
-                s.spec_accepted += e.accepted
+                s.spec_drafted += k
+                s.spec_accepted += accepted
                 if not s.accept_hist:
-                    s.accept_hist = [0] * (self.spec.k + 1)
-                s.accept_hist[e.accepted] += 1
+                    s.accept_hist = [0] * (self._k + 1)
+                s.accept_hist[accepted] += 1
         n = len(tokens)
-        chunk = "".join(tokens)
+        chunk = tokens[0] if n == 1 else "".join(tokens)
         finish = None
-        s.n_out += n
+        n_out = s.n_out = s.n_out + n
         st.generation_tokens += n
         if s.first_token_s is None:
             s.first_token_s = t
-        if not s.ignore_eos and s.n_out >= s.text.natural_len:
+        if not s.ignore_eos and n_out >= s.text.natural_len:
             finish = "stop"
-        elif s.n_out >= s.max_tokens:
+        elif n_out >= s.max_tokens:
             finish = "length"
         if s.stops:
             # Like vLLM: hold back the last len(stop)-1 characters so a stop string that spans
@@ -453,10 +465,10 @@ class Scheduler:
             st.finished[finish] = st.finished.get(finish, 0) + 1
             if s in self.running:
                 self._release(s)
-        elif s.stall_after is not None and not s.stalled and s.n_out >= s.stall_after:
+        elif s.stall_after is not None and not s.stalled and n_out >= s.stall_after:
             s.stalled = True
             s.paused_until = t + s.stall_s
-        pieces = tokens if (n > 1 and not e.k and self.p.tokens_per_step > 1 and not s.stops) else None
+        pieces = tokens if (n > 1 and not e.k and self._tokens_per_step > 1 and not s.stops) else None
         out.append(Emission(s, chunk, n, finish, t, pieces))
 
     # ----------------------------------------------------------------- independent mode
@@ -495,7 +507,7 @@ class Scheduler:
                 continue
             stats.steps += 1
             if on_step is not None:
-                on_step(e.prefill_chunk + (len(e.tokens or ()) and 1 + e.k), 0.0)
+                on_step(e.prefill_chunk + (len(e.tokens or ()) and 1 + e.k))
             self._apply(e, due, out)
             if s.finish_reason is not None:
                 self._admit(due)

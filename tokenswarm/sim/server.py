@@ -320,7 +320,8 @@ class SimServer:
         self.per_request_spec_metrics = per_request_spec_metrics
         self.metrics = SimMetrics()
         has_draft_faults = faults.draft_unavailable > 0 or faults.draft_slow > 0
-        self.sched = Scheduler(profile, spec, faults.draft_state if has_draft_faults else None, self.metrics.on_step)
+        self.sched = Scheduler(profile, spec, faults.draft_state if has_draft_faults else None,
+                               self.metrics.iteration_tokens.observe)
         self.truth = TruthLog(truth_path) if truth_path else None
         self.active: set[Stream] = set()
         self.engine_wake = gevent.event.Event()

@@ -178,9 +178,6 @@ class SimMetrics:
     def fault(self, kind: str) -> None:
         self.faults[kind] = self.faults.get(kind, 0) + 1
 
-    def on_step(self, tokens: int, _duration_s: float) -> None:
-        self.iteration_tokens.observe(tokens)
-
     def flush(self) -> None:
         """Bucket every pending observation (the emission lags also reach the reservoir)."""
         for h in (self.ttft, self.e2e, self.itl, self.iteration_tokens, self.emission_lag):
