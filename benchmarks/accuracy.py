@@ -12,6 +12,10 @@ and prints the error distributions:
   which together say where errors come from when they grow; the last lines state, per
   speculation mode, the first load whose error p99 exceeds the goal and which side was late.
 
+Answers are 150-250 tokens without speculation and 2.4x longer with it (draft events carry
+~2.4 tokens), so every run streams ~200 events per request: ``--draft-output-scale 1`` keeps
+the plain lengths and measures the draft mode at ~2.4x the request churn instead.
+
     python benchmarks/accuracy.py                       # 1, 64, 256, 512 streams
     python benchmarks/accuracy.py --streams 1 64 --seconds 10
 """
@@ -35,8 +39,24 @@ sys.path.insert(0, str(ROOT))
 
 from tokenswarm.sim.testing import start_sim  # noqa: E402
 
+#: Answer lengths (tokens) per speculation mode. With draft chunking an event carries ~2.4
+#: tokens (the simulator's acceptance at temperature 0 on these prompts), so its answers are
+#: 2.4x longer: both modes then stream ~200 events per request and compare chunk shapes at the
+#: same request churn, instead of the draft runs also multiplying the requests per second
+#: that client and simulator set up (``--draft-output-scale 1`` measures that case).
+OUTPUT_TOKENS = {"none": (150, 250), "draft": (360, 600)}
 
-def run_tokenswarm(base: str, streams: int, seconds: float, out: Path, temperature: float) -> None:
+
+def output_tokens(spec: str, draft_scale: float | None) -> tuple[int, int]:
+    """Answer length range for a speculation mode (``draft_scale`` overrides the draft default)."""
+    if spec != "draft" or draft_scale is None:
+        return OUTPUT_TOKENS[spec]
+    lo, hi = OUTPUT_TOKENS["none"]
+    return round(lo * draft_scale), round(hi * draft_scale)
+
+
+def run_tokenswarm(base: str, streams: int, seconds: float, out: Path, temperature: float,
+                   output_tokens: tuple[int, int] = OUTPUT_TOKENS["none"]) -> None:
     scenario = out.parent / f"acc-{streams}.yaml"
     scenario.write_text(json.dumps({
         "name": "accuracy", "target": {"metrics_url": None, "timeouts": {"first_token_s": 600, "total_s": 600}},
@@ -47,7 +67,7 @@ def run_tokenswarm(base: str, streams: int, seconds: float, out: Path, temperatu
             "weight": 1, "prompt_tokens": {"dist": "fixed", "value": 32},
             # varied lengths keep streams out of lockstep (a burst of simultaneous requests would
             # measure the simulator's intake queue, not the client)
-            "output_tokens": {"dist": "uniform", "min": 150, "max": 250},
+            "output_tokens": {"dist": "uniform", "min": output_tokens[0], "max": output_tokens[1]},
             "sampling": {"ignore_eos": True, "temperature": temperature}}}},
         "load": {"mode": "closed", "steps": [streams], "warmup_s": 2, "step_duration_s": seconds,
                  "spawn_rate": 1000, "stop_timeout_s": 30}}))
@@ -103,12 +123,13 @@ def analyse(run: Path, truth_path: Path) -> dict:
     records = [json.loads(x) for x in (run / "records.jsonl").read_text().splitlines() if x]
     steady = [r for r in records if r["phase"] == "steady" and r["outcome"] == "ok"]
     truth = {t["id"]: t for t in (json.loads(x) for x in truth_path.read_text().splitlines() if x)}
-    ttft_err, gap_err, exact_chunks, exact_total, joined = [], [], 0, 0, 0
+    ttft_err, gap_err, exact_chunks, exact_total, joined, chunks = [], [], 0, 0, 0, 0
     for r in steady:
         t = truth.get(r["response_id"])
         if t is None:
             continue
         joined += 1
+        chunks += len(t["chunks"])
         s_times = np.array([c[0] for c in t["chunks"]]) * 1000.0
         s_tokens = [c[1] for c in t["chunks"]]
         exact_chunks += r["chunk_tokens"] == s_tokens
@@ -125,6 +146,7 @@ def analyse(run: Path, truth_path: Path) -> dict:
             "output_tokens_exact_pct": 100.0 * exact_total / max(1, joined),
             "ttft_err_p50_ms": q(te, .5), "ttft_err_p99_ms": q(te, .99),
             "gap_err_p50_ms": q(ge, .5), "gap_err_p99_ms": q(ge, .99), "gaps": len(ge),
+            "chunks_per_request": chunks / max(1, joined),
             "client_cpu_max_pct": max((h["cpu_pct"] for h in health), default=float("nan")),
             "client_loop_lag_max_ms": max((h["loop_lag_max_ms"] for h in health), default=float("nan"))}
 
@@ -136,6 +158,8 @@ def main() -> int:
     ap.add_argument("--spec", nargs="+", default=["none", "draft"], choices=["none", "draft"],
                     help="simulator speculative chunking: off (none) and/or on (draft)")
     ap.add_argument("--keep", type=Path, help="keep the runs and truth logs in this directory")
+    ap.add_argument("--draft-output-scale", type=float, default=None, metavar="X",
+                    help="draft answers are X times the plain ones (default 2.4: the same events per request)")
     args = ap.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="tokenswarm-accuracy-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -145,7 +169,8 @@ def main() -> int:
             truth = work / f"truth-{spec}-{n}.jsonl"
             with start_sim("--profile", "bench-10ms", "--truth", str(truth), "--spec-method", spec,
                            cpus="1") as sim:
-                run_tokenswarm(sim.base_url, n, args.seconds, work / f"run-{spec}-{n}", temperature=0.0)
+                run_tokenswarm(sim.base_url, n, args.seconds, work / f"run-{spec}-{n}", temperature=0.0,
+                               output_tokens=output_tokens(spec, args.draft_output_scale))
                 lag = sim.stats()
             row = analyse(work / f"run-{spec}-{n}", truth)
             row.update(streams=n, spec=spec, server_lag_p99_ms=lag.get("emission_lag", {}).get("p99_ms"))
@@ -153,11 +178,11 @@ def main() -> int:
             print(f"done: spec={spec} streams={n}", file=sys.stderr)
     print(f"\ntokenswarm accuracy vs the simulator's ground truth ({time.strftime('%Y-%m-%d')}, "
           f"{os.cpu_count()} cores; client on core 0, simulator on core 1)")
-    hdr = (f"{'spec':<6}{'streams':>8}{'reqs':>7}{'join%':>7}{'tok/chunk exact%':>17}{'out exact%':>11}"
+    hdr = (f"{'spec':<6}{'streams':>8}{'reqs':>7}{'chunks/req':>11}{'join%':>7}{'tok/chunk exact%':>17}{'out exact%':>11}"
            f"{'TTFT err p50':>13}{'p99':>7}{'gap err p50':>12}{'p99':>7}{'cli CPU%':>9}{'loop lag':>9}{'srv lag p99':>12}")
     print(hdr)
     for r in rows:
-        print(f"{r['spec']:<6}{r['streams']:>8}{r['requests']:>7}{r['joined_pct']:>7.1f}{r['chunk_tokens_exact_pct']:>17.1f}"
+        print(f"{r['spec']:<6}{r['streams']:>8}{r['requests']:>7}{r['chunks_per_request']:>11.0f}{r['joined_pct']:>7.1f}{r['chunk_tokens_exact_pct']:>17.1f}"
               f"{r['output_tokens_exact_pct']:>11.1f}{r['ttft_err_p50_ms']:>13.3f}{r['ttft_err_p99_ms']:>7.2f}"
               f"{r['gap_err_p50_ms']:>12.3f}{r['gap_err_p99_ms']:>7.2f}{r['client_cpu_max_pct']:>9.0f}"
               f"{r['client_loop_lag_max_ms']:>9.1f}{(r['server_lag_p99_ms'] or float('nan')):>12.2f}")

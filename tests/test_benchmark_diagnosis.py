@@ -33,3 +33,11 @@ def test_each_speculation_mode_is_judged_on_its_own():
     lines = accuracy.diagnose([row(256, 1.0, 0.1), row(256, 2.5, 4.0, srv=300.0, spec="draft")])
     assert lines[0].startswith("spec=none: every load within")
     assert lines[1].startswith("spec=draft: errors exceed the goal from 256 streams")
+
+
+def test_draft_answers_are_longer_so_both_modes_stream_about_as_many_events_per_request():
+    assert accuracy.output_tokens("none", None) == (150, 250)
+    lo, hi = accuracy.output_tokens("draft", None)
+    assert (lo, hi) == (360, 600)  # ~2.4 tokens per draft event: ~200 events per request either way
+    assert accuracy.output_tokens("draft", 1.0) == (150, 250)  # the high-churn case on request
+    assert accuracy.output_tokens("none", 3.0) == (150, 250)  # the scale only applies to draft
