@@ -15,9 +15,9 @@ A client that cannot keep up slows the closed-loop streams down (backpressure), 
 events/s at ~100 % CPU is its ceiling. The simulator cannot offer the ~50k events/s a
 saturated tokenswarm core would read, so the per-core ceiling is also *measured* with both
 clients capped at the same fraction of a core (``--cpu-quota``, a cgroup CPU quota; needs
-root): each then sustains what it can. A capped baseline reads several events of a stream at
-once (cheaper per event, and its timings are then wrong), which the uncapped pairs do not
-show.
+root; default 0.3 and 0.5 of a core): each then sustains what it can. A capped baseline
+reads several events of a stream at once (cheaper per event, and its timings are then
+wrong), which the uncapped pairs do not show; the two shares show how much that matters.
 
 Worker scaling (``--workers 2``): tokenswarm with one worker process, then with two (master
 plus local workers, unpinned: they share the machine's cores with the simulator), against a
@@ -187,8 +187,8 @@ def main() -> int:
     ap.add_argument("--scaling-streams", type=int, default=1536, help="streams offered in the worker comparison")
     ap.add_argument("--skip-baseline", action="store_true", help="only the worker comparison")
     ap.add_argument("--repeat", type=int, default=3, help="alternating baseline/tokenswarm pairs (median reported)")
-    ap.add_argument("--cpu-quota", type=float, default=0.3,
-                    help="share of a core both clients get in the capped comparison (0 = skip; needs root)")
+    ap.add_argument("--cpu-quota", type=float, nargs="+", default=[0.3, 0.5], metavar="SHARE",
+                    help="shares of a core both clients get in the capped comparisons (0 = skip; needs root)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tokenswarm-genbench-"))
     rows: list[dict] = []
@@ -206,15 +206,15 @@ def main() -> int:
             # Events/s per core measured, not extrapolated: the simulator cannot offer the ~50k
             # events/s a saturated tokenswarm core would read, so both clients get the same
             # fraction of a core (a cgroup CPU quota) and each sustains what it can in it.
-            capped = []
-            quota = CpuQuota(args.cpu_quota) if args.cpu_quota else None
-            if quota is not None and quota.procs_file is not None:
-                for _ in range(args.repeat):
-                    capped.append(tuple(run_client(kind, sim, args.streams, args.seconds, work, pin=True, quota=quota)
-                                        for kind in ("baseline", "tokenswarm")))
+            capped: dict[float, list[tuple[dict, dict]]] = {}
+            for share in (q for q in args.cpu_quota if q > 0):
+                quota = CpuQuota(share)
+                if quota.procs_file is None:
+                    print("note: no writable cgroup cpu controller (needs root): capped comparison skipped")
+                    break
+                capped[share] = [tuple(run_client(kind, sim, args.streams, args.seconds, work, pin=True, quota=quota)
+                                       for kind in ("baseline", "tokenswarm")) for _ in range(args.repeat)]
                 quota.remove()
-            elif quota is not None:
-                print("note: no writable cgroup cpu controller (needs root): capped comparison skipped")
             lag = sim.stats()
         offered = args.streams * 100
         print(f"\nSSE events/s per client core, {args.streams} streams x 100 events/s offered = {offered}/s "
@@ -230,14 +230,14 @@ def main() -> int:
               f"(both near the offered load: the baseline at ~100 % of its core)")
         print(f"ceiling per core (1 s of CPU / median CPU per event): baseline {1e6 / b_us:.0f} events/s, "
               f"tokenswarm {1e6 / t_us:.0f} events/s")
-        if capped:
-            print(f"\nboth clients capped at {args.cpu_quota:.2f} of a core (cgroup CPU quota), same offered load:")
-            print_rows([r for pair in capped for r in pair])
-            per_core = sorted(t["events_per_s"] / b["events_per_s"] for b, t in capped)
-            b_eps = statistics.median(b["events_per_s"] for b, _ in capped) / args.cpu_quota
-            t_eps = statistics.median(t["events_per_s"] for _, t in capped) / args.cpu_quota
+        for share, runs in capped.items():
+            print(f"\nboth clients capped at {share:.2f} of a core (cgroup CPU quota), same offered load:")
+            print_rows([r for pair in runs for r in pair])
+            per_core = sorted(t["events_per_s"] / b["events_per_s"] for b, t in runs)
+            b_eps = statistics.median(b["events_per_s"] for b, _ in runs) / share
+            t_eps = statistics.median(t["events_per_s"] for _, t in runs) / share
             print(f"sustained events/s per core, tokenswarm / baseline: {statistics.median(per_core):.2f}x "
-                  f"(median of {len(capped)} pairs: {', '.join(f'{r:.2f}x' for r in per_core)}); "
+                  f"(median of {len(runs)} pairs: {', '.join(f'{r:.2f}x' for r in per_core)}); "
                   f"per core: baseline {b_eps:.0f}, tokenswarm {t_eps:.0f} events/s")
         if lag:
             print(f"simulator emission lag over these runs: {json.dumps(lag)[:300]}")
