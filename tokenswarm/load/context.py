@@ -7,7 +7,6 @@ record sink, the live statistics and the prompt sources. Users read it; the plug
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
 import os
@@ -163,7 +162,7 @@ class RunContext:
 
     def emit(self, record: RequestRecord, user: Any = None) -> RequestRecord:
         """Give the record its sequence number and hand it to the sink, live stats and listeners."""
-        record = _with_seq(record, self.next_seq())
+        record = record.with_seq(self.next_seq())
         self.sink.add(record)
         self.live.observe(record)
         if self.events is not None:
@@ -189,8 +188,6 @@ def _locust_error(record: RequestRecord) -> str:
     return record.outcome
 
 
-def _with_seq(record: RequestRecord, seq: int) -> RequestRecord:
-    return dataclasses.replace(record, seq=seq)
 
 
 def make_worker_id(index: int | None = None) -> str:

@@ -1,0 +1,37 @@
+"""The per-request record's serialisation and copies keep every field, in schema order."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import orjson
+
+from tokenswarm.record import FIELD_NAMES, RequestRecord
+
+
+def _record(**kw) -> RequestRecord:
+    base = dict(run_id="r", worker_id="w", seq=-1, task="qa", user_class="QAUser", outcome="ok",
+                request_key="k", scheduled_at=1.5, sent_at=1.6, ttft_ms=12.5, chunk_offsets_ms=[12.5, 22.5],
+                chunk_tokens=[1, 2], spec_decode={"num_spec_steps": 3}, extra={"a": [1, None]})
+    base.update(kw)
+    return RequestRecord(**base)
+
+
+def test_to_dict_has_every_field_in_schema_order_with_nones_kept():
+    d = _record().to_dict()
+    assert tuple(d) == FIELD_NAMES
+    assert d["e2e_ms"] is None and d["ttft_ms"] == 12.5 and d["extra"] == {"a": [1, None]}
+
+
+def test_to_json_is_the_dict_as_json():
+    r = _record(output_text="h\u00e9llo \"quoted\"\n", temperature=0.0)
+    assert r.to_json() == orjson.dumps(r.to_dict())
+    assert list(orjson.loads(r.to_json())) == list(FIELD_NAMES)
+
+
+def test_with_seq_changes_only_the_sequence_number_and_leaves_the_original_alone():
+    r = _record()
+    s = r.with_seq(42)
+    assert s.seq == 42 and r.seq == -1
+    assert s == dataclasses.replace(r, seq=42)
+    assert all(getattr(s, f) is getattr(r, f) for f in FIELD_NAMES if f != "seq")
