@@ -32,12 +32,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tokenswarm.sim.testing import start_sim  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from truthjoin import join, load_truth  # noqa: E402
 
 #: Answer lengths (tokens) per speculation mode. With draft chunking an event carries ~2.4
 #: tokens (the simulator's acceptance at temperature 0 on these prompts), so its answers are
@@ -115,37 +116,26 @@ def diagnose(rows: list[dict]) -> list[str]:
     return out
 
 
-def q(a: np.ndarray, p: float) -> float:
-    return float(np.quantile(a, p)) if len(a) else float("nan")
-
-
 def analyse(run: Path, truth_path: Path) -> dict:
     records = [json.loads(x) for x in (run / "records.jsonl").read_text().splitlines() if x]
     steady = [r for r in records if r["phase"] == "steady" and r["outcome"] == "ok"]
-    truth = {t["id"]: t for t in (json.loads(x) for x in truth_path.read_text().splitlines() if x)}
-    ttft_err, gap_err, exact_chunks, exact_total, joined, chunks = [], [], 0, 0, 0, 0
+    truth = load_truth(truth_path)
+    exact_chunks = exact_total = chunks = 0
     for r in steady:
         t = truth.get(r["response_id"])
-        if t is None:
-            continue
-        joined += 1
-        chunks += len(t["chunks"])
-        s_times = np.array([c[0] for c in t["chunks"]]) * 1000.0
-        s_tokens = [c[1] for c in t["chunks"]]
-        exact_chunks += r["chunk_tokens"] == s_tokens
-        exact_total += r["output_tokens"] == t["output_tokens"]
-        ttft_err.append(r["ttft_ms"] - (s_times[0] - t["received"] * 1000.0))
-        c = np.array(r["chunk_offsets_ms"])
-        if len(c) == len(s_times) and len(c) > 1:
-            gap_err.extend((np.diff(c) - np.diff(s_times)).tolist())
+        if t is not None:
+            chunks += len(t["chunks"])
+            exact_chunks += r["chunk_tokens"] == [c[1] for c in t["chunks"]]
+            exact_total += r["output_tokens"] == t["output_tokens"]
+    errors = join(((r["response_id"], r["ttft_ms"], r["chunk_offsets_ms"]) for r in steady), truth)
+    joined = errors["joined"]
     health = [json.loads(x) for x in (run / "generator_health.jsonl").read_text().splitlines() if x] \
         if (run / "generator_health.jsonl").exists() else []
-    te, ge = np.abs(np.array(ttft_err)), np.abs(np.array(gap_err))
     return {"requests": len(steady), "joined_pct": 100.0 * joined / max(1, len(steady)),
             "chunk_tokens_exact_pct": 100.0 * exact_chunks / max(1, joined),
             "output_tokens_exact_pct": 100.0 * exact_total / max(1, joined),
-            "ttft_err_p50_ms": q(te, .5), "ttft_err_p99_ms": q(te, .99),
-            "gap_err_p50_ms": q(ge, .5), "gap_err_p99_ms": q(ge, .99), "gaps": len(ge),
+            **{k: errors[k] for k in ("ttft_err_p50_ms", "ttft_err_p99_ms", "gap_err_p50_ms", "gap_err_p99_ms",
+                                      "gaps")},
             "chunks_per_request": chunks / max(1, joined),
             "client_cpu_max_pct": max((h["cpu_pct"] for h in health), default=float("nan")),
             "client_loop_lag_max_ms": max((h["loop_lag_max_ms"] for h in health), default=float("nan"))}

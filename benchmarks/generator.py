@@ -51,6 +51,9 @@ sys.path.insert(0, str(ROOT))
 
 from tokenswarm.sim.testing import SimHandle, start_sim  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from truthjoin import join, load_truth  # noqa: E402
+
 
 def sim_chunks(sim: SimHandle) -> float:
     for line in sim.metrics_text(timeout_s=30).splitlines():  # a saturated simulator answers slowly
@@ -110,10 +113,15 @@ class CpuQuota:
                 pass
 
 
+_RUNS = iter(range(1, 1 << 30))
+
+
 def run_client(kind: str, sim: SimHandle, streams: int, seconds: float, workdir: Path, pin: bool, workers: int = 0,
                reader: str = "hub", output_tokens: int = 200,
                warm_s: float | None = None, quota: CpuQuota | None = None) -> dict:
-    env = {**os.environ, "BENCH_COUNT_FILE": str(workdir / f"{kind}.count"), "TOKENSWARM_READER": reader}
+    run = workdir / f"run-{next(_RUNS)}-{kind}"  # tokenswarm's --out, or the baseline's per-event times
+    env = {**os.environ, "BENCH_COUNT_FILE": str(workdir / f"{kind}.count"), "TOKENSWARM_READER": reader,
+           "BENCH_TIMES_FILE": str(run.with_suffix(".times.jsonl"))}
     taskset = ["taskset", "-c", "0"] if pin and shutil.which("taskset") else []
     if kind == "baseline":
         cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "benchmarks" / "baseline_locustfile.py")]
@@ -127,7 +135,7 @@ def run_client(kind: str, sim: SimHandle, streams: int, seconds: float, workdir:
             "load": {"mode": "closed", "steps": [streams], "warmup_s": 0, "step_duration_s": seconds,
                      "stop_timeout_s": 0}}))
         cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfiles" / "llm.py"), "--scenario", str(scenario),
-               "--out", str(workdir / f"run-{kind}")]
+               "--out", str(run)]
         if workers:
             cmd += ["--processes", str(workers)]
     cmd = taskset + cmd + ["--headless", "--host", sim.base_url, "-u", str(streams), "-r", str(streams), "-t",
@@ -171,14 +179,53 @@ def run_client(kind: str, sim: SimHandle, streams: int, seconds: float, workdir:
     return {"client": label if not workers else f"{label} x{workers} workers", "streams": streams,
             "events": int(chunks), "wall_s": round(wall, 2), "events_per_s": round(chunks / wall, 0),
             "cpu_s": round(cpu, 2), "cpu_us_per_event": round(cpu / chunks * 1e6, 1) if chunks else None,
-            "cpu_share_of_core": round(cpu / wall, 2), "sim_cpu_share": round((s1 - s0) / wall, 2)}
+            "cpu_share_of_core": round(cpu / wall, 2), "sim_cpu_share": round((s1 - s0) / wall, 2), "run": run,
+            "window_s": (t0, t1)}
+
+
+def client_requests(row: dict) -> list[tuple]:
+    """(response id, TTFT ms, chunk offsets ms) of each complete request a client run saw."""
+    run: Path = row["run"]
+    times = run.with_suffix(".times.jsonl")
+    if times.exists():  # the baseline's own log
+        return [(r["id"], r["ttft_ms"], r["offsets_ms"]) for r in map(json.loads, times.read_text().splitlines())]
+    records = run / "records.jsonl"
+    if not records.exists():
+        return []
+    return [(r["response_id"], r["ttft_ms"], r["chunk_offsets_ms"])
+            for r in map(json.loads, records.read_text().splitlines()) if r["outcome"] == "ok"]
+
+
+def add_errors(rows: list[dict], truth_path: str) -> None:
+    """Join each run's requests to the simulator's truth and add the errors.
+
+    Only complete requests the simulator received inside the run's measurement window count
+    (the window the CPU is measured over), so connection set-up and the first burst of
+    requests at start-up are left out for both clients, as the accuracy benchmark leaves
+    out its warm-up. ``received`` is on CLOCK_MONOTONIC, as is this process's perf_counter.
+    """
+    truth = [t for t in load_truth(truth_path).values() if t["outcome"] == "ok"]
+    for row in rows:
+        start, end = row["window_s"]
+        window = {t["id"]: t for t in truth if start <= t["received"] <= end}
+        reqs = [r for r in client_requests(row) if r[0] in window]
+        row.update(join(reqs, window))
 
 
 def print_rows(rows: list[dict]) -> None:
-    print(f"{'client':<34} {'events/s':>9} {'CPU us/event':>13} {'CPU share':>10} {'events':>9} {'sim CPU':>8}")
+    errs = any("ttft_err_p99_ms" in r for r in rows)
+    print(f"{'client':<34} {'events/s':>9} {'CPU us/event':>13} {'CPU share':>10} {'events':>9} {'sim CPU':>8}"
+          + (f" {'TTFT err p50/p99 ms':>20} {'gap err p50/p99 ms':>19}" if errs else ""))
     for r in rows:
-        print(f"{r['client']:<34} {r['events_per_s']:>9.0f} {r['cpu_us_per_event'] or 0:>13.1f} "
-              f"{r['cpu_share_of_core']:>10.2f} {r['events']:>9} {r['sim_cpu_share']:>8.2f}")
+        line = (f"{r['client']:<34} {r['events_per_s']:>9.0f} {r['cpu_us_per_event'] or 0:>13.1f} "
+                f"{r['cpu_share_of_core']:>10.2f} {r['events']:>9} {r['sim_cpu_share']:>8.2f}")
+        if errs and "ttft_err_p99_ms" in r:
+            line += (f" {r['ttft_err_p50_ms']:>10.2f}/{r['ttft_err_p99_ms']:<9.2f}"
+                     f" {r['gap_err_p50_ms']:>9.2f}/{r['gap_err_p99_ms']:<9.2f}")
+        print(line)
+    if errs:
+        print("errors: |client - server| against the simulator's ground truth, complete requests joined by "
+              "response id (goal at this load: p99 <= 2 ms)")
 
 
 def main() -> int:
@@ -197,7 +244,7 @@ def main() -> int:
     lag: dict = {}
     if not args.skip_baseline:
         pairs = []
-        with start_sim("--profile", "bench-10ms", cpus="1") as sim:
+        with start_sim("--profile", "bench-10ms", cpus="1", truth=True) as sim:
             # baseline and tokenswarm alternate, so slow drifts of the machine hit both alike
             for _ in range(args.repeat):
                 b = run_client("baseline", sim, args.streams, args.seconds, work, pin=True)
@@ -218,6 +265,8 @@ def main() -> int:
                                        for kind in ("baseline", "tokenswarm")) for _ in range(args.repeat)]
                 quota.remove()
             lag = sim.stats()
+            sim.flush_truth()
+            add_errors(rows + [r for runs in capped.values() for pair in runs for r in pair], sim.truth_path)
         offered = args.streams * 100
         print(f"\nSSE events/s per client core, {args.streams} streams x 100 events/s offered = {offered}/s "
               f"(simulator bench-10ms on core 1; clients on core 0)")
