@@ -160,3 +160,76 @@ def test_a_first_chunk_read_with_the_headers_keeps_its_arrival_time(stamped, hoo
         assert 15.0 <= rec.ttft_ms < 45.0  # the arrival, ~20 ms
     else:
         assert rec.ttft_ms >= 60.0  # the late read (what the stamping avoids)
+
+
+@pytest.mark.parametrize("marked", [True, False], ids=["swept", "unswept"])
+def test_a_late_header_read_dates_each_event_by_the_sweep_that_saw_it_arrive(marked):
+    # Headers 10 ms after the request, then one event every 20 ms (role 30, content 50, 70,
+    # 90 ms). Another greenlet holds the loop from 5 to 125 ms but sweeps every millisecond,
+    # as request greenlets do in a burst of request starts; the request's own header read
+    # only runs at 125 ms and reads everything at once. One read has one stamp (its newest
+    # segment's), so without the sweeps' notes the three events share ~110 ms.
+    from geventhttpclient import HTTPClient
+
+    from tests.helpers.procs import scripted_server
+    from tokenswarm.load import pool
+    from tokenswarm.load.client import stream_call
+    from tokenswarm.load.pool import tune_pool
+    from tokenswarm.load.stream import WallAnchor
+
+    if not kstamp.maps_onto(time.perf_counter):
+        pytest.skip("no kernel receive stamps here")
+    with scripted_server() as url:
+        host, port = url.split("//")[1].split(":")
+        client = HTTPClient(host, int(port), connection_timeout=2, network_timeout=30, concurrency=2)
+        tune_pool(client)
+
+        def call(path):
+            return stream_call(client, path, b"{}", {"Content-Type": "application/json"},
+                               base=dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="U", request_key="k",
+                                         scheduled_at=0.0, schedule_lag_ms=0.0),
+                               anchor=WallAnchor(0.0, 0.0), first_token_timeout_s=5, total_timeout_s=10)[0]
+
+        assert call("/normal/v1/chat/completions?n=1&gap_ms=1").outcome == "ok"  # connected, poller made
+        poller = reader.stream_poller(time.perf_counter)
+
+        def busy():
+            end = time.perf_counter() + 0.12
+            while time.perf_counter() < end:
+                blocking_sleep(0.001)
+                if marked:
+                    poller.sweep_if_due()
+
+        hog = gevent.spawn_later(0.005, busy)
+        rec = call("/glued/v1/chat/completions?n=3&gap_ms=20&delay_ms=10&glue=0")
+        hog.join()
+        pool.arrival_poller = None
+    assert rec.outcome == "ok", rec.error
+    offsets = rec.chunk_offsets_ms
+    assert len(offsets) == 3
+    if marked:
+        assert 45.0 <= rec.ttft_ms < 58.0  # the first event's arrival, ~50 ms
+        assert all(15.0 < b - a < 25.0 for a, b in zip(offsets, offsets[1:]))  # ~20 ms apart
+    else:
+        assert rec.ttft_ms > 80.0 and offsets[1] - offsets[0] < 1.0  # dated together, by the last
+
+
+def test_body_cuts_map_raw_arrival_offsets_onto_the_dechunked_body():
+    from tokenswarm.load.pool import _body_cuts
+
+    one, two = b"a" * 10, b"b" * 6
+    raw = b"a\r\n" + one + b"\r\n" + b"6\r\n" + two + b"\r\n"  # 15 bytes, then 11 bytes
+    # marks at stream offsets 100 + raw offset: the first chunk whole, then mid second chunk, then all
+    marks = [(100 + 15, ["t1"]), (100 + 15 + 5, ["t2"]), (100 + len(raw), ["t3"])]
+    assert _body_cuts(raw, 100, marks) == [(10, ["t1"]), (12, ["t2"]), (16, ["t3"])]
+    # data that came after the last sweep is dated by the read itself (None); bad framing gives None
+    assert _body_cuts(raw, 100, marks[:1]) == [(10, ["t1"]), (16, None)]
+    assert _body_cuts(b"zz\r\nxx", 0, marks) is None
+
+
+def test_plain_cuts_map_arrival_offsets_onto_an_unframed_body():
+    from tokenswarm.load.pool import _plain_cuts
+
+    marks = [(50, ["t1"]), (50, ["dup"]), (57, ["t2"]), (70, ["t3"])]  # body starts at stream offset 40
+    assert _plain_cuts(25, 40, marks) == [(10, ["t1"]), (17, ["t2"]), (25, ["t3"])]
+    assert _plain_cuts(25, 40, marks[:1]) == [(10, ["t1"]), (25, None)]

@@ -27,6 +27,7 @@ import gevent
 import orjson
 from gevent import GreenletExit
 
+from tokenswarm.load import pool
 from tokenswarm.load.pool import library_read_time
 from tokenswarm.load.reader import HubReader, can_watch, stream_poller
 from tokenswarm.load.sse import SSEParser
@@ -134,6 +135,8 @@ def stream_call(
         poller = stream_poller(clock)
         if poller is not None:
             poller.sweep_if_due()  # between greenlets: see StreamPoller.sweep_if_due
+            if poller.kernel_stamps:  # its sweeps note arrivals while a late header read waits
+                pool.arrival_poller = poller
     sent = clock()
     state = StreamState(sent)
     status: int | None = None
@@ -241,6 +244,8 @@ def stream_call(
         first.cancel()
         total.cancel()
     end = clock()
+    if USE_HUB_READER and (poller := stream_poller(clock)) is not None:
+        poller.sweep_if_due()  # before this request's record work: other streams first (bursts of ends)
     record = state.finish(
         end, outcome=outcome, http_status=status, error=error, anchor=anchor, base=base, keep_output=keep_output
     )

@@ -30,15 +30,77 @@ from tokenswarm import kstamp
 _PEEK = socket.MSG_PEEK | getattr(socket, "MSG_DONTWAIT", 0)
 
 
+#: The stream poller whose sweeps note arrivals while a response's first read waits (set by
+#: ``stream_call`` when its poller has kernel stamps; None: no notes, one stamp per read).
+arrival_poller: Any = None
+_PEEK_BYTES = 65536
+
+
 class StampedSocket(gevent.socket.socket):
-    """A gevent socket whose reads keep ``recvmsg``'s ancillary data (the kernel stamp)."""
+    """A gevent socket whose reads keep ``recvmsg``'s ancillary data (the kernel stamp).
+
+    One read has one stamp, its newest segment's. The first read of a response is the
+    library's header read, in the request's greenlet: when the client is busy it runs late,
+    after the headers and several events have queued up, and would date them all by the
+    last. While that read waits, the hub's sweeps *peek* at the socket (nothing consumed)
+    and note how many bytes had arrived by when (:attr:`marks`); :func:`library_read_pieces`
+    then dates each part of the read by the sweep that first saw it.
+    """
 
     last_anc: list = []  # of the latest read; each instance sets its own
+    last_data = b""  # the latest read's bytes (the header read's, for the marks)
+    consumed = 0  # bytes all reads returned so far: the offset of the next byte
+    marks: list = []  # (end offset, ancillary data): bytes up to the offset had arrived by that stamp
+    _response_pending = False  # a request went out: the next read is its response's first
+
+    def sendall(self, data: bytes, flags: int = 0) -> None:
+        super().sendall(data, flags)
+        self._response_pending = True
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
-        data, anc, _flags, _addr = self.recvmsg(bufsize, kstamp.ANC_BYTES, flags)
-        self.last_anc = anc
+        if self._response_pending and not flags:
+            self._response_pending = False
+            data, anc = self._first_read(bufsize)
+        else:
+            data, anc, _flags, _addr = self.recvmsg(bufsize, kstamp.ANC_BYTES, flags)
+        self.last_anc, self.last_data = anc, data
+        self.consumed += len(data)
         return data
+
+    def _first_read(self, bufsize: int) -> tuple[bytes, list]:
+        self.marks = []
+        poller = arrival_poller
+        if poller is not None:
+            raw = self._sock
+            try:  # already there: no wait, nothing to note
+                data, anc, _flags, _addr = raw.recvmsg(bufsize, kstamp.ANC_BYTES)
+                return data, anc
+            except BlockingIOError:
+                pass
+            fd = raw.fileno()
+            try:
+                poller.add(fd, lambda _now, _offset: self._note(raw))
+            except (OSError, ValueError):  # cannot watch it: one stamp for the read, as before
+                poller = None
+            try:
+                data, anc, _flags, _addr = self.recvmsg(bufsize, kstamp.ANC_BYTES)
+            finally:
+                if poller is not None:
+                    poller.remove(fd)
+            return data, anc
+        data, anc, _flags, _addr = self.recvmsg(bufsize, kstamp.ANC_BYTES)
+        return data, anc
+
+    def _note(self, raw: socket.socket) -> None:
+        """From a sweep: how many bytes are queued now, and the newest one's stamp."""
+        try:
+            data, anc, _flags, _addr = raw.recvmsg(_PEEK_BYTES, kstamp.ANC_BYTES, _PEEK)
+        except OSError:
+            return
+        end = self.consumed + len(data)
+        marks = self.marks
+        if data and anc and (not marks or end > marks[-1][0]):
+            marks.append((end, anc))
 
 
 def library_read_time(resp: Any, clock: Callable[[], float]) -> float:
@@ -53,6 +115,96 @@ def library_read_time(resp: Any, clock: Callable[[], float]) -> float:
     if anc and kstamp.maps_onto(clock):
         now = kstamp.stamp_of(anc, time.time() - now, now)
     return now
+
+
+def library_read_pieces(resp: Any, body: bytes, clock: Callable[[], float],
+                        chunked: bool = True) -> list[tuple[float, bytes]]:
+    """The body bytes the library's header read left over, cut where they arrived apart.
+
+    ``body`` is what the library parsed out of the raw read (de-chunked when ``chunked``).
+    When sweeps noted arrivals while
+    that read waited (:attr:`StampedSocket.marks`), each piece gets the stamp of the first
+    sweep that saw its last byte queued, and bytes that came after the last sweep the read's
+    own stamp; otherwise the whole is one piece with the read's stamp.
+    """
+    sock = getattr(resp, "_sock", None)
+    marks = getattr(sock, "marks", None)
+    if marks and kstamp.maps_onto(clock):
+        raw = sock.last_data
+        head_end = raw.find(b"\r\n\r\n") if raw.startswith(b"HTTP/") else -1  # the read began the response
+        if head_end >= 0:
+            raw_start = sock.consumed - len(raw) + head_end + 4
+            cuts = (_body_cuts(raw[head_end + 4:], raw_start, marks) if chunked
+                    else _plain_cuts(len(raw) - head_end - 4, raw_start, marks))
+            if cuts and cuts[-1][0] == len(body):
+                now = clock()
+                offset = time.time() - now
+                out, pos = [], 0
+                for end, anc in cuts:
+                    if end > pos:
+                        t = library_read_time(resp, clock) if anc is None else kstamp.stamp_of(anc, offset, now)
+                        out.append((t, body[pos:end]))
+                        pos = end
+                return out
+    return [(library_read_time(resp, clock), body)]
+
+
+def _plain_cuts(size: int, raw_start: int, marks: list) -> list[tuple[int, list]]:
+    """``marks`` as offsets into a body without framing (raw bytes are body bytes); see _body_cuts."""
+    cuts: list[tuple[int, list]] = []
+    for end, anc in marks:
+        d = end - raw_start
+        if d >= size:
+            return cuts + [(size, anc)]
+        if d > (cuts[-1][0] if cuts else 0):
+            cuts.append((d, anc))
+    return cuts + [(size, None)]
+
+
+def _body_cuts(raw_body: bytes, raw_start: int, marks: list) -> list[tuple[int, list]] | None:
+    """``marks`` (raw stream offsets) as de-chunked offsets into ``raw_body``'s data.
+
+    ``raw_start`` is the stream offset of ``raw_body``'s first byte. The last cut is the end
+    of the data, with the first mark that covers it; ``None`` in its place means bytes that
+    arrived after the last sweep, dated by the read itself (its newest segment). None when
+    the framing does not parse.
+    """
+    spans = []  # (raw data start, raw data end, de-chunked start) of each chunk
+    pos = total = 0
+    while pos < len(raw_body):
+        eol = raw_body.find(b"\r\n", pos)
+        if eol < 0:
+            break
+        try:
+            size = int(raw_body[pos:eol].split(b";")[0], 16)
+        except ValueError:
+            return None
+        start = eol + 2
+        end = min(start + size, len(raw_body))
+        spans.append((start, end, total))
+        total += end - start
+        if size == 0 or end < start + size:
+            break
+        pos = start + size + 2
+
+    def dechunked(raw_off: int) -> int:
+        d = 0
+        for start, end, dstart in spans:
+            if raw_off <= start:
+                return dstart
+            d = dstart + min(raw_off, end) - start
+            if raw_off <= end:
+                return d
+        return d
+
+    cuts: list[tuple[int, list]] = []
+    for end, anc in marks:
+        d = dechunked(end - raw_start)
+        if d >= total:
+            return cuts + [(total, anc)]
+        if d > (cuts[-1][0] if cuts else 0):
+            cuts.append((d, anc))
+    return cuts + [(total, None)]
 
 
 def _stamped_tcp_socket(family: int, socktype: int, protocol: int) -> gevent.socket.socket:

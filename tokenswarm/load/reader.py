@@ -38,7 +38,7 @@ from gevent.monkey import get_original
 
 from tokenswarm import kstamp
 from tokenswarm.load.dechunk import ChunkedDecoder, ChunkedError
-from tokenswarm.load.pool import library_read_time
+from tokenswarm.load.pool import library_read_pieces
 from tokenswarm.load.sse import SSEParser
 
 try:  # the C fast path (setup.py builds it; optional): whole chunks of whole events per read
@@ -171,7 +171,7 @@ class HubReader:
     """Feeds one response's SSE events into ``on_events(now_s, events)`` from the hub."""
 
     __slots__ = ("resp", "raw", "fd", "clock", "parser", "on_events", "on_eof", "done", "error", "poller",
-                 "watcher", "dechunker", "trial", "takeovers", "stamped", "fast", "steady", "tail")
+                 "watcher", "dechunker", "trial", "takeovers", "stamped", "fast", "steady", "tail", "chunked")
 
     def __init__(self, resp: Any, clock: Callable[[], float], parser: SSEParser,
                  on_events: Callable[[float, list], bool], on_eof: Callable[[], None]) -> None:
@@ -192,7 +192,7 @@ class HubReader:
         # no more bytes of the current one (remaining length 0). The states that also report 0
         # -- before a chunk's closing CRLF, inside the terminating "0" line -- make our first
         # feed fail, and ``_consume`` then hands the framing back to the library.
-        chunked = "chunked" in str(resp.get("transfer-encoding") or "").lower()
+        self.chunked = chunked = "chunked" in str(resp.get("transfer-encoding") or "").lower()
         self.dechunker = ChunkedDecoder() if chunked and _between_chunks(resp) else None
         self.trial: list[bytes] | None = [] if self.dechunker is not None else None  # raw bytes until trusted
         # Where the header read ended inside a chunk (a client reading a backlog: the library
@@ -213,7 +213,10 @@ class HubReader:
         if resp._body_buffer:  # came with the headers, in the library's last read
             data = bytes(resp._body_buffer)
             del resp._body_buffer[:]
-            if self._body(library_read_time(resp, self.clock), data) or resp.message_complete:
+            for now, piece in library_read_pieces(resp, data, self.clock, self.chunked):  # dated apart if they came apart
+                if self._body(now, piece):
+                    return
+            if resp.message_complete:
                 return
         if resp.message_complete:
             return
