@@ -1,4 +1,4 @@
-"""Two adjustments to geventhttpclient's connection pool that the measurement needs.
+"""Adjustments to geventhttpclient's connection pool that the measurement needs.
 
 * **No yield before the send.** The pool checks that a kept-alive socket is still usable with
   ``gevent.select.select(..., 0.0)``, which yields to the event loop once per request --
@@ -11,8 +11,12 @@
   catching up) puts the first chunk in that read. New plain-TCP connections are
   :class:`StampedSocket` s, which keep the kernel's receive stamp of each read, so the hub
   reader can date those bytes by their arrival rather than by when the greenlet ran.
+* **Arrivals noted while the header read waits.** One read has one stamp (its newest
+  segment's); a header read that runs late would give every event queued behind the headers
+  the last one's. The stream poller's sweeps peek at the socket meanwhile and note what had
+  arrived by when, and :func:`library_read_pieces` dates the read's parts by those notes.
 
-Both go through the pool's own extension points (``_is_socket_alive`` and the documented
+They go through the pool's own extension points (``_is_socket_alive`` and the documented
 ``_create_tcp_socket`` factory) on the pool instance; nothing global is patched.
 """
 
