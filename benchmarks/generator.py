@@ -36,6 +36,7 @@ caps what two workers can show (see the README).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -113,7 +114,7 @@ class CpuQuota:
                 pass
 
 
-_RUNS = iter(range(1, 1 << 30))
+_RUNS = itertools.count(1)
 
 
 def run_client(kind: str, sim: SimHandle, streams: int, seconds: float, workdir: Path, pin: bool, workers: int = 0,

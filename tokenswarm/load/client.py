@@ -131,12 +131,11 @@ def stream_call(
     Never raises for target misbehaviour. When the calling greenlet is killed (end of run)
     the ``cancelled`` record goes to ``on_cancel`` and ``GreenletExit`` propagates.
     """
-    if USE_HUB_READER:
-        poller = stream_poller(clock)
-        if poller is not None:
-            poller.sweep_if_due()  # between greenlets: see StreamPoller.sweep_if_due
-            if poller.kernel_stamps:  # its sweeps note arrivals while a late header read waits
-                pool.arrival_poller = poller
+    poller = stream_poller(clock) if USE_HUB_READER else None
+    if poller is not None:
+        poller.sweep_if_due()  # between greenlets: see StreamPoller.sweep_if_due
+    # Its sweeps note arrivals while a late header read waits (they need kernel stamps).
+    pool.arrival_poller = poller if poller is not None and poller.kernel_stamps else None
     sent = clock()
     state = StreamState(sent)
     status: int | None = None
@@ -244,7 +243,7 @@ def stream_call(
         first.cancel()
         total.cancel()
     end = clock()
-    if USE_HUB_READER and (poller := stream_poller(clock)) is not None:
+    if poller is not None:
         poller.sweep_if_due()  # before this request's record work: other streams first (bursts of ends)
     record = state.finish(
         end, outcome=outcome, http_status=status, error=error, anchor=anchor, base=base, keep_output=keep_output

@@ -188,8 +188,6 @@ def _locust_error(record: RequestRecord) -> str:
     return record.outcome
 
 
-
-
 def make_worker_id(index: int | None = None) -> str:
     base = f"{socket.gethostname()}-{os.getpid()}"
     return base if index is None or index < 0 else f"{base}-w{index}"

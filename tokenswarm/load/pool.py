@@ -73,26 +73,23 @@ class StampedSocket(gevent.socket.socket):
 
     def _first_read(self, bufsize: int) -> tuple[bytes, list]:
         self.marks = []
-        poller = arrival_poller
+        poller, raw = arrival_poller, self._sock
+        fd = raw.fileno()
         if poller is not None:
-            raw = self._sock
             try:  # already there: no wait, nothing to note
                 data, anc, _flags, _addr = raw.recvmsg(bufsize, kstamp.ANC_BYTES)
                 return data, anc
             except BlockingIOError:
                 pass
-            fd = raw.fileno()
             try:
                 poller.add(fd, lambda _now, _offset: self._note(raw))
             except (OSError, ValueError):  # cannot watch it: one stamp for the read, as before
                 poller = None
-            try:
-                data, anc, _flags, _addr = self.recvmsg(bufsize, kstamp.ANC_BYTES)
-            finally:
-                if poller is not None:
-                    poller.remove(fd)
-            return data, anc
-        data, anc, _flags, _addr = self.recvmsg(bufsize, kstamp.ANC_BYTES)
+        try:
+            data, anc, _flags, _addr = self.recvmsg(bufsize, kstamp.ANC_BYTES)
+        finally:
+            if poller is not None:
+                poller.remove(fd)
         return data, anc
 
     def _note(self, raw: socket.socket) -> None:
@@ -126,10 +123,10 @@ def library_read_pieces(resp: Any, body: bytes, clock: Callable[[], float],
     """The body bytes the library's header read left over, cut where they arrived apart.
 
     ``body`` is what the library parsed out of the raw read (de-chunked when ``chunked``).
-    When sweeps noted arrivals while
-    that read waited (:attr:`StampedSocket.marks`), each piece gets the stamp of the first
-    sweep that saw its last byte queued, and bytes that came after the last sweep the read's
-    own stamp; otherwise the whole is one piece with the read's stamp.
+    When sweeps noted arrivals while that read waited (:attr:`StampedSocket.marks`), each
+    piece gets the stamp of the first sweep that saw its last byte queued, and bytes that
+    came after the last sweep the read's own stamp; otherwise the whole is one piece with
+    the read's stamp.
     """
     sock = getattr(resp, "_sock", None)
     marks = getattr(sock, "marks", None)
@@ -153,11 +150,16 @@ def library_read_pieces(resp: Any, body: bytes, clock: Callable[[], float],
     return [(library_read_time(resp, clock), body)]
 
 
-def _plain_cuts(size: int, raw_start: int, marks: list) -> list[tuple[int, list]]:
-    """``marks`` as offsets into a body without framing (raw bytes are body bytes); see _body_cuts."""
-    cuts: list[tuple[int, list]] = []
+def _cuts(marks: list, to_body: Callable[[int], int], size: int) -> list[tuple[int, list | None]]:
+    """``marks`` (stream offset, stamp) as increasing body offsets, ending at ``size``.
+
+    ``to_body`` maps a stream offset to a body offset. The last cut carries the first mark
+    that covers the end of the body; ``None`` there means bytes that arrived after the last
+    sweep, dated by the read itself (its newest segment).
+    """
+    cuts: list[tuple[int, list | None]] = []
     for end, anc in marks:
-        d = end - raw_start
+        d = to_body(end)
         if d >= size:
             return cuts + [(size, anc)]
         if d > (cuts[-1][0] if cuts else 0):
@@ -165,14 +167,15 @@ def _plain_cuts(size: int, raw_start: int, marks: list) -> list[tuple[int, list]
     return cuts + [(size, None)]
 
 
-def _body_cuts(raw_body: bytes, raw_start: int, marks: list) -> list[tuple[int, list]] | None:
-    """``marks`` (raw stream offsets) as de-chunked offsets into ``raw_body``'s data.
+def _plain_cuts(size: int, raw_start: int, marks: list) -> list[tuple[int, list | None]]:
+    """:func:`_cuts` for a body without framing (raw bytes are body bytes)."""
+    return _cuts(marks, lambda end: end - raw_start, size)
 
-    ``raw_start`` is the stream offset of ``raw_body``'s first byte. The last cut is the end
-    of the data, with the first mark that covers it; ``None`` in its place means bytes that
-    arrived after the last sweep, dated by the read itself (its newest segment). None when
-    the framing does not parse.
-    """
+
+def _body_cuts(raw_body: bytes, raw_start: int, marks: list) -> list[tuple[int, list | None]] | None:
+    """:func:`_cuts` for a chunked body: raw offsets map through the framing to de-chunked
+    offsets of ``raw_body``'s data (``raw_start``: the stream offset of its first byte).
+    None when the framing does not parse."""
     spans = []  # (raw data start, raw data end, de-chunked start) of each chunk
     pos = total = 0
     while pos < len(raw_body):
@@ -191,8 +194,8 @@ def _body_cuts(raw_body: bytes, raw_start: int, marks: list) -> list[tuple[int, 
             break
         pos = start + size + 2
 
-    def dechunked(raw_off: int) -> int:
-        d = 0
+    def dechunked(stream_off: int) -> int:
+        raw_off, d = stream_off - raw_start, 0
         for start, end, dstart in spans:
             if raw_off <= start:
                 return dstart
@@ -201,14 +204,7 @@ def _body_cuts(raw_body: bytes, raw_start: int, marks: list) -> list[tuple[int, 
                 return d
         return d
 
-    cuts: list[tuple[int, list]] = []
-    for end, anc in marks:
-        d = dechunked(end - raw_start)
-        if d >= total:
-            return cuts + [(total, anc)]
-        if d > (cuts[-1][0] if cuts else 0):
-            cuts.append((d, anc))
-    return cuts + [(total, None)]
+    return _cuts(marks, dechunked, total)
 
 
 def _stamped_tcp_socket(family: int, socktype: int, protocol: int) -> gevent.socket.socket:
@@ -234,7 +230,8 @@ def socket_alive(sock: Any) -> bool:
 
 
 def tune_pool(http_client: Any) -> None:
-    """Apply both adjustments to ``http_client``'s pool (idempotent; before its first connection)."""
+    """Adjust ``http_client``'s pool (idempotent; before its first connection): the liveness
+    check, and stamped sockets for plain TCP."""
     pool = getattr(http_client, "_connection_pool", None)
     if not isinstance(pool, ConnectionPool) or getattr(pool, "_tokenswarm_tuned", False):
         return

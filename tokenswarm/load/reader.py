@@ -216,8 +216,6 @@ class HubReader:
             for now, piece in library_read_pieces(resp, data, self.clock, self.chunked):  # dated apart if they came apart
                 if self._body(now, piece):
                     return
-            if resp.message_complete:
-                return
         if resp.message_complete:
             return
         self.fd = self.raw.fileno()

@@ -333,8 +333,7 @@ class Scheduler:
         n = accepted + 1 if accepted < remaining else remaining
         if not k and self._tokens_per_step > 1:
             n = min(self._tokens_per_step, remaining)
-        if len(text.tokens) < pos + n:
-            text.ensure(pos + n)
+        text.ensure(pos + n)
         tokens = text.tokens[pos : pos + n]
         if k and self._divergence_rate > 0.0 and unit_hash(self.spec.seed, text.key, pos) < self._divergence_rate:
             tokens = tokens[:-1] + [text.wrong_token(pos + n - 1)]

@@ -105,9 +105,9 @@ class LagReservoir:
     def summary(self) -> dict:
         """Count, p50/p90/p99/p99.9/max in ms of the retained samples (None when empty)."""
         k = min(self.n, self.size)
-        vals = np.sort(self.buf[:k])
         if not k:
             return {"count": 0, "p50_ms": None, "p90_ms": None, "p99_ms": None, "p999_ms": None, "max_ms": None}
+        vals = np.sort(self.buf[:k])
 
         def q(p: float) -> float:
             return round(float(vals[min(k - 1, int(p * k))]) * 1000.0, 4)
