@@ -1,38 +1,27 @@
-"""Read a run directory (CONTRACTS.md section 1) into columnar numpy arrays.
+"""Records files into numpy columns, one batch of a few thousand records at a time.
 
-This is the only module of the computing core that touches files. It streams
-``records.jsonl`` (plain, ``.gz`` or rotated ``records-*.jsonl[.gz]``) line by line with
-orjson and converts every few thousand records into numpy arrays, so memory is a few dozen
-bytes per request plus ~6 bytes per streamed chunk, never one Python object per record.
-
-Chunk lists are kept in CSR layout as the *gaps* between consecutive chunks of one request:
-request ``i`` owns ``gap_ms[gap_ptr[i]:gap_ptr[i+1]]`` (``n_chunks[i] - 1`` values, float32,
-computed in float64 from the recorded offsets before narrowing, so each gap keeps ~7
-significant digits) and ``gap_tokens`` holds the token count of the chunk that *ends* each gap.
-The first chunk's offset and token count and the last chunk's offset are per-request columns.
-Everything the glossary derives from chunk lists (ITL, inter-chunk gaps, tokens per chunk)
-is a function of these.
+:func:`read_records` streams the lines, cuts each ``chunk_tokens`` list out for a batched C
+parse, and hands the record to :class:`_Columns`, which accumulates a batch as tuples and
+converts it to float, categorical, boolean, byte-string and chunk columns (the CSR gap layout
+of the :mod:`analysis.loader` docstring). The field lists name every column read.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import re
-import zlib
 from array import array
-from dataclasses import dataclass, field
 from itertools import chain, repeat
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import orjson
 
 from analysis.errors import RunInputError
 from analysis.fastnum import parse_ints
-from tokenswarm.record import FORMAT_VERSION, OUTCOMES
+from analysis.loader.lines import _iter_lines, _tolerate_bad_line
+from tokenswarm.record import OUTCOMES
 
 #: Compact-JSON key of the per-chunk token list (what orjson and RequestRecord.to_json write).
 _TOKENS_KEY = b'"chunk_tokens":['
@@ -74,212 +63,6 @@ SPEC_FIELDS: tuple[str, ...] = (
     "sd_num_spec_tokens",
     "sd_mean_acceptance_length",
 )
-
-
-@dataclass
-class ServerMetrics:
-    """Prometheus scrapes of one source, reduced to one number per metric name per scrape.
-
-    Counters and gauges are summed over label sets (``engine``, ``model_name`` ...) except
-    names ending in ``_perc`` (fractions such as KV-cache use), which are averaged. ``_created``
-    series are dropped. ``per_pos`` keeps the ``position`` label of
-    ``vllm:spec_decode_num_accepted_tokens_per_pos_total`` apart (summed over engines).
-    """
-
-    scraped_at_s: np.ndarray
-    step: np.ndarray
-    series: dict[str, np.ndarray]
-    per_pos: dict[int, np.ndarray]
-    source: str = "target"
-
-    def value(self, name: str) -> np.ndarray | None:
-        """Values of one metric per scrape (NaN where a scrape lacked it), or ``None``."""
-        return self.series.get(name)
-
-
-@dataclass
-class Run:
-    """One run directory as columnar arrays (one element per request record).
-
-    ``columns`` holds float64 columns (NaN = not observed), int columns (``step``: -1 = none,
-    ``seq``), categorical codes (``task`` ...: int32, -1 = null, labels in ``categories``),
-    booleans (``tokens_estimated``, ``has_chunk_tokens``) and fixed-width byte strings
-    (``request_key``, ``output_sha256``; ``b""`` = null). Chunk data: see the module docstring.
-    """
-
-    path: Path
-    manifest: dict[str, Any]
-    columns: dict[str, np.ndarray]
-    categories: dict[str, list[str]]
-    gap_ptr: np.ndarray
-    gap_ms: np.ndarray
-    gap_tokens: np.ndarray
-    server_metrics: ServerMetrics | None = None
-    texts: list[str | None] | None = None
-    warnings: list[str] = field(default_factory=list)
-    files: list[str] = field(default_factory=list)
-    #: derived per-request arrays computed once (see analysis.tables.derived)
-    cache: dict[str, Any] = field(default_factory=dict, repr=False)
-
-    def __len__(self) -> int:
-        return int(self.columns["sent_at"].shape[0])
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        return self.columns[name]
-
-    @property
-    def name(self) -> str:
-        """Directory name (used in titles and default output names)."""
-        return self.path.name
-
-    @property
-    def n_gaps(self) -> np.ndarray:
-        """Number of chunk gaps of every request (``max(n_chunks - 1, 0)``)."""
-        return np.diff(self.gap_ptr)
-
-    def code(self, column: str, label: str) -> int:
-        """Code of ``label`` in a categorical column, or -2 (matches nothing) if absent."""
-        try:
-            return self.categories[column].index(label)
-        except ValueError:
-            return -2
-
-    def labels(self, column: str) -> np.ndarray:
-        """Decoded categorical column as an object array (``None`` for null)."""
-        cats = np.array(self.categories[column] + [None], dtype=object)
-        return cats[self.columns[column]]
-
-    def to_dataframe(self):
-        """Per-request columns as a pandas DataFrame (requires pandas; chunk data excluded)."""
-        import pandas as pd  # optional dependency, imported only on request
-
-        data = {}
-        for name, arr in self.columns.items():
-            data[name] = self.labels(name) if name in self.categories else arr
-        return pd.DataFrame(data)
-
-
-# --------------------------------------------------------------------------- files
-
-
-def read_manifest(run_dir: Path) -> dict[str, Any]:
-    """Load and validate ``manifest.json``; raise :class:`RunInputError` naming the file."""
-    path = run_dir / "manifest.json"
-    if not run_dir.is_dir():
-        raise RunInputError(f"{run_dir}: not a run directory (does not exist or is not a directory)")
-    if not path.is_file():
-        raise RunInputError(f"{path}: missing (every run directory has a manifest.json)")
-    try:
-        manifest = orjson.loads(path.read_bytes())
-    except orjson.JSONDecodeError as exc:
-        raise RunInputError(f"{path}: truncated or not valid JSON ({exc})") from None
-    if not isinstance(manifest, dict):
-        raise RunInputError(f"{path}: expected a JSON object, got {type(manifest).__name__}")
-    version = manifest.get("format_version")
-    if version != FORMAT_VERSION:
-        raise RunInputError(
-            f"{path}: unknown format_version {version!r}; this analysis reads format_version {FORMAT_VERSION}"
-        )
-    return manifest
-
-
-_ROTATED = re.compile(r"^records-\d+\.jsonl(\.gz)?$")
-
-
-def record_files(run_dir: Path) -> list[Path]:
-    """Records files of a run in reading order (rotated files by name, then ``records.jsonl``)."""
-    rotated = sorted(p for p in run_dir.iterdir() if _ROTATED.match(p.name))
-    plain, gz = run_dir / "records.jsonl", run_dir / "records.jsonl.gz"
-    files = list(rotated)
-    if plain.is_file():
-        files.append(plain)
-    elif gz.is_file():
-        files.append(gz)
-    if not files:
-        raise RunInputError(
-            f"{run_dir}: no records file (records.jsonl, records.jsonl.gz or records-NNNNNN.jsonl[.gz])"
-        )
-    return files
-
-
-def _blocks(path: Path, warnings: list[str], block_bytes: int) -> Iterator[bytes]:
-    """Decompressed blocks of a file; a gzip stream cut short ends with a warning, not an error.
-
-    Gzip is decompressed incrementally (``zlib``), so everything before the cut is kept, and
-    concatenated gzip members (a writer that reopened the file) are followed.
-    """
-    with open(path, "rb") as fh:
-        if not path.name.endswith(".gz"):
-            while block := fh.read(block_bytes):
-                yield block
-            return
-        d = zlib.decompressobj(wbits=31)
-        while raw := fh.read(block_bytes // 4):
-            while raw:
-                try:
-                    out = d.decompress(raw)
-                except zlib.error as exc:
-                    warnings.append(f"{path}: corrupt compressed data ({exc}); read what was complete")
-                    return
-                if out:
-                    yield out
-                raw = b""
-                if d.eof and d.unused_data:
-                    raw, d = d.unused_data, zlib.decompressobj(wbits=31)
-        tail = d.flush()
-        if tail:
-            yield tail
-        if not d.eof:
-            warnings.append(f"{path}: compressed stream cut short (crash mid-write?); read what was complete")
-
-
-def _iter_lines(path: Path, warnings: list[str], block_bytes: int = 8 << 20) -> Iterator[tuple[int, bytes, bool]]:
-    """Yield ``(line_number, line, is_last)``, reading big blocks (much faster than line iteration)."""
-    lineno = 0
-    carry = b""
-    pending: bytes | None = None
-    for block in _blocks(path, warnings, block_bytes):
-        lines = (carry + block).split(b"\n")
-        carry = lines.pop()  # incomplete (or empty) tail
-        for line in lines:
-            if pending is not None:
-                yield lineno, pending, False
-            lineno += 1
-            pending = line
-    if carry:
-        if pending is not None:
-            yield lineno, pending, False
-        yield lineno + 1, carry, True
-    elif pending is not None:
-        yield lineno, pending, True
-
-
-def _tolerate_bad_line(path: Path, lineno: int, line: bytes, is_last: bool, warnings: list[str]) -> None:
-    """A line that is not JSON: blank lines pass, a truncated *last* line is skipped with a
-    warning (a writer killed mid-write); anywhere else it is an error naming file and line."""
-    if not line.strip():
-        return
-    if is_last:
-        warnings.append(f"{path}:{lineno}: truncated last line skipped (the writer probably stopped mid-write)")
-        return
-    raise RunInputError(f"{path}:{lineno}: not valid JSON (only a truncated last line is tolerated)") from None
-
-
-def _iter_json(path: Path, warnings: list[str]) -> Iterator[tuple[int, dict]]:
-    """Decoded JSON objects of a JSON-lines file; only the last line may be broken (skipped)."""
-    loads = orjson.loads
-    for lineno, line, is_last in _iter_lines(path, warnings):
-        try:
-            obj = loads(line)
-        except orjson.JSONDecodeError:
-            _tolerate_bad_line(path, lineno, line, is_last, warnings)
-            continue
-        if not isinstance(obj, dict):
-            raise RunInputError(f"{path}:{lineno}: expected a JSON object per line")
-        yield lineno, obj
-
-
-# --------------------------------------------------------------------------- records
 
 
 def _spec_fields(sd: Any) -> tuple[float, float, float, float, float]:
@@ -545,65 +328,6 @@ def read_records(files: list[Path], keep_text: bool = False) -> tuple[dict[str, 
     return cols, cats, warnings, (acc.texts if keep_text else None)
 
 
-# --------------------------------------------------------------------------- server metrics
-
-
-def read_server_metrics(path: Path, warnings: list[str], source: str = "target") -> ServerMetrics | None:
-    """Reduce ``server_metrics.jsonl`` scrapes of ``source`` to per-name series (see class doc)."""
-    if not path.is_file():
-        return None
-    times: list[float] = []
-    steps: list[float] = []
-    rows: list[dict[str, float]] = []
-    pos_rows: list[dict[int, float]] = []
-    per_pos_name = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-    for lineno, obj in _iter_json(path, warnings):
-        if obj.get("source", "target") != source or obj.get("error"):
-            continue
-        try:
-            t = float(obj["scraped_at"])
-        except (KeyError, TypeError, ValueError):
-            raise RunInputError(f"{path}:{lineno}: missing or non-numeric 'scraped_at'") from None
-        sums: dict[str, float] = {}
-        counts: dict[str, int] = {}
-        pos: dict[int, float] = {}
-        for s in obj.get("samples") or ():
-            name = s.get("name")
-            value = s.get("value")
-            if not name or value is None or name.endswith("_created"):
-                continue
-            if name == per_pos_name:
-                p = int((s.get("labels") or {}).get("position", -1))
-                pos[p] = pos.get(p, 0.0) + float(value)
-                continue
-            sums[name] = sums.get(name, 0.0) + float(value)
-            counts[name] = counts.get(name, 0) + 1
-        for name in sums:
-            if name.endswith("_perc"):
-                sums[name] /= counts[name]
-        times.append(t)
-        steps.append(obj.get("step"))
-        rows.append(sums)
-        pos_rows.append(pos)
-    if not times:
-        return None
-    order = np.argsort(np.array(times), kind="stable")
-    names = sorted({n for r in rows for n in r})
-    series = {n: np.array([rows[i].get(n, np.nan) for i in order]) for n in names}
-    positions = sorted({p for r in pos_rows for p in r})
-    per_pos = {p: np.array([pos_rows[i].get(p, np.nan) for i in order]) for p in positions}
-    return ServerMetrics(
-        scraped_at_s=np.array(times)[order],
-        step=np.array(steps, dtype=np.float64)[order],
-        series=series,
-        per_pos=per_pos,
-        source=source,
-    )
-
-
-# --------------------------------------------------------------------------- entry point
-
-
 def _release_free_memory() -> None:
     """Return freed heap pages to the OS (glibc ``malloc_trim``); a no-op elsewhere.
 
@@ -616,48 +340,3 @@ def _release_free_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
-
-
-def load_run(path: str | os.PathLike, keep_text: bool = False) -> Run:
-    """Load a run directory into a :class:`Run`.
-
-    Parameters
-    ----------
-    path
-        The run directory (with ``manifest.json`` and records files).
-    keep_text
-        Keep ``output_text`` of every record (needed only for compare's divergence position
-        and similarity); off by default because texts dominate memory.
-
-    Raises
-    ------
-    RunInputError
-        Missing/truncated manifest, unknown format version, no records file, a broken line
-        that is not the last one, a record missing a required field.
-    """
-    run_dir = Path(path)
-    manifest = read_manifest(run_dir)
-    files = record_files(run_dir)
-    cols, cats, warnings, texts = read_records(files, keep_text=keep_text)
-    _release_free_memory()
-    if not cols:
-        raise RunInputError(f"{run_dir}: records files contain no records ({', '.join(f.name for f in files)})")
-    gap_ms = cols.pop("_gap_ms")
-    gap_tokens = cols.pop("_gap_tokens")
-    n_gaps = np.maximum(cols["n_chunks"].astype(np.int64) - 1, 0)
-    gap_ptr = np.zeros(n_gaps.size + 1, dtype=np.int64)
-    np.cumsum(n_gaps, out=gap_ptr[1:])
-    sm = read_server_metrics(run_dir / "server_metrics.jsonl", warnings)
-    return Run(
-        path=run_dir,
-        manifest=manifest,
-        columns=cols,
-        categories=cats,
-        gap_ptr=gap_ptr,
-        gap_ms=gap_ms,
-        gap_tokens=gap_tokens,
-        server_metrics=sm,
-        texts=texts,
-        warnings=warnings,
-        files=[str(f) for f in files],
-    )

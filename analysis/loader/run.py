@@ -1,0 +1,170 @@
+"""A run directory as a :class:`Run`: the manifest, the records files, the server metrics.
+
+:func:`read_manifest` validates ``manifest.json`` (including its ``format_version``),
+:func:`record_files` lists the records files in reading order, and :func:`load_run` reads
+them all into one :class:`Run` of columnar arrays.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from analysis.errors import RunInputError
+from analysis.loader.records import _release_free_memory, read_records
+from analysis.loader.server_metrics import ServerMetrics, read_server_metrics
+from tokenswarm.record import FORMAT_VERSION
+
+
+@dataclass
+class Run:
+    """One run directory as columnar arrays (one element per request record).
+
+    ``columns`` holds float64 columns (NaN = not observed), int columns (``step``: -1 = none,
+    ``seq``), categorical codes (``task`` ...: int32, -1 = null, labels in ``categories``),
+    booleans (``tokens_estimated``, ``has_chunk_tokens``) and fixed-width byte strings
+    (``request_key``, ``output_sha256``; ``b""`` = null). Chunk data: see the
+    :mod:`analysis.loader` docstring.
+    """
+
+    path: Path
+    manifest: dict[str, Any]
+    columns: dict[str, np.ndarray]
+    categories: dict[str, list[str]]
+    gap_ptr: np.ndarray
+    gap_ms: np.ndarray
+    gap_tokens: np.ndarray
+    server_metrics: ServerMetrics | None = None
+    texts: list[str | None] | None = None
+    warnings: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    #: derived per-request arrays computed once (see analysis.tables.derived)
+    cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __len__(self) -> int:
+        return int(self.columns["sent_at"].shape[0])
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.columns[name]
+
+    @property
+    def name(self) -> str:
+        """Directory name (used in titles and default output names)."""
+        return self.path.name
+
+    @property
+    def n_gaps(self) -> np.ndarray:
+        """Number of chunk gaps of every request (``max(n_chunks - 1, 0)``)."""
+        return np.diff(self.gap_ptr)
+
+    def code(self, column: str, label: str) -> int:
+        """Code of ``label`` in a categorical column, or -2 (matches nothing) if absent."""
+        try:
+            return self.categories[column].index(label)
+        except ValueError:
+            return -2
+
+    def labels(self, column: str) -> np.ndarray:
+        """Decoded categorical column as an object array (``None`` for null)."""
+        cats = np.array(self.categories[column] + [None], dtype=object)
+        return cats[self.columns[column]]
+
+    def to_dataframe(self):
+        """Per-request columns as a pandas DataFrame (requires pandas; chunk data excluded)."""
+        import pandas as pd  # optional dependency, imported only on request
+
+        data = {}
+        for name, arr in self.columns.items():
+            data[name] = self.labels(name) if name in self.categories else arr
+        return pd.DataFrame(data)
+
+
+def read_manifest(run_dir: Path) -> dict[str, Any]:
+    """Load and validate ``manifest.json``; raise :class:`RunInputError` naming the file."""
+    path = run_dir / "manifest.json"
+    if not run_dir.is_dir():
+        raise RunInputError(f"{run_dir}: not a run directory (does not exist or is not a directory)")
+    if not path.is_file():
+        raise RunInputError(f"{path}: missing (every run directory has a manifest.json)")
+    try:
+        manifest = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise RunInputError(f"{path}: truncated or not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise RunInputError(f"{path}: expected a JSON object, got {type(manifest).__name__}")
+    version = manifest.get("format_version")
+    if version != FORMAT_VERSION:
+        raise RunInputError(
+            f"{path}: unknown format_version {version!r}; this analysis reads format_version {FORMAT_VERSION}"
+        )
+    return manifest
+
+
+_ROTATED = re.compile(r"^records-\d+\.jsonl(\.gz)?$")
+
+
+def record_files(run_dir: Path) -> list[Path]:
+    """Records files of a run in reading order (rotated files by name, then ``records.jsonl``)."""
+    rotated = sorted(p for p in run_dir.iterdir() if _ROTATED.match(p.name))
+    plain, gz = run_dir / "records.jsonl", run_dir / "records.jsonl.gz"
+    files = list(rotated)
+    if plain.is_file():
+        files.append(plain)
+    elif gz.is_file():
+        files.append(gz)
+    if not files:
+        raise RunInputError(
+            f"{run_dir}: no records file (records.jsonl, records.jsonl.gz or records-NNNNNN.jsonl[.gz])"
+        )
+    return files
+
+
+def load_run(path: str | os.PathLike, keep_text: bool = False) -> Run:
+    """Load a run directory into a :class:`Run`.
+
+    Parameters
+    ----------
+    path
+        The run directory (with ``manifest.json`` and records files).
+    keep_text
+        Keep ``output_text`` of every record (needed only for compare's divergence position
+        and similarity); off by default because texts dominate memory.
+
+    Raises
+    ------
+    RunInputError
+        Missing/truncated manifest, unknown format version, no records file, a broken line
+        that is not the last one, a record missing a required field.
+    """
+    run_dir = Path(path)
+    manifest = read_manifest(run_dir)
+    files = record_files(run_dir)
+    cols, cats, warnings, texts = read_records(files, keep_text=keep_text)
+    _release_free_memory()
+    if not cols:
+        raise RunInputError(f"{run_dir}: records files contain no records ({', '.join(f.name for f in files)})")
+    gap_ms = cols.pop("_gap_ms")
+    gap_tokens = cols.pop("_gap_tokens")
+    n_gaps = np.maximum(cols["n_chunks"].astype(np.int64) - 1, 0)
+    gap_ptr = np.zeros(n_gaps.size + 1, dtype=np.int64)
+    np.cumsum(n_gaps, out=gap_ptr[1:])
+    sm = read_server_metrics(run_dir / "server_metrics.jsonl", warnings)
+    return Run(
+        path=run_dir,
+        manifest=manifest,
+        columns=cols,
+        categories=cats,
+        gap_ptr=gap_ptr,
+        gap_ms=gap_ms,
+        gap_tokens=gap_tokens,
+        server_metrics=sm,
+        texts=texts,
+        warnings=warnings,
+        files=[str(f) for f in files],
+    )
