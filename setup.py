@@ -7,5 +7,6 @@ more CPU per event).
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("tokenswarm.load._fastread", ["tokenswarm/load/_fastread.c"], optional=True,
+setup(ext_modules=[Extension("tokenswarm.load._fastread", ["tokenswarm/load/_fastread.c", "tokenswarm/load/_watch.c"],
+                             depends=["tokenswarm/load/_watch.h"], optional=True,
                              extra_compile_args=["-O2"])])

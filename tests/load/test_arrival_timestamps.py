@@ -14,7 +14,7 @@ from gevent import socket
 from gevent.monkey import get_original
 
 from tokenswarm import kstamp
-from tokenswarm.load import reader
+from tokenswarm.load import reader, watch
 from tokenswarm.load.sse import SSEParser
 
 blocking_sleep = get_original("time", "sleep")  # holds the whole event loop, like a busy client
@@ -162,13 +162,15 @@ def test_a_first_chunk_read_with_the_headers_keeps_its_arrival_time(stamped, hoo
         assert rec.ttft_ms >= 60.0  # the late read (what the stamping avoids)
 
 
-@pytest.mark.parametrize("marked", [True, False], ids=["swept", "unswept"])
-def test_a_late_header_read_dates_each_event_by_the_sweep_that_saw_it_arrive(marked):
+@pytest.mark.parametrize("marked,watched", [(True, False), (False, True), (False, False)],
+                         ids=["swept", "watched", "neither"])
+def test_a_late_header_read_dates_each_event_by_the_sweep_that_saw_it_arrive(marked, watched, monkeypatch):
     # Headers 10 ms after the request, then one event every 20 ms (role 30, content 50, 70,
-    # 90 ms). Another greenlet holds the loop from 5 to 125 ms but sweeps every millisecond,
-    # as request greenlets do in a burst of request starts; the request's own header read
-    # only runs at 125 ms and reads everything at once. One read has one stamp (its newest
-    # segment's), so without the sweeps' notes the three events share ~110 ms.
+    # 90 ms). Another greenlet holds the loop from 5 to 125 ms -- sweeping every millisecond
+    # as request greenlets do in a burst of request starts ("swept"), or not at all, when
+    # the arrival watcher's thread notes the arrivals instead ("watched"). The request's own
+    # header read only runs at 125 ms and reads everything at once. One read has one stamp
+    # (its newest segment's), so with neither the three events share ~110 ms.
     from geventhttpclient import HTTPClient
 
     from tests.helpers.procs import scripted_server
@@ -179,6 +181,9 @@ def test_a_late_header_read_dates_each_event_by_the_sweep_that_saw_it_arrive(mar
 
     if not kstamp.maps_onto(time.perf_counter):
         pytest.skip("no kernel receive stamps here")
+    if watched and not watch.ENABLED:
+        pytest.skip("the C extension tokenswarm.load._fastread is not built")
+    monkeypatch.setattr(watch, "ENABLED", watched)
     with scripted_server() as url:
         host, port = url.split("//")[1].split(":")
         client = HTTPClient(host, int(port), connection_timeout=2, network_timeout=30, concurrency=2)
@@ -207,7 +212,7 @@ def test_a_late_header_read_dates_each_event_by_the_sweep_that_saw_it_arrive(mar
     assert rec.outcome == "ok", rec.error
     offsets = rec.chunk_offsets_ms
     assert len(offsets) == 3
-    if marked:
+    if marked or watched:
         assert 45.0 <= rec.ttft_ms < 58.0  # the first event's arrival, ~50 ms
         assert all(15.0 < b - a < 25.0 for a, b in zip(offsets, offsets[1:]))  # ~20 ms apart
     else:
@@ -233,3 +238,92 @@ def test_plain_cuts_map_arrival_offsets_onto_an_unframed_body():
     marks = [(50, ["t1"]), (50, ["dup"]), (57, ["t2"]), (70, ["t3"])]  # body starts at stream offset 40
     assert _plain_cuts(25, 40, marks) == [(10, ["t1"]), (17, ["t2"]), (25, ["t3"])]
     assert _plain_cuts(25, 40, marks[:1]) == [(10, ["t1"]), (25, None)]
+
+
+SENDER = """
+import socket, sys, time
+frame = bytes.fromhex(sys.argv[2])
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+s.sendall(frame)  # read by the loop before it is held
+time.sleep(0.03)
+for _ in range(4):
+    print(time.perf_counter(), flush=True)  # CLOCK_MONOTONIC, as the client's clock
+    s.sendall(frame)
+    time.sleep(0.02)
+s.recv(1)  # until the client hangs up
+"""
+
+
+@pytest.mark.skipif(not (sys.platform.startswith("linux") and kstamp.ENABLED),
+                    reason="kernel receive timestamps are a Linux feature")
+@pytest.mark.parametrize("watched", [True, False], ids=["watched", "unwatched"])
+def test_events_that_queue_while_the_loop_is_held_keep_their_own_arrival_times(watched, monkeypatch):
+    # A sender in its own process writes four events 20 ms apart while this process holds
+    # its event loop (and the GIL: a pure-Python spin) for 150 ms. TCP merges the waiting
+    # segments into one with the newest stamp; the watcher's thread, which needs no GIL,
+    # noted each arrival, and the fast path dates each event by its note.
+    import subprocess
+
+    if not reader.FAST:
+        pytest.skip("the C extension tokenswarm.load._fastread is not built")
+    monkeypatch.setattr(watch, "ENABLED", watched)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    sender = subprocess.Popen([sys.executable, "-c", SENDER, str(listener.getsockname()[1]), FRAME.hex()],
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        client, _ = listener.accept()
+        seen = []
+        hub_reader = reader.HubReader(_Resp(client), time.perf_counter, SSEParser(),
+                                      lambda now, events: seen.extend([now] * len(events)) or len(seen) == 5,
+                                      lambda: None)
+        g = gevent.spawn(hub_reader.run)
+        deadline = time.perf_counter() + 10
+        while not seen and time.perf_counter() < deadline:
+            gevent.sleep(0.001)
+        assert hub_reader.fast and hub_reader.watched == watched
+        end = time.perf_counter() + 0.15
+        while time.perf_counter() < end:  # the loop is held, the GIL too
+            pass
+        g.join(timeout=5)
+        client.close()
+        sent = [float(line) for line in sender.communicate(timeout=10)[0].split()]
+    finally:
+        sender.kill()
+        listener.close()
+    assert len(seen) == 5 and len(sent) == 4
+    late = seen[1:]
+    if watched:
+        assert all(0.0 <= (a - s) * 1000.0 < 2.0 for a, s in zip(late, sent)), (late, sent)
+    else:
+        assert late == [late[-1]] * 4  # one read, one stamp: the newest segment's
+
+
+@pytest.mark.skipif(not (sys.platform.startswith("linux") and kstamp.ENABLED),
+                    reason="kernel receive timestamps are a Linux feature")
+def test_a_segment_that_arrived_after_the_sweep_began_keeps_its_stamp():
+    # A sweep takes one timestamp when it starts and then reads socket after socket; bytes
+    # that reached a later socket meanwhile carry a stamp after that timestamp. It is real,
+    # not "from the future": replacing it by the sweep's start would date the event early.
+    if not reader.FAST:
+        pytest.skip("the C extension tokenswarm.load._fastread is not built")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    client = socket.create_connection(listener.getsockname())
+    server, _ = listener.accept()
+    kstamp.enable(client._sock)
+    sweep_began = time.perf_counter()
+    blocking_sleep(0.02)
+    sent = time.perf_counter()
+    server.sendall(FRAME)
+    blocking_sleep(0.005)
+    offset = time.time() - time.perf_counter()
+    arrival, events, _data, tail, groups = reader._read_events(client.fileno(), True, True, offset, sweep_began,
+                                                               kstamp.PLAUSIBLE_AGE_S, b"", False)
+    for s in (client, server, listener):
+        s.close()
+    assert events == [(None, EVENT[6:-2])] and tail == b"" and groups is None
+    assert 0.0 <= (arrival - sent) * 1000.0 < 2.0  # the arrival (~µs after the send), not the sweep's start

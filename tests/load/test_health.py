@@ -36,3 +36,14 @@ def test_open_sockets_counts_this_process_sockets():
     finally:
         for s in socks:
             s.close()
+
+
+def test_a_sample_counts_the_arrivals_the_watcher_dated_during_stalls():
+    from tokenswarm.load import watch
+    from tokenswarm.load.health import HealthMonitor
+
+    s = HealthMonitor("w1", lambda sample: None).sample()
+    if watch.ENABLED:
+        assert s["stall_notes"] == watch.watch_stats()["notes"] >= 0
+    else:
+        assert "stall_notes" not in s

@@ -13,8 +13,7 @@
  * so both paths give the same events (tests/load/test_fastread.py checks this on generated
  * framings).
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_watch.h"
 
 #include <errno.h>
 #include <string.h>
@@ -27,6 +26,15 @@
 /* One read at a time under the GIL: a static buffer saves an allocation per read. The
  * previous read's tail is copied in front of the new bytes. */
 static char read_buf[TAIL_MAX + READ_BYTES];
+
+/* Where each complete chunk of the latest split ended (buffer offset) and how many events
+ * the list held after it: read_events cuts a read there when the arrival watcher noted that
+ * its chunks arrived apart. Past CHUNKS_MAX chunks the read keeps one stamp. */
+#define CHUNKS_MAX 2048
+static Py_ssize_t chunk_end[CHUNKS_MAX];
+static Py_ssize_t chunk_events[CHUNKS_MAX];
+static int n_chunks;
+#define NOTES_PER_READ 256
 
 /* Append (None, payload) for every event if [p, end) is nothing but whole "data: X\n\n"
  * events without CR; 1 = done, 0 = not the simple framing, -1 = Python error. */
@@ -73,6 +81,8 @@ static int hex_value(char c)
  * its first byte (else to ``end``). 1 = done, 0 = not the simple framing, -1 = error. */
 static int split_chunks(const char *p, const char *end, PyObject *out, const char **tail)
 {
+    const char *base = p;
+    n_chunks = 0;
     if (tail != NULL)
         *tail = end;
     while (p < end) {
@@ -103,27 +113,39 @@ static int split_chunks(const char *p, const char *end, PyObject *out, const cha
         if (rc != 1)
             return rc;
         p += size + 2;
+        if (n_chunks < CHUNKS_MAX) {
+            chunk_end[n_chunks] = p - base;
+            chunk_events[n_chunks++] = PyList_GET_SIZE(out);
+        }
     }
     return 1;
 }
 
-/* read_events(fd, chunked, stamped, real_minus_mono_s, now_s, max_age_s, tail)
- *     -> (arrival_s, events | None, data | None, tail)
+/* read_events(fd, chunked, stamped, real_minus_mono_s, now_s, max_age_s, tail, watched)
+ *     -> (arrival_s, events | None, data | None, tail, groups | None)
  *
  * One recvmsg on the non-blocking socket ``fd``, after the previous call's ``tail`` (raw
  * bytes of a cut chunk, b"" if none). ``arrival_s`` is the kernel's receive stamp moved onto
- * the monotonic timeline (stamp - real_minus_mono_s) when ``stamped`` and plausible (within
- * max_age_s before now_s), else ``now_s``. ``events`` is the list of (None, payload) tuples
+ * the monotonic timeline (stamp - real_minus_mono_s) when ``stamped`` and plausible (not in
+ * the future, not older than max_age_s), else ``now_s``. ``events`` is the list of (None, payload) tuples
  * of the complete chunks when the bytes were the simple framing, and the returned ``tail``
  * the raw bytes of a chunk they end inside (pass it to the next call). Otherwise ``data``
  * holds every byte (the old tail and the new read; only the old tail, or b"", at EOF) for the
- * general parsers, and ``tail`` is b"". Errors raise OSError (BlockingIOError when nothing
- * was there).
+ * general parsers, and ``tail`` is b"".
+ *
+ * ``watched``: ``fd`` is registered with the arrival watcher (_watch.c). When the watcher
+ * noted that parts of this read arrived earlier than its newest segment, ``groups`` is the
+ * read cut at chunk boundaries, [(arrival_s, events), ...] in order, each chunk dated by the
+ * first note covering its last byte (``events`` still holds them all); else None.
+ * Errors raise OSError (BlockingIOError when nothing was there).
  */
+static PyObject *dated_groups(PyObject *events, const watch_note *notes, int k, unsigned long long rx0,
+                              double arrival, double offset, double now, double max_age);
+
 static PyObject *read_events(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "read_events takes 7 arguments");
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "read_events takes 8 arguments");
         return NULL;
     }
     long fd = PyLong_AsLong(args[0]);
@@ -134,7 +156,8 @@ static PyObject *read_events(PyObject *self, PyObject *const *args, Py_ssize_t n
     double offset = PyFloat_AsDouble(args[3]);
     double now = PyFloat_AsDouble(args[4]);
     double max_age = PyFloat_AsDouble(args[5]);
-    if (chunked < 0 || stamped < 0 || PyErr_Occurred())
+    int watched = PyObject_IsTrue(args[7]);
+    if (chunked < 0 || stamped < 0 || watched < 0 || PyErr_Occurred())
         return NULL;
     if (!PyBytes_Check(args[6])) {
         PyErr_SetString(PyExc_TypeError, "tail must be bytes");
@@ -176,17 +199,27 @@ static PyObject *read_events(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (stamped) {
         for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
             if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
-                struct timespec ts;
+                struct timespec ts, real_now;
                 memcpy(&ts, CMSG_DATA(c), sizeof ts);
+                /* Plausible: not after this moment (a segment that arrived while the sweep that
+                 * began at ``now`` was reading other sockets is later than ``now``, and real),
+                 * not older than max_age (a wall-clock step). Compared on the realtime clock. */
+                clock_gettime(CLOCK_REALTIME, &real_now);
+                double age = (double)(real_now.tv_sec - ts.tv_sec) + (double)(real_now.tv_nsec - ts.tv_nsec) * 1e-9;
                 /* subtract before adding the nanoseconds: epoch seconds as a double keep µs */
-                double t = ((double)ts.tv_sec - offset) + (double)ts.tv_nsec * 1e-9;
-                if (now - max_age < t && t < now)
-                    arrival = t;
+                if (0.0 <= age && age < max_age)
+                    arrival = ((double)ts.tv_sec - offset) + (double)ts.tv_nsec * 1e-9;
                 break;
             }
         }
     }
 #endif
+
+    static watch_note notes[NOTES_PER_READ];
+    int k = 0;
+    unsigned long long before = 0;
+    if (watched && n > 0)
+        k = watch_after_read((int)fd, n, &before, notes, NOTES_PER_READ);
 
     Py_ssize_t total = head + n;
     if (n > 0 && chunked) {
@@ -200,11 +233,68 @@ static PyObject *read_events(PyObject *self, PyObject *const *args, Py_ssize_t n
             return NULL;
         }
         Py_ssize_t tail_len = (read_buf + total) - tail;
-        if (rc == 1 && tail_len <= TAIL_MAX)
-            return Py_BuildValue("(dNOy#)", arrival, events, Py_None, tail, tail_len);
+        if (rc == 1 && tail_len <= TAIL_MAX) {
+            PyObject *groups = Py_None;
+            Py_INCREF(groups);
+            if (k > 0 && n_chunks > 0) {
+                /* buffer offset 0 is rx offset before - head (the tail came from the last read) */
+                Py_DECREF(groups);
+                groups = dated_groups(events, notes, k, before - (unsigned long long)head, arrival, offset, now,
+                                      max_age);
+                if (groups == NULL) {
+                    Py_DECREF(events);
+                    return NULL;
+                }
+            }
+            return Py_BuildValue("(dNOy#N)", arrival, events, Py_None, tail, tail_len, groups);
+        }
         Py_DECREF(events);
     }
-    return Py_BuildValue("(dOy#y)", arrival, Py_None, read_buf, total, "");
+    return Py_BuildValue("(dOy#yO)", arrival, Py_None, read_buf, total, "", Py_None);
+}
+
+/* The chunks of the latest split, dated by the notes (sorted by rx) and grouped by date:
+ * [(arrival_s, events), ...], or None when every chunk gets the read's own stamp. */
+static PyObject *dated_groups(PyObject *events, const watch_note *notes, int k, unsigned long long rx0,
+                              double arrival, double offset, double now, double max_age)
+{
+    double dates[CHUNKS_MAX];
+    int ni = 0, distinct = 0;
+    for (int c = 0; c < n_chunks; c++) {
+        unsigned long long rx_end = rx0 + (unsigned long long)chunk_end[c];
+        while (ni < k && notes[ni].rx < rx_end)
+            ni++;
+        double t = arrival;
+        if (ni < k) {
+            /* subtract before adding the fraction, as for the read's own stamp */
+            double nt = notes[ni].stamp - offset;
+            if (nt < t && now - max_age < nt)
+                t = nt;
+        }
+        dates[c] = t;
+        if (t != arrival)
+            distinct = 1;
+    }
+    if (!distinct)
+        Py_RETURN_NONE;
+    PyObject *groups = PyList_New(0);
+    if (groups == NULL)
+        return NULL;
+    Py_ssize_t start = 0;
+    for (int c = 0; c < n_chunks; c++) {
+        if (c + 1 < n_chunks && dates[c + 1] == dates[c])
+            continue;
+        PyObject *part = PyList_GetSlice(events, start, chunk_events[c]);
+        PyObject *group = part == NULL ? NULL : Py_BuildValue("(dN)", dates[c], part);
+        if (group == NULL || PyList_Append(groups, group) < 0) {
+            Py_XDECREF(group);
+            Py_DECREF(groups);
+            return NULL;
+        }
+        Py_DECREF(group);
+        start = chunk_events[c];
+    }
+    return groups;
 }
 
 /* split(data, chunked, allow_tail=False) -> events | (events, tail) | None: the parsing
@@ -236,7 +326,13 @@ static PyObject *split(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"read_events", (PyCFunction)(void (*)(void))read_events, METH_FASTCALL,
-     "read_events(fd, chunked, stamped, real_minus_mono_s, now_s, max_age_s, tail) -> (arrival_s, events|None, data|None, tail)"},
+     "read_events(fd, chunked, stamped, real_minus_mono_s, now_s, max_age_s, tail, watched) -> (arrival_s, events|None, "
+     "data|None, tail, groups|None)"},
+    {"watch", watch_py_watch, METH_O, "watch(fd) -> rx offset of the next byte, or None: note arrivals while the loop stalls"},
+    {"unwatch", watch_py_unwatch, METH_O, "unwatch(fd): stop noting arrivals on fd"},
+    {"take_notes", watch_py_take_notes, METH_O, "take_notes(fd) -> [(rx, realtime stamp), ...] (forgets them)"},
+    {"alive", watch_py_alive, METH_NOARGS, "alive(): the event loop swept its sockets just now"},
+    {"watch_stats", watch_py_stats, METH_NOARGS, "watch_stats() -> dict of the watcher thread's counters"},
     {"split", split, METH_VARARGS, "split(data, chunked, allow_tail=False) -> events, (events, tail) or None"},
     {NULL, NULL, 0, NULL},
 };

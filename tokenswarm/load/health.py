@@ -19,6 +19,8 @@ from typing import Any, Callable
 
 import gevent
 
+from tokenswarm.load import watch
+
 log = logging.getLogger("tokenswarm")
 
 CPU_LIMIT_PCT = 90.0
@@ -95,6 +97,8 @@ class HealthMonitor:
         s = {"t": round(time.time(), 3), "worker_id": self.worker_id, "cpu_pct": self.proc.cpu_percent(None),
              "rss_mb": round(self.proc.memory_info().rss / 1e6, 1), "loop_lag_max_ms": round(lag_max, 2),
              "loop_lag_mean_ms": round(lag_mean, 3), "connections": conns}
+        if watch.ENABLED:  # arrivals the watcher's thread dated while this process's loop was stalled
+            s["stall_notes"] = watch.watch_stats()["notes"]
         if self.extra is not None:
             s.update(self.extra())
         reasons = untrusted_reasons(s)
@@ -125,7 +129,8 @@ class HealthMonitor:
 
     def summary(self) -> dict[str, Any]:
         return {"max_cpu_pct": round(self.max_cpu_pct, 1), "max_loop_lag_ms": round(self.max_lag_ms, 2),
-                "untrusted_samples": self.untrusted_samples}
+                "untrusted_samples": self.untrusted_samples,
+                "stall_notes": watch.watch_stats()["notes"] if watch.ENABLED else None}
 
 
 def open_sockets(batch: int = 64) -> int | None:

@@ -14,7 +14,9 @@
 * **Arrivals noted while the header read waits.** One read has one stamp (its newest
   segment's); a header read that runs late would give every event queued behind the headers
   the last one's. The stream poller's sweeps peek at the socket meanwhile and note what had
-  arrived by when, and :func:`library_read_pieces` dates the read's parts by those notes.
+  arrived by when -- and so does the arrival watcher's thread (:mod:`tokenswarm.load.watch`)
+  when the loop itself is stalled -- and :func:`library_read_pieces` dates the read's parts
+  by those notes.
 
 They go through the pool's own extension points (``_is_socket_alive`` and the documented
 ``_create_tcp_socket`` factory) on the pool instance; nothing global is patched.
@@ -30,6 +32,7 @@ import gevent.socket
 from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
 
 from tokenswarm import kstamp
+from tokenswarm.load import watch
 
 _PEEK = socket.MSG_PEEK | getattr(socket, "MSG_DONTWAIT", 0)
 
@@ -54,7 +57,8 @@ class StampedSocket(gevent.socket.socket):
     last_anc: list = []  # of the latest read; each instance sets its own
     last_data = b""  # the latest read's bytes (the header read's, for the marks)
     consumed = 0  # bytes all reads returned so far: the offset of the next byte
-    marks: list = []  # (end offset, ancillary data): bytes up to the offset had arrived by that stamp
+    #: (end offset, ancillary data or realtime seconds): bytes up to the offset had arrived by that stamp
+    marks: list = []
     _response_pending = False  # a request went out: the next read is its response's first
 
     def sendall(self, data: bytes, flags: int = 0) -> None:
@@ -85,11 +89,19 @@ class StampedSocket(gevent.socket.socket):
                 poller.add(fd, lambda _now, _offset: self._note(raw))
             except (OSError, ValueError):  # cannot watch it: one stamp for the read, as before
                 poller = None
+        # The sweeps need the loop; the watcher's thread notes arrivals while the loop is stalled.
+        rx_start = watch.start(fd) if poller is not None else None
+        start = self.consumed
         try:
             data, anc, _flags, _addr = self.recvmsg(bufsize, kstamp.ANC_BYTES)
         finally:
             if poller is not None:
                 poller.remove(fd)
+            if rx_start is not None:
+                noted = watch.notes_as_marks(fd, rx_start, start)
+                watch.stop(fd)
+                if noted:
+                    self.marks = sorted(self.marks + noted, key=lambda m: m[0])
         return data, anc
 
     def _note(self, raw: socket.socket) -> None:
@@ -143,11 +155,20 @@ def library_read_pieces(resp: Any, body: bytes, clock: Callable[[], float],
                 out, pos = [], 0
                 for end, anc in cuts:
                     if end > pos:
-                        t = library_read_time(resp, clock) if anc is None else kstamp.stamp_of(anc, offset, now)
+                        t = library_read_time(resp, clock) if anc is None else _mark_time(anc, offset, now)
                         out.append((t, body[pos:end]))
                         pos = end
                 return out
     return [(library_read_time(resp, clock), body)]
+
+
+def _mark_time(stamp: list | float, offset: float, now: float) -> float:
+    """A mark's stamp on the monotonic timeline: ancillary data (a sweep's peek) or realtime
+    seconds (the watcher's note); ``now`` when implausible."""
+    if isinstance(stamp, float):
+        t = stamp - offset
+        return t if now - kstamp.PLAUSIBLE_AGE_S < t < now else now
+    return kstamp.stamp_of(stamp, offset, now)
 
 
 def _cuts(marks: list, to_body: Callable[[int], int], size: int) -> list[tuple[int, list | None]]:

@@ -19,6 +19,9 @@ How a read is dated and done:
 * **The C fast path** (:mod:`tokenswarm.load._fastread`) reads a socket, converts its stamp
   and splits whole chunks of whole ``data:`` events in one call; everything else goes through
   the Python de-chunker and SSE parser, which give the same events.
+* **The arrival watcher** (:mod:`tokenswarm.load.watch`): when the loop stalls, a native
+  thread notes what each stream had received by when, and the fast path dates the chunks of
+  a read that arrived apart by those notes instead of by the read's single stamp.
 
 Callbacks must never block or raise: errors are stored and re-raised in the waiting
 greenlet. Used for plain-TCP streams without per-chunk hooks; TLS sockets (which buffer
@@ -37,6 +40,7 @@ from gevent.event import Event
 from gevent.monkey import get_original
 
 from tokenswarm import kstamp
+from tokenswarm.load import watch
 from tokenswarm.load.dechunk import ChunkedDecoder, ChunkedError
 from tokenswarm.load.pool import library_read_pieces
 from tokenswarm.load.sse import SSEParser
@@ -131,6 +135,8 @@ class StreamPoller:
     def _ready(self) -> None:
         now = self.clock()  # one timestamp for everything this poll reports
         self.last_sweep_s = now
+        if self.kernel_stamps and watch.ENABLED:
+            watch.alive()  # the watcher thread stays idle while the loop sweeps
         offset = time.time() - now if self.kernel_stamps else 0.0  # realtime -> our timeline
         handlers = self.handlers
         ready = self.ep.poll(0, MAX_READY)
@@ -171,7 +177,8 @@ class HubReader:
     """Feeds one response's SSE events into ``on_events(now_s, events)`` from the hub."""
 
     __slots__ = ("resp", "raw", "fd", "clock", "parser", "on_events", "on_eof", "done", "error", "poller",
-                 "watcher", "dechunker", "trial", "takeovers", "stamped", "fast", "steady", "tail", "chunked")
+                 "watcher", "dechunker", "trial", "takeovers", "stamped", "fast", "steady", "tail", "chunked",
+                 "watched")
 
     def __init__(self, resp: Any, clock: Callable[[], float], parser: SSEParser,
                  on_events: Callable[[float, list], bool], on_eof: Callable[[], None]) -> None:
@@ -187,6 +194,7 @@ class HubReader:
         self.poller: StreamPoller | None = None
         self.watcher = None
         self.stamped = False  # reads carry kernel receive timestamps
+        self.watched = False  # registered with the arrival watcher (stamped fast-path reads only)
         # Our own de-chunking from the first chunk boundary on. The library's parser reads the
         # headers and whatever body bytes came with them; it is between chunks when it expects
         # no more bytes of the current one (remaining length 0). The states that also report 0
@@ -224,6 +232,7 @@ class HubReader:
             self.poller = poller
             if poller.kernel_stamps:
                 self.stamped = kstamp.enable(self.raw)
+                self.watched = FAST and self.stamped and self.chunked and watch.start(self.fd) is not None
             poller.add(self.fd, self.readable)
         else:
             self.watcher = gevent.get_hub().loop.io(self.fd, 1)
@@ -244,12 +253,16 @@ class HubReader:
 
         With kernel timestamps the read's time is when its last segment reached this host
         (``CLOCK_REALTIME`` minus ``offset``, the realtime-minus-monotonic difference sampled at
-        the poll), never later than ``now``; without them (or if the kernel gave none) ``now``.
+        the poll) -- possibly after ``now``, when it arrived while this sweep was reading other
+        sockets; without them (or if the kernel gave none) ``now``.
         """
         try:
             if self.fast:
-                now, events, data, self.tail = _read_events(self.fd, True, self.stamped, offset, now,
-                                                            kstamp.PLAUSIBLE_AGE_S, self.tail)
+                now, events, data, self.tail, groups = _read_events(self.fd, True, self.stamped, offset, now,
+                                                                    kstamp.PLAUSIBLE_AGE_S, self.tail, self.watched)
+                if groups is not None:  # the watcher saw its chunks arrive apart
+                    self._dated(groups)
+                    return
                 if events is not None:
                     if events:
                         steady = self.steady
@@ -260,8 +273,10 @@ class HubReader:
                     return
             elif self.stamped:
                 data, anc, _flags, _addr = self.raw.recvmsg(RECV_BYTES, kstamp.ANC_BYTES)
-                if anc:
-                    now = kstamp.stamp_of(anc, offset, now)
+                if anc:  # judged against the time after the read: it may have arrived after ``now``
+                    now = kstamp.stamp_of(anc, offset, self.clock())
+                if self.watched:  # read outside the fast path: the watcher's offset moves on
+                    self.watched = watch.start(self.fd) is not None
             else:
                 data = self.raw.recv(RECV_BYTES)
         except BlockingIOError:
@@ -273,6 +288,16 @@ class HubReader:
             self._consume(now, data)
         except BaseException as exc:
             self._finish(exc)
+
+    def _dated(self, groups: list) -> None:
+        """Deliver a read's events in groups, each at the time the watcher dated it."""
+        steady = self.steady
+        for when, events in groups:
+            if steady is not None:
+                steady(when, events)
+            elif self.on_events(when, events):
+                self._finish(None)
+                return
 
     def _consume(self, now: float, data: bytes) -> None:
         """The general path: any framing, partial chunks and events, EOF."""
@@ -333,6 +358,9 @@ class HubReader:
         if p is not None:
             self.poller = None
             p.remove(self.fd)
+        if self.watched:
+            self.watched = False
+            watch.stop(self.fd)
         w = self.watcher
         if w is not None:
             self.watcher = None

@@ -1,0 +1,374 @@
+/* The arrival watcher: dating events that arrive while the event loop is stalled.
+ *
+ * One read has one kernel stamp, its newest segment's, and TCP merges segments that queue up
+ * unread (the merged segment keeps the newest stamp). So when the event loop is held -- a
+ * burst of request starts and ends, a slow callback -- every event that queued meanwhile on
+ * a stream is dated by the last, and the gaps between them read as zero. Nothing the loop
+ * does afterwards can recover those times: they are gone from the kernel.
+ *
+ * This thread does not need the GIL. Every STALL_S it checks whether the loop has swept its
+ * sockets recently (``alive()``); when it has not, it takes the watched sockets that received
+ * data since its last look (edge-triggered epoll) and notes, per socket, how many bytes the
+ * connection has received in total (TCP_INFO's tcpi_bytes_received) and the kernel stamp of
+ * the newest queued segment (a MSG_PEEK|MSG_TRUNC read: nothing is copied or consumed). A
+ * note says "the first rx bytes had all arrived by this stamp". When the loop reads again,
+ * read_events cuts the read at its chunk boundaries and dates each chunk by the first note
+ * that covers its last byte (never later than the read's own stamp).
+ *
+ * The note is taken with TCP_INFO first and the peek second: a segment arriving in between
+ * makes the stamp later than the bytes it vouches for, never earlier.
+ *
+ * While the loop keeps up (the usual case) the thread only wakes, compares two clocks and
+ * sleeps again: about a thousand wake-ups a second, no system calls on the sockets.
+ */
+#include "_watch.h"
+
+#include <errno.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NOTE_MAX 64               /* notes kept per socket; when full the newest is overwritten */
+#define STALL_S 0.002             /* the loop counts as stalled when it has not swept for this long */
+#define NAP_ALIVE_NS 1000000L     /* the thread's period while the loop keeps up */
+#define NAP_STALLED_NS 500000L    /* and while it is stalled: the notes' resolution */
+#define PEEK_SPAN (64L << 20)     /* longer than any receive queue: the peek reaches the newest segment */
+#define EVENTS_PER_WAIT 256
+
+typedef struct {
+    unsigned int gen; /* registration number (epoll data carries it: a reused fd is not confused) */
+    int active;
+    unsigned long long pos; /* rx offset of the next byte the reader will consume */
+    int n;
+    watch_note notes[NOTE_MAX];
+} watch_slot;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
+static watch_slot *slots;
+static int n_slots;
+static int n_watched;
+static unsigned int next_gen = 1;
+static int epfd = -1;
+static pid_t owner_pid;
+static volatile double last_alive; /* CLOCK_MONOTONIC of the loop's latest sweep */
+static unsigned long long n_notes_total, n_stalled_sweeps;
+static char *peek_area; /* PEEK_SPAN of reserved, never-touched memory (MSG_TRUNC copies nothing) */
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Bytes the connection has received in total (0 = ok). */
+static int tcp_rx(int fd, unsigned long long *rx)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    memset(&ti, 0, sizeof ti);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) < 0)
+        return -1;
+    if (len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
+        return -1; /* a kernel older than 4.1 */
+    *rx = ti.tcpi_bytes_received;
+    return 0;
+}
+
+/* The kernel stamp (CLOCK_REALTIME s) of the newest queued segment; 0 if nothing is queued. */
+static int peek_stamp(int fd, double *stamp)
+{
+    struct iovec iov = {peek_area, PEEK_SPAN};
+    union {
+        char bytes[CMSG_SPACE(sizeof(struct timespec))];
+        struct cmsghdr align;
+    } control;
+    struct msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.bytes;
+    msg.msg_controllen = sizeof control.bytes;
+    if (recvmsg(fd, &msg, MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT) <= 0)
+        return 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+            struct timespec ts;
+            memcpy(&ts, CMSG_DATA(c), sizeof ts);
+            *stamp = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void add_note(watch_slot *s, unsigned long long rx, double stamp)
+{
+    if (s->n > 0 && rx <= s->notes[s->n - 1].rx)
+        return; /* nothing new since the last note */
+    int i = s->n < NOTE_MAX ? s->n++ : NOTE_MAX - 1;
+    s->notes[i].rx = rx;
+    s->notes[i].stamp = stamp;
+    n_notes_total++;
+}
+
+static void sweep(struct epoll_event *evs)
+{
+    n_stalled_sweeps++;
+    for (;;) {
+        int n = epoll_wait(epfd, evs, EVENTS_PER_WAIT, 0);
+        for (int i = 0; i < n; i++) {
+            unsigned long long u = evs[i].data.u64;
+            int fd = (int)(u & 0xffffffffu);
+            unsigned int gen = (unsigned int)(u >> 32);
+            unsigned long long rx;
+            double stamp;
+            if (tcp_rx(fd, &rx) < 0 || !peek_stamp(fd, &stamp))
+                continue;
+            pthread_mutex_lock(&lock);
+            if (fd < n_slots && slots[fd].active && slots[fd].gen == gen && rx > slots[fd].pos)
+                add_note(&slots[fd], rx, stamp);
+            pthread_mutex_unlock(&lock);
+        }
+        if (n < EVENTS_PER_WAIT)
+            return;
+    }
+}
+
+static void *watch_main(void *arg)
+{
+    (void)arg;
+    struct epoll_event evs[EVENTS_PER_WAIT];
+    for (;;) {
+        pthread_mutex_lock(&lock);
+        while (n_watched == 0)
+            pthread_cond_wait(&wake, &lock);
+        pthread_mutex_unlock(&lock);
+        int stalled = mono_now() - last_alive > STALL_S;
+        if (stalled)
+            sweep(evs);
+        struct timespec nap = {0, stalled ? NAP_STALLED_NS : NAP_ALIVE_NS};
+        nanosleep(&nap, NULL);
+    }
+    return NULL;
+}
+
+/* Start the thread in this process (first use, or a forked child: threads do not survive fork). */
+static int ensure_thread(void)
+{
+    pid_t pid = getpid();
+    if (owner_pid == pid)
+        return 0;
+    pthread_mutex_t fresh_lock = PTHREAD_MUTEX_INITIALIZER; /* the parent's thread may have held it at fork */
+    pthread_cond_t fresh_cond = PTHREAD_COND_INITIALIZER;
+    lock = fresh_lock;
+    wake = fresh_cond;
+    if (epfd >= 0)
+        close(epfd);
+    if (slots != NULL)
+        memset(slots, 0, sizeof(watch_slot) * (size_t)n_slots);
+    n_watched = 0;
+    epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (epfd < 0)
+        return -1;
+    if (peek_area == NULL) {
+        void *area = mmap(NULL, PEEK_SPAN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (area == MAP_FAILED)
+            return -1;
+        peek_area = area;
+    }
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old); /* signals stay with the interpreter's thread */
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t t;
+    int rc = pthread_create(&t, &attr, watch_main, NULL);
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0)
+        return -1;
+    owner_pid = pid;
+    return 0;
+}
+
+/* The rx offset the next read of ``fd`` starts at: received minus still queued, taken
+ * between two equal TCP_INFO readings so that no segment arrived in between. */
+static int read_position(int fd, unsigned long long *pos)
+{
+    for (int attempt = 0; attempt < 8; attempt++) {
+        unsigned long long rx1, rx2;
+        int queued;
+        if (tcp_rx(fd, &rx1) < 0 || ioctl(fd, FIONREAD, &queued) < 0 || tcp_rx(fd, &rx2) < 0)
+            return -1;
+        if (rx1 == rx2 && (unsigned long long)queued <= rx1) {
+            *pos = rx1 - (unsigned long long)queued;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int watch_after_read(int fd, Py_ssize_t n, unsigned long long *before, watch_note *out, int cap)
+{
+    int k = 0;
+    pthread_mutex_lock(&lock);
+    if (owner_pid != getpid() || fd < 0 || fd >= n_slots || !slots[fd].active) {
+        pthread_mutex_unlock(&lock);
+        return -1;
+    }
+    watch_slot *s = &slots[fd];
+    unsigned long long after = s->pos + (unsigned long long)n;
+    *before = s->pos;
+    s->pos = after;
+    if (s->n) {
+        int kept = 0;
+        for (int i = 0; i < s->n; i++) {
+            watch_note note = s->notes[i];
+            if (note.rx <= *before)
+                continue; /* about bytes read before */
+            if (note.rx <= after) {
+                if (k < cap)
+                    out[k++] = note;
+            } else {
+                s->notes[kept++] = note; /* about bytes still queued */
+            }
+        }
+        s->n = kept;
+    }
+    pthread_mutex_unlock(&lock);
+    return k;
+}
+
+/* watch(fd) -> rx offset of the next byte to be read, or None when the socket cannot be watched */
+PyObject *watch_py_watch(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    long fd = PyLong_AsLong(arg);
+    if (fd == -1 && PyErr_Occurred())
+        return NULL;
+    unsigned long long pos;
+    if (fd < 0 || fd > 0x7fffffffL || ensure_thread() < 0 || read_position((int)fd, &pos) < 0)
+        Py_RETURN_NONE;
+    pthread_mutex_lock(&lock);
+    if (fd >= n_slots) {
+        int size = n_slots ? n_slots : 256;
+        while (size <= fd)
+            size *= 2;
+        watch_slot *grown = realloc(slots, sizeof(watch_slot) * (size_t)size);
+        if (grown == NULL) {
+            pthread_mutex_unlock(&lock);
+            return PyErr_NoMemory();
+        }
+        memset(grown + n_slots, 0, sizeof(watch_slot) * (size_t)(size - n_slots));
+        slots = grown;
+        n_slots = size;
+    }
+    watch_slot *s = &slots[fd];
+    if (!s->active)
+        n_watched++;
+    s->active = 1;
+    s->gen = next_gen++;
+    if (next_gen == 0)
+        next_gen = 1;
+    s->pos = pos;
+    s->n = 0;
+    unsigned int gen = s->gen;
+    pthread_cond_signal(&wake);
+    pthread_mutex_unlock(&lock);
+    struct epoll_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.events = EPOLLIN | EPOLLET;
+    ev.data.u64 = ((unsigned long long)gen << 32) | (unsigned long long)(unsigned int)fd;
+    if (epoll_ctl(epfd, EPOLL_CTL_ADD, (int)fd, &ev) < 0 &&
+        (errno != EEXIST || epoll_ctl(epfd, EPOLL_CTL_MOD, (int)fd, &ev) < 0)) {
+        pthread_mutex_lock(&lock);
+        s->active = 0;
+        n_watched--;
+        pthread_mutex_unlock(&lock);
+        Py_RETURN_NONE;
+    }
+    return PyLong_FromUnsignedLongLong(pos);
+}
+
+/* unwatch(fd): stop noting arrivals on fd (before it is closed or handed to another reader) */
+PyObject *watch_py_unwatch(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    long fd = PyLong_AsLong(arg);
+    if (fd == -1 && PyErr_Occurred())
+        return NULL;
+    if (owner_pid != getpid() || fd < 0)
+        Py_RETURN_NONE;
+    epoll_ctl(epfd, EPOLL_CTL_DEL, (int)fd, NULL); /* fails harmlessly if already closed */
+    pthread_mutex_lock(&lock);
+    if (fd < n_slots && slots[fd].active) {
+        slots[fd].active = 0;
+        slots[fd].n = 0;
+        n_watched--;
+    }
+    pthread_mutex_unlock(&lock);
+    Py_RETURN_NONE;
+}
+
+/* take_notes(fd) -> [(rx, realtime stamp s), ...] noted so far (and forgets them) */
+PyObject *watch_py_take_notes(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    long fd = PyLong_AsLong(arg);
+    if (fd == -1 && PyErr_Occurred())
+        return NULL;
+    watch_note copy[NOTE_MAX];
+    int k = 0;
+    pthread_mutex_lock(&lock);
+    if (owner_pid == getpid() && fd >= 0 && fd < n_slots && slots[fd].active) {
+        k = slots[fd].n;
+        memcpy(copy, slots[fd].notes, sizeof(watch_note) * (size_t)k);
+        slots[fd].n = 0;
+    }
+    pthread_mutex_unlock(&lock);
+    PyObject *out = PyList_New(k);
+    if (out == NULL)
+        return NULL;
+    for (int i = 0; i < k; i++) {
+        PyObject *item = Py_BuildValue("(Kd)", copy[i].rx, copy[i].stamp);
+        if (item == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, item);
+    }
+    return out;
+}
+
+/* alive(): the event loop swept its sockets just now (the thread stays idle while it does) */
+PyObject *watch_py_alive(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    last_alive = mono_now();
+    Py_RETURN_NONE;
+}
+
+/* stats() -> {"watched", "notes", "stalled_sweeps"}: what the thread has done in this process */
+PyObject *watch_py_stats(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    pthread_mutex_lock(&lock);
+    int watched = owner_pid == getpid() ? n_watched : 0;
+    unsigned long long notes = n_notes_total, sweeps = n_stalled_sweeps;
+    pthread_mutex_unlock(&lock);
+    return Py_BuildValue("{s:i,s:K,s:K}", "watched", watched, "notes", notes, "stalled_sweeps", sweeps);
+}
