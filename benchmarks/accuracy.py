@@ -97,8 +97,15 @@ def diagnose(rows: list[dict]) -> list[str]:
     for spec in dict.fromkeys(r["spec"] for r in rows):
         over = [r for r in sorted((r for r in rows if r["spec"] == spec), key=lambda r: r["streams"])
                 if max(r["ttft_err_p99_ms"], r["gap_err_p99_ms"]) > goal_ms(r["streams"])]
+        late_server = [r for r in rows if r["spec"] == spec and (r["server_lag_p99_ms"] or 0.0) > 10.0]
         if not over:
-            out.append(f"spec={spec}: every load within the goals (p99 <= 1 ms up to 64 streams, <= 2 ms above)")
+            line = f"spec={spec}: every load within the goals (p99 <= 1 ms up to 64 streams, <= 2 ms above)"
+            if late_server:  # the client kept up, but with less than the nominal load
+                line += "; " + ", ".join(
+                    f"at {r['streams']} streams the simulator was late (emission lag p99 "
+                    f"{r['server_lag_p99_ms']:.0f} ms), so it offered fewer than {r['streams'] * 100:,} events/s"
+                    for r in late_server)
+            out.append(line)
             continue
         r = over[0]
         causes = []

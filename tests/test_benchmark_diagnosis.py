@@ -19,6 +19,13 @@ def test_goals_are_one_ms_up_to_64_streams_and_two_above():
     assert "within the goals" in accuracy.diagnose([row(64, 0.9, 0.5), row(256, 1.9, 0.2)])[0]
 
 
+def test_a_run_within_the_goals_still_says_when_the_simulator_could_not_offer_the_load():
+    line = accuracy.diagnose([row(256, 0.3, 0.02), row(512, 0.6, 0.02, cpu=76.0, loop=45.0, srv=90.0)])[0]
+    assert line.startswith("spec=none: every load within the goals")
+    assert "at 512 streams the simulator was late (emission lag p99 90 ms)" in line and "51,200 events/s" in line
+    assert "256 streams" not in line
+
+
 def test_the_first_load_over_its_goal_is_named_with_the_late_side():
     lines = accuracy.diagnose([row(64, 0.5, 0.1), row(256, 1.5, 3.8, srv=240.0), row(512, 9.0, 9.0, cpu=95.0)])
     assert len(lines) == 1 and "from 256 streams" in lines[0]

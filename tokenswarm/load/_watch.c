@@ -23,6 +23,8 @@
  */
 #include "_watch.h"
 
+#ifdef __linux__
+
 #include <errno.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
@@ -372,3 +374,43 @@ PyObject *watch_py_stats(PyObject *self, PyObject *unused)
     pthread_mutex_unlock(&lock);
     return Py_BuildValue("{s:i,s:K,s:K}", "watched", watched, "notes", notes, "stalled_sweeps", sweeps);
 }
+
+#else /* not Linux: no epoll, no TCP_INFO byte counter. The reader keeps one stamp per read. */
+
+int watch_after_read(int fd, Py_ssize_t n, unsigned long long *before, watch_note *out, int cap)
+{
+    (void)fd, (void)n, (void)before, (void)out, (void)cap;
+    return -1;
+}
+
+PyObject *watch_py_watch(PyObject *self, PyObject *arg)
+{
+    (void)self, (void)arg;
+    Py_RETURN_NONE;
+}
+
+PyObject *watch_py_unwatch(PyObject *self, PyObject *arg)
+{
+    (void)self, (void)arg;
+    Py_RETURN_NONE;
+}
+
+PyObject *watch_py_take_notes(PyObject *self, PyObject *arg)
+{
+    (void)self, (void)arg;
+    return PyList_New(0);
+}
+
+PyObject *watch_py_alive(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    Py_RETURN_NONE;
+}
+
+PyObject *watch_py_stats(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    return Py_BuildValue("{s:i,s:K,s:K}", "watched", 0, "notes", 0ULL, "stalled_sweeps", 0ULL);
+}
+
+#endif
