@@ -136,11 +136,15 @@ static int split_chunks(const char *p, const char *end, PyObject *out, const cha
  * ``watched``: ``fd`` is registered with the arrival watcher (_watch.c). When the watcher
  * noted that parts of this read arrived earlier than its newest segment, ``groups`` is the
  * read cut at chunk boundaries, [(arrival_s, events), ...] in order, each chunk dated by the
- * first note covering its last byte (``events`` still holds them all); else None.
+ * first note covering its last byte (``events`` still holds them all); when the bytes come
+ * back undecoded (``data``), it is [(end offset in data, arrival_s), ...]: the bytes before
+ * each offset had arrived by that time. Else None.
  * Errors raise OSError (BlockingIOError when nothing was there).
  */
 static PyObject *dated_groups(PyObject *events, const watch_note *notes, int k, unsigned long long rx0,
                               double arrival, double offset, double now, double max_age);
+static PyObject *dated_cuts(const watch_note *notes, int k, unsigned long long rx0, Py_ssize_t total,
+                            double arrival, double offset, double now, double max_age);
 
 static PyObject *read_events(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -250,7 +254,44 @@ static PyObject *read_events(PyObject *self, PyObject *const *args, Py_ssize_t n
         }
         Py_DECREF(events);
     }
-    return Py_BuildValue("(dOy#yO)", arrival, Py_None, read_buf, total, "", Py_None);
+    PyObject *cuts = Py_None;
+    Py_INCREF(cuts);
+    if (k > 0) {
+        Py_DECREF(cuts);
+        cuts = dated_cuts(notes, k, before - (unsigned long long)head, total, arrival, offset, now, max_age);
+        if (cuts == NULL)
+            return NULL;
+    }
+    return Py_BuildValue("(dOy#yN)", arrival, Py_None, read_buf, total, "", cuts);
+}
+
+/* For bytes handed back undecoded: [(end offset in data, arrival_s), ...] where the notes say
+ * the bytes up to that offset had arrived (earlier than the read's own stamp), or None. The
+ * caller decodes the pieces one by one, each at its time. */
+static PyObject *dated_cuts(const watch_note *notes, int k, unsigned long long rx0, Py_ssize_t total,
+                            double arrival, double offset, double now, double max_age)
+{
+    PyObject *cuts = NULL;
+    Py_ssize_t last = 0;
+    for (int i = 0; i < k; i++) {
+        Py_ssize_t end = (Py_ssize_t)(notes[i].rx - rx0);
+        double t = notes[i].stamp - offset;
+        if (end <= last || end >= total || !(t < arrival && now - max_age < t))
+            continue;
+        if (cuts == NULL && (cuts = PyList_New(0)) == NULL)
+            return NULL;
+        PyObject *cut = Py_BuildValue("(nd)", end, t);
+        if (cut == NULL || PyList_Append(cuts, cut) < 0) {
+            Py_XDECREF(cut);
+            Py_DECREF(cuts);
+            return NULL;
+        }
+        Py_DECREF(cut);
+        last = end;
+    }
+    if (cuts == NULL)
+        Py_RETURN_NONE;
+    return cuts;
 }
 
 /* The chunks of the latest split, dated by the notes (sorted by rx) and grouped by date:

@@ -256,27 +256,29 @@ class HubReader:
         the poll) -- possibly after ``now``, when it arrived while this sweep was reading other
         sockets; without them (or if the kernel gave none) ``now``.
         """
+        cuts = None
         try:
             if self.fast:
                 now, events, data, self.tail, groups = _read_events(self.fd, True, self.stamped, offset, now,
                                                                     kstamp.PLAUSIBLE_AGE_S, self.tail, self.watched)
-                if groups is not None:  # the watcher saw its chunks arrive apart
-                    self._dated(groups)
-                    return
                 if events is not None:
-                    if events:
+                    if groups is not None:  # the watcher saw its chunks arrive apart
+                        self._dated(groups)
+                    elif events:
                         steady = self.steady
                         if steady is not None:
                             steady(now, events)
                         elif self.on_events(now, events):
                             self._finish(None)
                     return
+                cuts = groups  # undecoded bytes: where the watcher saw them arrive apart
+            elif self.watched:  # the general parsers' read, through C for the watcher's notes
+                now, _events, data, _tail, cuts = _read_events(self.fd, False, True, offset, now,
+                                                               kstamp.PLAUSIBLE_AGE_S, b"", True)
             elif self.stamped:
                 data, anc, _flags, _addr = self.raw.recvmsg(RECV_BYTES, kstamp.ANC_BYTES)
                 if anc:  # judged against the time after the read: it may have arrived after ``now``
                     now = kstamp.stamp_of(anc, offset, self.clock())
-                if self.watched:  # read outside the fast path: the watcher's offset moves on
-                    self.watched = watch.start(self.fd) is not None
             else:
                 data = self.raw.recv(RECV_BYTES)
         except BlockingIOError:
@@ -285,6 +287,14 @@ class HubReader:
             self._finish(exc)
             return
         try:
+            if cuts:  # decode piece by piece, each at the time its last byte had arrived
+                start = 0
+                for end, when in cuts:
+                    self._consume(when, data[start:end])
+                    start = end
+                    if self.done.is_set():
+                        return
+                data = data[start:]
             self._consume(now, data)
         except BaseException as exc:
             self._finish(exc)
