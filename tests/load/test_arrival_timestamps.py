@@ -25,16 +25,18 @@ FRAME = b"%x\r\n%s\r\n" % (len(EVENT), EVENT)
 class _Resp:
     """The few attributes HubReader uses of a geventhttpclient response (headers already read)."""
 
-    def __init__(self, sock):
+    def __init__(self, sock, chunked=True):
         self._sock = sock
         self._body_buffer = bytearray()
         self.message_complete = False
+        self.chunked = chunked
 
     def get(self, name):
-        return "chunked" if name == "transfer-encoding" else None
+        return "chunked" if name == "transfer-encoding" and self.chunked else None
 
     def feed(self, data):
-        pass
+        if not self.chunked:  # a body delimited by the connection's end: the bytes are the body
+            self._body_buffer += data
 
 
 def _read_second_chunk_after_a_busy_loop(clock):
@@ -257,7 +259,7 @@ s.recv(1)  # until the client hangs up
 
 @pytest.mark.skipif(not (sys.platform.startswith("linux") and kstamp.ENABLED),
                     reason="kernel receive timestamps are a Linux feature")
-@pytest.mark.parametrize("framing", ["simple", "crlf"])
+@pytest.mark.parametrize("framing", ["simple", "crlf", "unchunked"])
 @pytest.mark.parametrize("watched", [True, False], ids=["watched", "unwatched"])
 def test_events_that_queue_while_the_loop_is_held_keep_their_own_arrival_times(watched, framing, monkeypatch):
     # A sender in its own process writes four events 20 ms apart while this process holds
@@ -265,7 +267,8 @@ def test_events_that_queue_while_the_loop_is_held_keep_their_own_arrival_times(w
     # segments into one with the newest stamp; the watcher's thread, which needs no GIL,
     # noted each arrival, and the reader dates each event by its note: the fast path by
     # chunk ("simple"), the general parsers by decoding the read piece by piece ("crlf":
-    # CRLF line ends, which the fast path hands back).
+    # CRLF line ends, which the fast path hands back; "unchunked": a body without chunked
+    # framing, which only the general parsers read).
     import subprocess
 
     if not reader.FAST:
@@ -274,21 +277,22 @@ def test_events_that_queue_while_the_loop_is_held_keep_their_own_arrival_times(w
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen()
-    event = EVENT if framing == "simple" else EVENT.replace(b"\n", b"\r\n")
-    frame = b"%x\r\n%s\r\n" % (len(event), event)
+    event = EVENT.replace(b"\n", b"\r\n") if framing == "crlf" else EVENT
+    frame = event if framing == "unchunked" else b"%x\r\n%s\r\n" % (len(event), event)
     sender = subprocess.Popen([sys.executable, "-c", SENDER, str(listener.getsockname()[1]), frame.hex()],
                               stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         client, _ = listener.accept()
         seen = []
-        hub_reader = reader.HubReader(_Resp(client), time.perf_counter, SSEParser(),
+        hub_reader = reader.HubReader(_Resp(client, chunked=framing != "unchunked"), time.perf_counter, SSEParser(),
                                       lambda now, events: seen.extend([now] * len(events)) or len(seen) == 5,
                                       lambda: None)
         g = gevent.spawn(hub_reader.run)
         deadline = time.perf_counter() + 10
         while not seen and time.perf_counter() < deadline:
             gevent.sleep(0.001)
-        assert (hub_reader.fast or framing == "crlf") and hub_reader.watched == watched
+        assert (framing != "simple" or hub_reader.fast) and (framing != "unchunked" or not hub_reader.fast)
+        assert hub_reader.watched == watched
         end = time.perf_counter() + 0.15
         while time.perf_counter() < end:  # the loop is held, the GIL too
             pass

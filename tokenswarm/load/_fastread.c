@@ -29,11 +29,12 @@ static char read_buf[TAIL_MAX + READ_BYTES];
 
 /* Where each complete chunk of the latest split ended (buffer offset) and how many events
  * the list held after it: read_events cuts a read there when the arrival watcher noted that
- * its chunks arrived apart. Past CHUNKS_MAX chunks the read keeps one stamp. */
+ * its chunks arrived apart. A read of more than CHUNKS_MAX chunks keeps one stamp. */
 #define CHUNKS_MAX 2048
 static Py_ssize_t chunk_end[CHUNKS_MAX];
 static Py_ssize_t chunk_events[CHUNKS_MAX];
-static int n_chunks;
+static int n_chunks;       /* recorded (at most CHUNKS_MAX) */
+static int chunks_overflow; /* the split had more: its chunks cannot all be dated */
 #define NOTES_PER_READ 256
 
 /* Append (None, payload) for every event if [p, end) is nothing but whole "data: X\n\n"
@@ -83,6 +84,7 @@ static int split_chunks(const char *p, const char *end, PyObject *out, const cha
 {
     const char *base = p;
     n_chunks = 0;
+    chunks_overflow = 0;
     if (tail != NULL)
         *tail = end;
     while (p < end) {
@@ -116,6 +118,8 @@ static int split_chunks(const char *p, const char *end, PyObject *out, const cha
         if (n_chunks < CHUNKS_MAX) {
             chunk_end[n_chunks] = p - base;
             chunk_events[n_chunks++] = PyList_GET_SIZE(out);
+        } else {
+            chunks_overflow = 1;
         }
     }
     return 1;
@@ -240,7 +244,7 @@ static PyObject *read_events(PyObject *self, PyObject *const *args, Py_ssize_t n
         if (rc == 1 && tail_len <= TAIL_MAX) {
             PyObject *groups = Py_None;
             Py_INCREF(groups);
-            if (k > 0 && n_chunks > 0) {
+            if (k > 0 && n_chunks > 0 && !chunks_overflow) {
                 /* buffer offset 0 is rx offset before - head (the tail came from the last read) */
                 Py_DECREF(groups);
                 groups = dated_groups(events, notes, k, before - (unsigned long long)head, arrival, offset, now,

@@ -20,8 +20,9 @@ How a read is dated and done:
   and splits whole chunks of whole ``data:`` events in one call; everything else goes through
   the Python de-chunker and SSE parser, which give the same events.
 * **The arrival watcher** (:mod:`tokenswarm.load.watch`): when the loop stalls, a native
-  thread notes what each stream had received by when, and the fast path dates the chunks of
-  a read that arrived apart by those notes instead of by the read's single stamp.
+  thread notes what each stream had received by when. The fast path dates the chunks of a
+  read that arrived apart by those notes instead of by the read's single stamp, and the
+  general parsers decode such a read piece by piece, each piece at its noted time.
 
 Callbacks must never block or raise: errors are stored and re-raised in the waiting
 greenlet. Used for plain-TCP streams without per-chunk hooks; TLS sockets (which buffer
@@ -194,7 +195,7 @@ class HubReader:
         self.poller: StreamPoller | None = None
         self.watcher = None
         self.stamped = False  # reads carry kernel receive timestamps
-        self.watched = False  # registered with the arrival watcher (stamped fast-path reads only)
+        self.watched = False  # registered with the arrival watcher (stamped reads, C extension built)
         # Our own de-chunking from the first chunk boundary on. The library's parser reads the
         # headers and whatever body bytes came with them; it is between chunks when it expects
         # no more bytes of the current one (remaining length 0). The states that also report 0
@@ -232,7 +233,7 @@ class HubReader:
             self.poller = poller
             if poller.kernel_stamps:
                 self.stamped = kstamp.enable(self.raw)
-                self.watched = FAST and self.stamped and self.chunked and watch.start(self.fd) is not None
+                self.watched = FAST and self.stamped and watch.start(self.fd) is not None
             poller.add(self.fd, self.readable)
         else:
             self.watcher = gevent.get_hub().loop.io(self.fd, 1)
