@@ -54,7 +54,11 @@ def stamp_of(anc: list, real_minus_mono_s: float, now_s: float) -> float:
     """
     if anc and anc[0][1] == SO_TIMESTAMPNS:
         sec, nsec = _timespec(anc[0][2])
-        stamp = (sec - real_minus_mono_s) + nsec * 1e-9
-        if now_s - PLAUSIBLE_AGE_S < stamp < now_s:
-            return stamp
+        return plausible((sec - real_minus_mono_s) + nsec * 1e-9, now_s)
     return now_s
+
+
+def plausible(stamp_s: float, now_s: float) -> float:
+    """``stamp_s`` (already on the monotonic timeline) if it is before ``now_s`` and not older
+    than ``PLAUSIBLE_AGE_S`` (older means the wall clock was stepped), else ``now_s``."""
+    return stamp_s if now_s - PLAUSIBLE_AGE_S < stamp_s < now_s else now_s

@@ -203,25 +203,18 @@ static PyObject *read_events(PyObject *self, PyObject *const *args, Py_ssize_t n
         return PyErr_SetFromErrno(PyExc_OSError); /* EAGAIN becomes BlockingIOError; the tail stays with the caller */
 
     double arrival = now;
-#ifdef SCM_TIMESTAMPNS
-    if (stamped) {
-        for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
-            if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
-                struct timespec ts, real_now;
-                memcpy(&ts, CMSG_DATA(c), sizeof ts);
-                /* Plausible: not after this moment (a segment that arrived while the sweep that
-                 * began at ``now`` was reading other sockets is later than ``now``, and real),
-                 * not older than max_age (a wall-clock step). Compared on the realtime clock. */
-                clock_gettime(CLOCK_REALTIME, &real_now);
-                double age = (double)(real_now.tv_sec - ts.tv_sec) + (double)(real_now.tv_nsec - ts.tv_nsec) * 1e-9;
-                /* subtract before adding the nanoseconds: epoch seconds as a double keep µs */
-                if (0.0 <= age && age < max_age)
-                    arrival = ((double)ts.tv_sec - offset) + (double)ts.tv_nsec * 1e-9;
-                break;
-            }
-        }
+    struct timespec ts;
+    if (stamped && cmsg_stamp(&msg, &ts)) {
+        /* Plausible: not after this moment (a segment that arrived while the sweep that began
+         * at ``now`` was reading other sockets is later than ``now``, and real), not older than
+         * max_age (a wall-clock step). Compared on the realtime clock. */
+        struct timespec real_now;
+        clock_gettime(CLOCK_REALTIME, &real_now);
+        double age = (double)(real_now.tv_sec - ts.tv_sec) + (double)(real_now.tv_nsec - ts.tv_nsec) * 1e-9;
+        /* subtract before adding the nanoseconds: epoch seconds as a double keep µs */
+        if (0.0 <= age && age < max_age)
+            arrival = ((double)ts.tv_sec - offset) + (double)ts.tv_nsec * 1e-9;
     }
-#endif
 
     static watch_note notes[NOTES_PER_READ];
     int k = 0;
@@ -269,6 +262,15 @@ static PyObject *read_events(PyObject *self, PyObject *const *args, Py_ssize_t n
     return Py_BuildValue("(dOy#yN)", arrival, Py_None, read_buf, total, "", cuts);
 }
 
+/* A note's stamp on the monotonic timeline when it dates bytes earlier than the read's own
+ * ``arrival`` (and is not older than max_age: a wall-clock step); else ``arrival``.
+ * Subtract before adding the fraction, as for the read's own stamp. */
+static double note_date(const watch_note *note, double arrival, double offset, double now, double max_age)
+{
+    double t = note->stamp - offset;
+    return t < arrival && now - max_age < t ? t : arrival;
+}
+
 /* For bytes handed back undecoded: [(end offset in data, arrival_s), ...] where the notes say
  * the bytes up to that offset had arrived (earlier than the read's own stamp), or None. The
  * caller decodes the pieces one by one, each at its time. */
@@ -279,8 +281,8 @@ static PyObject *dated_cuts(const watch_note *notes, int k, unsigned long long r
     Py_ssize_t last = 0;
     for (int i = 0; i < k; i++) {
         Py_ssize_t end = (Py_ssize_t)(notes[i].rx - rx0);
-        double t = notes[i].stamp - offset;
-        if (end <= last || end >= total || !(t < arrival && now - max_age < t))
+        double t = note_date(&notes[i], arrival, offset, now, max_age);
+        if (end <= last || end >= total || t == arrival)
             continue;
         if (cuts == NULL && (cuts = PyList_New(0)) == NULL)
             return NULL;
@@ -309,13 +311,7 @@ static PyObject *dated_groups(PyObject *events, const watch_note *notes, int k, 
         unsigned long long rx_end = rx0 + (unsigned long long)chunk_end[c];
         while (ni < k && notes[ni].rx < rx_end)
             ni++;
-        double t = arrival;
-        if (ni < k) {
-            /* subtract before adding the fraction, as for the read's own stamp */
-            double nt = notes[ni].stamp - offset;
-            if (nt < t && now - max_age < nt)
-                t = nt;
-        }
+        double t = ni < k ? note_date(&notes[ni], arrival, offset, now, max_age) : arrival;
         dates[c] = t;
         if (t != arrival)
             distinct = 1;

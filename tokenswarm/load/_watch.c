@@ -101,17 +101,11 @@ static int peek_stamp(int fd, double *stamp)
     msg.msg_iovlen = 1;
     msg.msg_control = control.bytes;
     msg.msg_controllen = sizeof control.bytes;
-    if (recvmsg(fd, &msg, MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT) <= 0)
+    struct timespec ts;
+    if (recvmsg(fd, &msg, MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT) <= 0 || !cmsg_stamp(&msg, &ts))
         return 0;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
-            struct timespec ts;
-            memcpy(&ts, CMSG_DATA(c), sizeof ts);
-            *stamp = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-            return 1;
-        }
-    }
-    return 0;
+    *stamp = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return 1;
 }
 
 static void add_note(watch_slot *s, unsigned long long rx, double stamp)

@@ -6,6 +6,27 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+/* The kernel receive stamp (SO_TIMESTAMPNS, CLOCK_REALTIME) in a received message's ancillary
+ * data: 1 and *ts set, or 0 when there is none. Shared by the reader and the watcher. */
+static inline int cmsg_stamp(struct msghdr *msg, struct timespec *ts)
+{
+#ifdef SCM_TIMESTAMPNS
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c != NULL; c = CMSG_NXTHDR(msg, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+            memcpy(ts, CMSG_DATA(c), sizeof *ts);
+            return 1;
+        }
+    }
+#else
+    (void)msg, (void)ts;
+#endif
+    return 0;
+}
+
 /* One note: the first ``rx`` bytes the connection ever received had all arrived by
  * ``stamp`` (CLOCK_REALTIME seconds, the kernel's stamp of the newest segment). */
 typedef struct {

@@ -166,8 +166,7 @@ def _mark_time(stamp: list | float, offset: float, now: float) -> float:
     """A mark's stamp on the monotonic timeline: ancillary data (a sweep's peek) or realtime
     seconds (the watcher's note); ``now`` when implausible."""
     if isinstance(stamp, float):
-        t = stamp - offset
-        return t if now - kstamp.PLAUSIBLE_AGE_S < t < now else now
+        return kstamp.plausible(stamp - offset, now)
     return kstamp.stamp_of(stamp, offset, now)
 
 
