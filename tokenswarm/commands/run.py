@@ -76,6 +76,13 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(plan_text(scenario, slos, args.host))
         return 0
+    from tokenswarm.commands.workers import preflight as distributed_preflight
+
+    try:
+        args.passthrough = list(args.passthrough) + distributed_preflight(list(args.passthrough), args.workers)
+    except ValueError as exc:
+        print(f"tokenswarm: {exc}", file=sys.stderr)
+        return 2
     argv = [sys.executable, "-m", "locust"] + build_locust_argv(args, path)
     sys.stdout.flush()
     os.execv(sys.executable, argv)  # Locust owns the process from here (signals, exit status)

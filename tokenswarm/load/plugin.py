@@ -28,6 +28,7 @@ from tokenswarm.load import runtime
 from tokenswarm.load.context import make_worker_id
 from tokenswarm.load.controller import EXIT_BAD_CONFIG, MSG_LIVE, MSG_STEP, RunController
 from tokenswarm.load.health import HealthMonitor
+from tokenswarm.load.lifecycle import is_local_worker, watch_parent
 from tokenswarm.load.setup import (  # noqa: F401  (planned_duration_s, scenario_slos: part of this module's API)
     apply_user_settings,
     build_worker_context,
@@ -150,11 +151,11 @@ class _CollectorProxy:
 
     def on_records(self, environment: Any, msg: Any, **_kw: Any) -> None:
         if self.ctl.collector is not None:
-            self.ctl.collector.on_batch(msg.data)
+            self.ctl.collector.on_batch(msg.data, client_id=msg.node_id)
 
     def on_final(self, environment: Any, msg: Any, **_kw: Any) -> None:
         if self.ctl.collector is not None:
-            self.ctl.collector.on_final(msg.data)
+            self.ctl.collector.on_final(msg.data, client_id=msg.node_id)
 
 
 def _set_stopping() -> None:
@@ -176,6 +177,8 @@ def _init_worker(environment: Any) -> None:
             state["pending_step"] = msg.data
 
     runner.register_message(MSG_STEP, on_step)
+    if is_local_worker(environment.parsed_options):
+        gevent.spawn(watch_parent, runner.quit)
 
     @environment.events.test_start.add_listener
     def _start(environment: Any, **_kw: Any) -> None:
