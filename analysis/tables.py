@@ -32,6 +32,7 @@ import numpy as np
 from analysis.loader import Run
 from analysis.slo import ALL_TASKS, SloResult, SloSpec, evaluate_rows, parse_slos, scenario_slos
 from analysis.stats import SortedParts, describe, describe_parts
+from tokenswarm.metrics import itl_samples
 from tokenswarm.record import OUTCOMES
 
 FAILED_OUTCOMES: tuple[str, ...] = ("http_error", "stream_error", "timeout")
@@ -240,6 +241,9 @@ def chunk_subset(run: Run, req_mask: np.ndarray, with_gaps: bool = True) -> dict
     }
     if with_gaps:
         out["gap_ms"] = run.gap_ms[cm]
+        first = np.zeros(run.gap_ms.size, dtype=bool)
+        first[run.gap_ptr[:-1][n_gaps > 0]] = True  # each request's first gap: deliveries start anew
+        out["first_gap"] = first[cm]
     return out
 
 
@@ -252,20 +256,20 @@ def token_histogram(chunks: dict[str, np.ndarray]) -> np.ndarray:
 def chunk_parts(chunks: dict[str, np.ndarray]) -> tuple[SortedParts, SortedParts, float | None]:
     """Sorted ITL and inter-chunk samples of a chunk subset, plus the per-chunk (inexact) share.
 
-    ITL per token: a chunk of n tokens after gap g gives n samples of g/n (metrics.itl_ms);
-    requests without exact counts give one sample of g per chunk; zero-token chunks none.
+    ITL per token and per delivery (metrics.itl_samples): a delivery -- the chunks read
+    together -- of n tokens after gap g gives n samples of g/n; chunks of requests without
+    exact counts count as one token each; zero-token chunks give none.
     """
     gaps = chunks["gap_ms"]
     tok = chunks["gap_tokens"]
     exact = chunks["exact"]
     inter = SortedParts.from_values(gaps)
     n = tok if exact.all() else np.where(exact, tok, 1)
-    if n.size == 0 or (n.min() == 1 and n.max() == 1):
-        itl = inter  # one token per chunk: per-token ITL is the inter-chunk gap
+    if n.size == 0 or (n.min() == 1 and n.max() == 1 and gaps.min() > 0):
+        itl = inter  # one token per delivery: per-token ITL is the inter-chunk gap
     else:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            values = (gaps / np.maximum(n, 1).astype(np.float32)).astype(np.float32)
-        itl = SortedParts.from_values(values, np.maximum(n, 0))
+        values, weights = itl_samples(gaps, n, chunks["first_gap"])
+        itl = SortedParts.from_values(values, weights)
     inexact = None if exact.size == 0 else float(1.0 - exact.mean())
     return itl, inter, inexact
 

@@ -8,9 +8,13 @@ carries :data:`FORMAT_VERSION`. Rules that every producer and consumer relies on
 * Wall-clock fields (``scheduled_at``, ``sent_at``) are epoch seconds built from *one*
   wall-clock anchor per worker plus a monotonic offset, so they never jump.
 * Durations are milliseconds measured on the monotonic clock (names end in ``_ms``).
-* ``ttft_ms``, ``e2e_ms`` and ``chunk_offsets_ms`` count from ``sent_at`` (service view);
-  ``schedule_lag_ms`` = ``sent_at - scheduled_at``, so the schedule-inclusive latency an
-  open-loop user experiences is ``schedule_lag_ms + e2e_ms``.
+* ``sent_at`` is the moment the request's last byte was handed to the kernel (one clock
+  reading); ``ttft_ms``, ``headers_ms``, ``e2e_ms`` and ``chunk_offsets_ms`` count from it
+  (service view). ``schedule_lag_ms`` is computed from the same reading:
+  ``schedule_lag_ms == (sent_at - scheduled_at) * 1000``, so the schedule-inclusive latency an
+  open-loop user experiences is ``schedule_lag_ms + e2e_ms``. What the server did not cause
+  has its own fields: ``connect_ms`` (a new connection) and ``send_delay_ms`` (the
+  generator's own delay, ``schedule_lag_ms - connect_ms``).
 * Failures are data: every call yields a record with an :class:`Outcome`.
 
 Renaming or removing a field requires bumping :data:`FORMAT_VERSION`; adding an
@@ -81,6 +85,11 @@ class RequestRecord:
     temperature: float | None = None
     spec_decode: dict[str, Any] | None = None
     extra: dict[str, Any] | None = field(default=None)
+    # Request phases (optional, appended: format version 1 still reads older records).
+    conn_reused: bool | None = None
+    connect_ms: float | None = None
+    send_delay_ms: float | None = None
+    headers_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of all fields (``None`` kept, so absent and unobserved differ)."""
@@ -95,6 +104,52 @@ class RequestRecord:
         values = _values(self)
         return RequestRecord(*values[:_SEQ], seq, *values[_SEQ + 1:])
 
+
+#: One sentence per field, for the generated record reference (docs/record.md).
+FIELD_DOCS: dict[str, str] = {
+    "run_id": "Identifier of the run (one per `tokenswarm run`).",
+    "worker_id": "The load-generator process that sent the request (host-pid[-wN]).",
+    "seq": "Gap-free sequence number of the record within its worker, from 0.",
+    "task": "The scenario task (traffic class) the request belongs to.",
+    "user_class": "The Locust user class that sent it (e.g. QAUser, OpenLoop:qa).",
+    "outcome": "How the request ended: ok, http_error, stream_error, timeout or cancelled.",
+    "request_key": "SHA-256 of what was asked (input, max_tokens, sampling): joins runs request by request.",
+    "scheduled_at": "Epoch seconds when the request was due: the user's turn began (closed loop) "
+                    "or its scheduled arrival (open loop).",
+    "sent_at": "Epoch seconds when the request's last byte was handed to the kernel; for a request "
+               "never sent whole (connection failed), when the attempt began.",
+    "schedule_lag_ms": "sent_at minus scheduled_at, in ms, from the same clock reading as sent_at.",
+    "session_id": "Conversation identifier of a multi-turn request; null otherwise.",
+    "turn": "Turn number (from 0) within its conversation; null for single requests.",
+    "step": "Index of the load step the request was sent in.",
+    "phase": "Phase of the step when it was sent: warmup or steady (or ramp).",
+    "api": "OpenAI API used: chat or completions.",
+    "model": "Model name sent in the request.",
+    "ttft_ms": "Time to first token: arrival of the first content chunk minus sent_at.",
+    "e2e_ms": "End of the response (last byte, [DONE], error or deadline) minus sent_at.",
+    "chunk_offsets_ms": "Arrival of each content chunk, ms after sent_at (chunks read together share one value).",
+    "chunk_tokens": "Tokens carried by each content chunk, when the server gave exact counts.",
+    "prompt_tokens": "Prompt tokens as counted by the server (usage).",
+    "output_tokens": "Output tokens: the server's usage, else the sum of chunk_tokens, else an estimate.",
+    "tokens_estimated": "True when output_tokens is estimated from the text (4 characters per token).",
+    "finish_reason": "The server's finish reason (stop, length...).",
+    "http_status": "HTTP status of the response; null when no response came.",
+    "error": "Short error text for a failed request; null when ok.",
+    "response_id": "The response's id as the server gave it.",
+    "output_sha256": "SHA-256 of the generated text (compare outputs across runs without storing them).",
+    "output_text": "The generated text, only with traffic.keep_outputs.",
+    "max_tokens": "max_tokens sent in the request.",
+    "temperature": "Sampling temperature sent in the request.",
+    "spec_decode": "The server's speculative-decoding metrics for the request, when it reports them.",
+    "extra": "Free-form extra facts (e.g. the abnormal case of an abnormal request).",
+    "conn_reused": "True when the request went out on a kept-alive connection, false on a new one; "
+                   "null when no connection was obtained.",
+    "connect_ms": "Time to establish the request's new connection (TCP, plus TLS); for a connection "
+                  "that failed, the time until it failed; null when the connection was reused.",
+    "send_delay_ms": "The generator's own delay: from the moment the request was due to the moment its "
+                     "last byte was handed to the kernel, minus connect_ms; null when never sent.",
+    "headers_ms": "Response headers received (time to first byte), ms after sent_at.",
+}
 
 _FIELDS = dataclasses.fields(RequestRecord)
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in _FIELDS)
