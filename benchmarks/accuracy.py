@@ -168,6 +168,9 @@ def analyse(run: Path, truth_path: Path, goal: float) -> dict:
     joined = exact_chunks = exact_total = chunks = failed = 0
     over = over_first = over_late_send = 0
     first_errs, reused_errs = [], []
+    req_side: list[float] = []
+    resp_side: list[float] = []
+    over_flags: list[bool] = []
     phases_known = any(r.get("conn_reused") is not None for r in records)
     for r in records:
         if r["outcome"] != "ok":
@@ -183,12 +186,18 @@ def analyse(run: Path, truth_path: Path, goal: float) -> dict:
         err, gaps = record_errors(r["ttft_ms"], r["chunk_offsets_ms"], t)
         ttft_errs.append(abs(err))
         gap_errs.extend(abs(g) for g in gaps)
+        # the two halves of the error (each up to one constant clock offset, removed below)
+        req_side.append((t["received"] - r["sent_at"]) * 1000.0)
+        resp_side.append((r["sent_at"] - t["chunks"][0][0]) * 1000.0 + r["ttft_ms"])
+        over_flags.append(abs(err) > goal)
         if r.get("conn_reused") is not None:
             (reused_errs if r["conn_reused"] else first_errs).append(abs(err))
         if abs(err) > goal:
             over += 1
             over_first += r.get("conn_reused") is False
             over_late_send += (r.get("send_delay_ms") or 0.0) > goal
+    req_late, resp_late = late_sides(req_side, resp_side)
+    over_req_side = sum(1 for o, a, b in zip(over_flags, req_late, resp_late) if o and a >= b)
     health = [json.loads(x) for x in (run / "generator_health.jsonl").read_text().splitlines() if x] \
         if (run / "generator_health.jsonl").exists() else []
     connect = [r["connect_ms"] for r in records if r.get("connect_ms") is not None]
@@ -208,7 +217,26 @@ def analyse(run: Path, truth_path: Path, goal: float) -> dict:
         "ttft_err_p99_first_ms": _q(first_errs, .99), "ttft_err_p99_reused_ms": _q(reused_errs, .99),
         "connect_p99_ms": _q(connect, .99), "send_delay_p99_ms": _q(send_delay, .99),
         "over_goal": over, "over_goal_first_of_connection": over_first, "over_goal_late_send": over_late_send,
+        "over_goal_request_side": over_req_side,
+        "request_side_p99_ms": _q(req_late, .99), "response_side_p99_ms": _q(resp_late, .99),
     }
+
+
+def late_sides(req_side: list[float], resp_side: list[float]) -> tuple[list[float], list[float]]:
+    """Each request's lateness on either side of the server, in ms, from one run's records.
+
+    A TTFT error is the sum of two halves: *request side*, from the client's ``sent_at`` to the
+    server's ``received`` (the client's connect and send, on a client that timed them inside
+    TTFT; the transfer; the server's delay before it noted the request), and *response side*,
+    from the server's first write to the client's reading of it (the client's delay). Client
+    and server read one machine's ``CLOCK_MONOTONIC`` through different anchors, so each half
+    is known up to a constant offset; the run's quickest request of each half sets that
+    half's zero, and what remains is how much later than the quickest each request was.
+    """
+    if not req_side:
+        return [], []
+    a0, b0 = min(req_side), min(resp_side)
+    return [a - a0 for a in req_side], [b - b0 for b in resp_side]
 
 
 def misses(r: dict) -> list[str]:
@@ -239,8 +267,16 @@ def causes(r: dict) -> list[str]:
             out.append(f"connect: {share:.0%} of the TTFTs over the goal are a connection's first request "
                        f"(connect p99 {_f(r['connect_p99_ms'])} ms; first-request TTFT error p99 "
                        f"{_f(r['ttft_err_p99_first_ms'])} ms vs {_f(r['ttft_err_p99_reused_ms'])} ms on reused ones)")
-    if (r["send_delay_p99_ms"] or 0.0) > goal:
-        out.append(f"generator send delay p99 {_f(r['send_delay_p99_ms'])} ms (late before sending)")
+    if r.get("over_goal"):
+        req = r["over_goal_request_side"] / r["over_goal"]
+        if req >= 0.5:
+            out.append(f"request side: {req:.0%} of the TTFTs over the goal were late between the client's "
+                       f"sent_at and the server noting the request (p99 {_f(r['request_side_p99_ms'])} ms over the "
+                       f"quickest; a client that times connect or its own send inside TTFT, or a server slow to read)")
+        else:
+            out.append(f"response side: {1 - req:.0%} of the TTFTs over the goal were late between the server's "
+                       f"first write and the client reading it (p99 {_f(r['response_side_p99_ms'])} ms over the "
+                       f"quickest: the client read late)")
     if (r["client_cpu_max_pct"] or 0.0) >= GENERATOR_CPU_LIMIT_PCT:
         out.append(f"generator CPU {r['client_cpu_max_pct']:.0f} %")
     if (r["client_loop_lag_max_ms"] or 0.0) > 2 * goal:
@@ -283,7 +319,8 @@ def _f(x: float | None, spec: str = ".2f") -> str:
 
 def table(rows: list[dict]) -> list[str]:
     hdr = (f"{'server':<7}{'case':<12}{'streams':>7}{'reqs':>6}{'fail':>5}{'1st':>5}{'ev/req':>7}{'join%':>7}"
-           f"{'exact%':>7}{'TTFT p50':>9}{'p99':>7}{'gap p50':>8}{'p99':>6}{'conn p99':>9}{'send p99':>9}"
+           f"{'exact%':>7}{'TTFT p50':>9}{'p99':>7}{'req p99':>8}{'resp p99':>9}{'gap p50':>8}{'p99':>6}{'conn p99':>9}"
+           f"{'send p99':>9}"
            f"{'CPU%':>5}{'loop':>6}{'srv lag':>8}{'srv loop':>9}")
     out = [hdr]
     for r in rows:
@@ -294,7 +331,8 @@ def table(rows: list[dict]) -> list[str]:
         out.append(f"{r['server']:<7}{r['case']:<12}{r['streams']:>7}{r['requests']:>6}{r['failed']:>5}"
                    f"{(r['first_requests'] if r['phases_recorded'] else '-'):>5}{r['chunks_per_request']:>7.0f}"
                    f"{r['joined_pct']:>7.1f}{exact:>7.1f}{_f(r['ttft_err_p50_ms'], '.3f'):>9}"
-                   f"{_f(r['ttft_err_p99_ms']):>7}{_f(r['gap_err_p50_ms'], '.3f'):>8}{_f(r['gap_err_p99_ms']):>6}"
+                   f"{_f(r['ttft_err_p99_ms']):>7}{_f(r['request_side_p99_ms']):>8}{_f(r['response_side_p99_ms']):>9}"
+                   f"{_f(r['gap_err_p50_ms'], '.3f'):>8}{_f(r['gap_err_p99_ms']):>6}"
                    f"{_f(r['connect_p99_ms']):>9}{_f(r['send_delay_p99_ms']):>9}"
                    f"{_f(r['client_cpu_max_pct'], '.0f'):>5}{_f(r['client_loop_lag_max_ms'], '.1f'):>6}"
                    f"{_f(r['server_lag_p99_ms'], '.1f'):>8}{_f(r.get('server_loop_lag_p99_ms'), '.1f'):>9}")
@@ -335,9 +373,11 @@ def main() -> int:
           f"client on core 0, server on core 1; {args.seconds:g} s per step)")
     for line in table(rows):
         print(line)
-    print("errors are |client - server| in ms over EVERY request; '1st': requests that opened their connection "
-          "('-': not recorded by this client); 'loop': the generator's worst loop lag; 'srv lag': the server's "
-          "emission lag p99; 'srv loop': the truth server's loop lag p99")
+    print("errors are |client - server| in ms over EVERY request; 'req'/'resp': the TTFT error's request side "
+          "(client sent_at to server received) and response side (server's first write to client read), each "
+          "over the run's quickest; '1st': requests that opened their connection ('-': not recorded by this "
+          "client); 'loop': the generator's worst loop lag; 'srv lag': the server's emission lag p99; 'srv loop': "
+          "the truth server's loop lag p99")
     print()
     for line in verdict(rows):
         print(line)

@@ -10,13 +10,14 @@ _spec.loader.exec_module(accuracy)
 
 
 def row(streams=64, ttft=0.5, gap=0.1, cpu=30.0, loop=0.8, srv=1.5, srv_loop=None, phases=False, over=0,
-        over_first=0, over_late=0, send=None, **kw):
+        over_first=0, over_late=0, over_req=0, send=None, **kw):
     r = dict(server="truth", case="spawn", streams=streams, ttft_err_p99_ms=ttft, gap_err_p99_ms=gap,
              client_cpu_max_pct=cpu, client_loop_lag_max_ms=loop, server_lag_p99_ms=srv,
              server_loop_lag_p99_ms=srv_loop, phases_recorded=phases, over_goal=over,
              over_goal_first_of_connection=over_first, over_goal_late_send=over_late, send_delay_p99_ms=send,
              connect_p99_ms=0.4, ttft_err_p99_first_ms=9.0, ttft_err_p99_reused_ms=0.3, failed=0,
-             joined_pct=100.0, chunk_tokens_exact_pct=100.0, output_tokens_exact_pct=100.0)
+             joined_pct=100.0, chunk_tokens_exact_pct=100.0, output_tokens_exact_pct=100.0,
+             over_goal_request_side=over_req, request_side_p99_ms=0.2, response_side_p99_ms=0.3)
     r.update(kw)
     return r
 
@@ -41,8 +42,22 @@ def test_a_miss_made_of_first_requests_of_connections_is_blamed_on_connect():
     assert not any("connect" in x for x in accuracy.causes(row(ttft=9.0, phases=True, over=10, over_first=2)))
 
 
+def test_the_late_half_of_the_ttft_errors_over_the_goal_is_named():
+    req = accuracy.causes(row(ttft=9.0, over=10, over_req=8, request_side_p99_ms=8.5))
+    assert req[0].startswith("request side: 80% of the TTFTs over the goal") and "p99 8.50 ms" in req[0]
+    resp = accuracy.causes(row(ttft=9.0, over=10, over_req=3, response_side_p99_ms=6.0))
+    assert resp[0].startswith("response side: 70% of the TTFTs over the goal") and "client read late" in resp[0]
+
+
+def test_each_halfs_lateness_is_measured_from_the_runs_quickest_request():
+    # the client's epoch and the server's monotonic clock differ by a constant (here 1000 s)
+    req, resp = accuracy.late_sides([1000.2, 1000.1, 1003.1], [-999.8, -995.9, -999.9])
+    assert [round(x, 6) for x in req] == [0.1, 0.0, 3.0] and [round(x, 6) for x in resp] == [0.1, 4.0, 0.0]
+    assert accuracy.late_sides([], []) == ([], [])
+
+
 def test_each_measured_cause_is_named_and_an_unexplained_miss_says_so():
-    assert any("generator send delay p99 3.00 ms" in x for x in accuracy.causes(row(ttft=4, send=3.0)))
+    assert not any("send delay" in x for x in accuracy.causes(row(ttft=4, send=3.0)))  # outside TTFT
     assert any("generator CPU 97 %" in x for x in accuracy.causes(row(ttft=4, cpu=97)))
     assert any("loop stalls (worst 12.0 ms)" in x for x in accuracy.causes(row(ttft=4, loop=12.0)))
     assert any("emission lag p99 40.0 ms" in x for x in accuracy.causes(row(ttft=4, srv=40.0)))
@@ -76,3 +91,30 @@ def test_a_case_the_client_does_not_know_is_reported_not_run():
     refused = accuracy.client_supports({**accuracy.scenario("spawn", 4, 1, "sim", (10, 20)),
                                         "target": {"no_such_option": 1}})
     assert "no_such_option" in refused
+
+
+def test_every_record_is_analysed_and_a_late_server_read_shows_on_the_request_side(tmp_path):
+    import json
+
+    run = tmp_path / "run"
+    run.mkdir()
+    # server clock = client epoch - 1000 s; 20 ms server TTFT; the third request was noted 5 ms late
+    truth, records = [], []
+    for i, (delay_s, reused) in enumerate([(0.0, False), (0.0, True), (0.005, True)]):
+        sent = 2000.0 + i
+        received = sent - 1000.0 + 0.0001 + delay_s
+        truth.append({"id": f"r{i}", "received": received, "output_tokens": 5,
+                      "chunks": [[received + 0.020, 3], [received + 0.030, 2]]})
+        ttft_ms = (received + 0.020 + 0.0001 - (sent - 1000.0)) * 1000.0  # the client saw the late read too
+        records.append({"response_id": f"r{i}", "outcome": "ok", "sent_at": sent, "ttft_ms": ttft_ms,
+                        "chunk_offsets_ms": [ttft_ms, ttft_ms + 10.0], "chunk_tokens": [3, 2], "output_tokens": 5,
+                        "conn_reused": reused, "connect_ms": None if reused else 0.3})
+    records.append({"response_id": None, "outcome": "connect_error", "sent_at": 2010.0, "ttft_ms": None})
+    (run / "records.jsonl").write_text("\n".join(json.dumps(r) for r in records))
+    (tmp_path / "truth.jsonl").write_text("\n".join(json.dumps(t) for t in truth))
+    a = accuracy.analyse(run, tmp_path / "truth.jsonl", goal=1.0)
+    assert a["requests"] == 4 and a["failed"] == 1 and a["joined_pct"] == 100.0
+    assert a["chunk_tokens_exact_pct"] == 100.0 and a["output_tokens_exact_pct"] == 100.0
+    assert a["over_goal"] == 1 and a["over_goal_request_side"] == 1 and a["first_requests"] == 1
+    assert abs(a["request_side_p99_ms"] - 5.0 * 0.98) < 0.2 and a["response_side_p99_ms"] < 0.01
+    assert a["gap_err_p99_ms"] < 1e-6 and a["connect_p99_ms"] == 0.3
