@@ -36,10 +36,10 @@ def test_inexact_tokens_unjoined_requests_and_failures_are_each_a_missed_goal():
     assert accuracy.misses(row(failed=3)) == ["3 requests failed"]
 
 
-def test_a_miss_made_of_first_requests_of_connections_is_blamed_on_connect():
+def test_a_miss_made_of_first_requests_of_connections_is_blamed_on_new_connections():
     c = accuracy.causes(row(ttft=9.0, phases=True, over=10, over_first=9))
-    assert c[0].startswith("connect: 90% of the TTFTs over the goal are a connection's first request")
-    assert not any("connect" in x for x in accuracy.causes(row(ttft=9.0, phases=True, over=10, over_first=2)))
+    assert c[0].startswith("new connections: 90% of the TTFTs over the goal are a connection's first request")
+    assert not any("new connections" in x for x in accuracy.causes(row(ttft=9.0, phases=True, over=10, over_first=2)))
 
 
 def test_the_late_half_of_the_ttft_errors_over_the_goal_is_named():
@@ -62,6 +62,8 @@ def test_each_measured_cause_is_named_and_an_unexplained_miss_says_so():
     assert any("loop stalls (worst 12.0 ms)" in x for x in accuracy.causes(row(ttft=4, loop=12.0)))
     assert any("emission lag p99 40.0 ms" in x for x in accuracy.causes(row(ttft=4, srv=40.0)))
     assert any("event loop lag p99 3.0 ms" in x for x in accuracy.causes(row(ttft=4, srv_loop=3.0)))
+    (both,) = accuracy.causes(row(ttft=4, srv=40.0, srv_loop=3.0))
+    assert both.startswith("server lateness: emission lag") and "; event loop lag" in both
     (only,) = accuracy.causes(row(ttft=4))
     assert only.startswith("no measured cause") and "records no connection phases" in only
 
@@ -84,6 +86,17 @@ def test_the_cases_build_the_loads_the_issue_names():
     assert burst["mode"] == "open" and burst["arrival"] == "gamma" and burst["burstiness"] == 0.3
     # ~N streams by Little's law: 90 events of 10 ms plus the 20 ms TTFT per request
     assert abs(burst["steps"][0] - 64 / 0.92) < 0.1
+
+
+def test_a_client_tree_must_be_a_tokenswarm_source_tree(tmp_path):
+    import argparse
+
+    import pytest
+
+    assert accuracy.parse_client(f"this={ROOT}") == ("this", ROOT)
+    for bad in (str(ROOT), f"x={tmp_path}", f"={ROOT}"):
+        with pytest.raises(argparse.ArgumentTypeError, match="LABEL=DIR"):
+            accuracy.parse_client(bad)
 
 
 def test_a_case_the_client_does_not_know_is_reported_not_run():
