@@ -46,7 +46,7 @@ OUTCOMES: tuple[str, ...] = tuple(o.value for o in Outcome)
 
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
-    """One LLM request, as observed by the load generator. See the README's schema table."""
+    """One LLM request, as observed by the load generator. Fields: :data:`FIELD_DOCS` (docs/reference/record-fields.md)."""
 
     run_id: str
     worker_id: str
