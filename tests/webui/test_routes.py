@@ -16,7 +16,7 @@ from locust.env import Environment
 
 from tokenswarm.collect.manifest import Manifest
 from tokenswarm.collect.scrape import Scraper
-from tokenswarm.load.controller import RunController
+from tokenswarm.orchestrate.controller import RunController
 from tokenswarm.load.scenario import load_scenario
 from tokenswarm.load.users import CodeUser, QAUser
 from tokenswarm.record import RequestRecord, encode_lines

@@ -432,7 +432,7 @@ class RunController:
 
     def _verdict(self) -> None:
         """SLO verdict on the exact records: slo.json, junit.xml, a table, the exit status."""
-        from tokenswarm.collect.verdict import verdict_table, write_verdict
+        from tokenswarm.orchestrate.verdict import verdict_table, write_verdict
 
         try:
             v = write_verdict(self.run_dir, self.slos)
