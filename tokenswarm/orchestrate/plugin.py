@@ -89,6 +89,10 @@ def _add_options(parser: Any) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # master / local
+#: the plugin's command-line options (``tokenswarm run --help`` lists them from here)
+add_options = _add_options
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -99,6 +103,10 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     opts = environment.parsed_options
     if opts is None:
         return
+    if not getattr(opts, "print_stats", False):
+        # Quiet terminal: the progress lines and the verdict, without Locust's periodic stats
+        # tables between them (Locust reads this flag after init; --print-stats brings them back).
+        opts.only_summary = True
     if isinstance(runner, WorkerRunner):
         _init_worker(environment)
         return
