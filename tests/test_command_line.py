@@ -100,3 +100,13 @@ def test_the_demo_exits_with_the_status_its_verdict_printed(tmp_path):
     assert printed, res.stdout[-3000:] + res.stderr[-3000:]
     assert {int(p) for p in printed} == {res.returncode}, res.stdout[-3000:]
     assert res.returncode in (0, 1) and "verdict:" in res.stdout
+
+
+def test_an_unknown_slo_on_the_command_line_gets_the_closest_name():
+    from tokenswarm.orchestrate.verdict import parse_slo_args
+
+    with pytest.raises(ValueError, match=r"unknown SLO 'ttft_p95'.*\(did you mean 'ttft_p95_ms'\?\)"):
+        parse_slo_args(["ttft_p95=800"])
+    with pytest.raises(ValueError) as info:
+        parse_slo_args(["colour=1"])
+    assert "did you mean" not in str(info.value)

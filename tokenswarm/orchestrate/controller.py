@@ -430,7 +430,7 @@ class RunController:
         print(f"tokenswarm: records and manifest written to {self.run_dir}", flush=True)
         self._verdict()
         print(
-            f"tokenswarm: report: tokenswarm report {self.run_dir}  (writes {Path(self.run_dir) / 'report' / 'report.html'})",
+            f"tokenswarm: report: tokenswarm report {self.run_dir}  (writes {os.path.join(str(self.run_dir), 'report', 'report.html')})",
             flush=True,
         )
 
