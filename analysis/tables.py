@@ -486,3 +486,29 @@ def step_table(run: Run, slo: Any = None, use_scenario_slo: bool = True) -> Step
             rows.append(row)
             errors.extend(_error_rows(run, w, task_name, req, row["requests_count"] - row["cancelled_count"]))
     return StepTables(rows=rows, errors=errors, windows=wins, slo=spec, slo_results=evaluate_rows(rows, spec), notes=notes)
+
+
+def evaluate(run_or_tables: Any, slos: Any) -> list[SloResult]:
+    """Evaluate SLOs on a run, a :class:`StepTables` or a list of rows (``analysis.evaluate``).
+
+    Parameters
+    ----------
+    run_or_tables
+        A :class:`~analysis.loader.Run` (step tables are computed with these SLOs, so goodput
+        uses their per-request thresholds), a ``StepTables``, or ``list[dict]`` rows.
+    slos
+        An SLO block (mapping, see :mod:`analysis.slo`) or a :class:`~analysis.slo.SloSpec`.
+
+    Returns
+    -------
+    list[SloResult]
+        One result per (step, task row, SLO); an SLO whose metric was not observed fails.
+    """
+    spec = parse_slos(slos)
+    if isinstance(run_or_tables, Run):
+        rows = step_table(run_or_tables, slo=spec).rows
+    elif isinstance(run_or_tables, StepTables):
+        rows = run_or_tables.rows
+    else:
+        rows = list(run_or_tables)
+    return evaluate_rows(rows, spec)

@@ -1,6 +1,6 @@
 """Metric glossary: every latency/throughput metric tokenswarm reports, defined once.
 
-The load generator's live statistics, the analysis package and the README all use these
+The load generator's live statistics, the analysis package and the manual all use these
 definitions and names. Each function takes the fields of one :class:`~tokenswarm.record.RequestRecord`
 and returns ``None`` when the metric was not observed (never ``0``).
 
@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-#: name -> (unit, definition). The README glossary is generated from / checked against this.
+#: name -> (unit, definition). docs/reference/glossary.md is generated from it (docs/gen/reference.py).
 GLOSSARY: dict[str, tuple[str, str]] = {
     "ttft_ms": ("ms", "Time to first token: arrival of the first content chunk minus sent_at."),
     "e2e_ms": ("ms", "End-to-end latency: end of the response (last byte or [DONE]) minus sent_at."),

@@ -50,7 +50,7 @@ OUTCOMES: tuple[str, ...] = tuple(o.value for o in Outcome)
 
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
-    """One LLM request, as observed by the load generator. See the README's schema table."""
+    """One LLM request, as observed by the load generator. Fields: :data:`FIELD_DOCS` (docs/reference/record-fields.md)."""
 
     run_id: str
     worker_id: str
@@ -181,3 +181,57 @@ _FIELD_SET = frozenset(FIELD_NAMES)
 def encode_lines(records: Iterable[RequestRecord]) -> bytes:
     """JSON-lines bytes for a batch of records (each line ends with ``\\n``)."""
     return b"".join(r.to_json() + b"\n" for r in records)
+
+
+#: What every record field means, one entry per field of :class:`RequestRecord` (a test
+#: checks that they match). The manual's record table is generated from it.
+FIELD_DOCS: dict[str, str] = {
+    "run_id": "The run this request belongs to.",
+    "worker_id": "The worker process that sent it.",
+    "seq": "Per-worker sequence number (0, 1, 2, ... without gaps), so lost records are detected.",
+    "task": "The traffic class: `qa`, `summarization`, `code`, `multi_turn` or a scenario-defined name.",
+    "user_class": "The Locust user class that sent it.",
+    "outcome": "How the request ended: `ok`, `http_error`, `stream_error`, `timeout` or `cancelled`.",
+    "request_key": (
+        "sha256 of what was sent (messages or prompt, `max_tokens`, sampling parameters; not the model"
+        " name), so two runs of the same scenario and seed join request by request."
+    ),
+    "scheduled_at": (
+        "When the request was planned to be sent: epoch seconds from one wall-clock reading per worker"
+        " plus a monotonic offset."
+    ),
+    "sent_at": "When the request was sent: epoch seconds on the same anchor as `scheduled_at`.",
+    "schedule_lag_ms": "`sent_at - scheduled_at`: how late the generator sent the request versus its plan.",
+    "session_id": "The multi-turn conversation (null for single-shot requests).",
+    "turn": "0-based turn within the conversation (null for single-shot requests).",
+    "step": "Index into the manifest's `steps` of the load step the request started in.",
+    "phase": "`warmup` or `steady`: the part of the step the request started in.",
+    "api": "The API called: `chat` or `completions`.",
+    "model": "The model name asked for.",
+    "ttft_ms": "Time to first token: arrival of the first content chunk, ms from `sent_at`.",
+    "e2e_ms": "End of the response (last byte or `[DONE]`), ms from `sent_at`.",
+    "chunk_offsets_ms": "Arrival of every content chunk, ms from `sent_at`.",
+    "chunk_tokens": (
+        "Tokens in each content chunk, from the server's cumulative usage (`continuous_usage_stats`)"
+        " or token ids; null when the server does not say (never guessed from text)."
+    ),
+    "prompt_tokens": "Prompt tokens, from the server's `usage` (an estimate when `tokens_estimated`).",
+    "output_tokens": "Generated tokens, from the server's `usage` (an estimate when `tokens_estimated`).",
+    "tokens_estimated": "True when the server sent no usage and the token counts are estimated (4 characters per token).",
+    "finish_reason": "The server's finish reason: `stop`, `length`, ...",
+    "http_status": "The HTTP status code (null when no response arrived).",
+    "error": (
+        "Short error text, e.g. `HTTP 429: RateLimitError: ...`, `first_token timeout`,"
+        " `connection closed mid-stream`."
+    ),
+    "response_id": "The server's response `id` (joins the simulator's ground-truth log or server logs).",
+    "output_sha256": "sha256 of the generated text.",
+    "output_text": "The generated text itself, when the scenario sets `traffic.keep_outputs`.",
+    "max_tokens": "The `max_tokens` asked for.",
+    "temperature": "The sampling temperature asked for.",
+    "spec_decode": (
+        "Per-request speculative-decoding statistics when the server sends them"
+        " (vLLM `metrics.speculative_decoding`)."
+    ),
+    "extra": "Free-form details, e.g. the abnormal case that was sent.",
+}

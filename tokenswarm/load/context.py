@@ -2,7 +2,7 @@
 
 It owns the wall-clock anchor, the gap-free sequence counter, the current load step, the
 record sink, the live statistics and the prompt sources. Users read it; the plugin
-(``tokenswarm.load.plugin``) creates it at test start and tears it down at test stop.
+(``tokenswarm.orchestrate.plugin``) creates it at test start and tears it down at test stop.
 """
 
 from __future__ import annotations

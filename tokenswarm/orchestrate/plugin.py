@@ -26,7 +26,6 @@ from locust.runners import MasterRunner, WorkerRunner
 from tokenswarm.collect.relay import MSG_FINAL, MSG_RECORDS, RelaySink, spool_dir_default
 from tokenswarm.load import runtime
 from tokenswarm.load.context import make_worker_id
-from tokenswarm.load.controller import EXIT_BAD_CONFIG, MSG_LIVE, MSG_STEP, RunController
 from tokenswarm.load.health import HealthMonitor
 from tokenswarm.load.lifecycle import is_local_worker, watch_parent
 from tokenswarm.load.setup import (  # noqa: F401  (planned_duration_s, scenario_slos: part of this module's API)
@@ -37,6 +36,9 @@ from tokenswarm.load.setup import (  # noqa: F401  (planned_duration_s, scenario
     scenario_slos,
     set_class_weights,
 )
+from tokenswarm.orchestrate.controller import EXIT_BAD_CONFIG, MSG_LIVE, MSG_STEP, RunController
+from tokenswarm.orchestrate.verdict import merge_slos, parse_slo_args
+from tokenswarm.webui import install as install_webui
 
 log = logging.getLogger("tokenswarm")
 
@@ -88,6 +90,10 @@ def _add_options(parser: Any) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # master / local
+#: the plugin's command-line options (``tokenswarm run --help`` lists them from here)
+add_options = _add_options
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -98,10 +104,13 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     opts = environment.parsed_options
     if opts is None:
         return
+    if not getattr(opts, "print_stats", False):
+        # Quiet terminal: the progress lines and the verdict, without Locust's periodic stats
+        # tables between them (Locust reads this flag after init; --print-stats brings them back).
+        opts.only_summary = True
     if isinstance(runner, WorkerRunner):
         _init_worker(environment)
         return
-    from tokenswarm.collect.verdict import merge_slos, parse_slo_args
     from tokenswarm.load.scenario import ScenarioError
 
     try:
@@ -137,12 +146,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     environment.events.reset_stats.add_listener(lambda **kw: ctl.reset_live())
     environment.events.quitting.add_listener(lambda environment, **kw: ctl.stop())
     if environment.web_ui is not None:
-        try:
-            from tokenswarm.webui import install as install_webui
-        except ImportError:
-            install_webui = None
-        if install_webui is not None:
-            install_webui(environment, ctl)
+        install_webui(environment, ctl)
 
 
 class _CollectorProxy:

@@ -431,10 +431,14 @@ class RunController:
             self.health_fh.close()
         print(f"tokenswarm: records and manifest written to {self.run_dir}", flush=True)
         self._verdict()
+        print(
+            f"tokenswarm: report: tokenswarm report {self.run_dir}  (writes {os.path.join(str(self.run_dir), 'report', 'report.html')})",
+            flush=True,
+        )
 
     def _verdict(self) -> None:
         """SLO verdict on the exact records: slo.json, junit.xml, a table, the exit status."""
-        from tokenswarm.collect.verdict import verdict_table, write_verdict
+        from tokenswarm.orchestrate.verdict import verdict_table, write_verdict
 
         try:
             v = write_verdict(self.run_dir, self.slos)
