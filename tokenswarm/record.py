@@ -105,49 +105,45 @@ class RequestRecord:
         return RequestRecord(*values[:_SEQ], seq, *values[_SEQ + 1:])
 
 
-#: One sentence per field, for the generated record reference (docs/record.md).
+#: What every record field means, one entry per field of :class:`RequestRecord` (a test
+#: checks that they match). The manual's record table is generated from it.
 FIELD_DOCS: dict[str, str] = {
-    "run_id": "Identifier of the run (one per `tokenswarm run`).",
-    "worker_id": "The load-generator process that sent the request (host-pid[-wN]).",
-    "seq": "Gap-free sequence number of the record within its worker, from 0.",
-    "task": "The scenario task (traffic class) the request belongs to.",
-    "user_class": "The Locust user class that sent it (e.g. QAUser, OpenLoop:qa).",
-    "outcome": "How the request ended: ok, http_error, stream_error, timeout or cancelled.",
-    "request_key": "SHA-256 of what was asked (input, max_tokens, sampling): joins runs request by request.",
-    "scheduled_at": "Epoch seconds when the request was due: the user's turn began (closed loop) "
-                    "or its scheduled arrival (open loop).",
-    "sent_at": "Epoch seconds when the request's last byte was handed to the kernel; for a request "
-               "never sent whole (connection failed), when the attempt began.",
+    "run_id": "The run this request belongs to.",
+    "worker_id": "The worker process that sent it.",
+    "seq": "Per-worker sequence number (0, 1, 2, ... without gaps), so lost records are detected.",
+    "task": "The traffic class: `qa`, `summarization`, `code`, `multi_turn` or a scenario-defined name.",
+    "user_class": "The Locust user class that sent it.",
+    "outcome": "How the request ended: `ok`, `http_error`, `stream_error`, `timeout` or `cancelled`.",
+    "request_key": "sha256 of what was sent (messages or prompt, `max_tokens`, sampling parameters; not the model name), so two runs of the same scenario and seed join request by request.",
+    "scheduled_at": "Epoch seconds when the request was due: the user's turn began (closed loop) or its scheduled arrival (open loop).",
+    "sent_at": "Epoch seconds when the request's last byte was handed to the kernel; for a request never sent whole (connection failed), when the attempt began.",
     "schedule_lag_ms": "sent_at minus scheduled_at, in ms, from the same clock reading as sent_at.",
-    "session_id": "Conversation identifier of a multi-turn request; null otherwise.",
-    "turn": "Turn number (from 0) within its conversation; null for single requests.",
-    "step": "Index of the load step the request was sent in.",
+    "session_id": "The multi-turn conversation (null for single-shot requests).",
+    "turn": "0-based turn within the conversation (null for single-shot requests).",
+    "step": "Index into the manifest's `steps` of the load step the request started in.",
     "phase": "Phase of the step when it was sent: warmup or steady (or ramp).",
-    "api": "OpenAI API used: chat or completions.",
-    "model": "Model name sent in the request.",
+    "api": "The API called: `chat` or `completions`.",
+    "model": "The model name asked for.",
     "ttft_ms": "Time to first token: arrival of the first content chunk minus sent_at.",
     "e2e_ms": "End of the response (last byte, [DONE], error or deadline) minus sent_at.",
     "chunk_offsets_ms": "Arrival of each content chunk, ms after sent_at (chunks read together share one value).",
-    "chunk_tokens": "Tokens carried by each content chunk, when the server gave exact counts.",
-    "prompt_tokens": "Prompt tokens as counted by the server (usage).",
+    "chunk_tokens": "Tokens in each content chunk, from the server's cumulative usage (`continuous_usage_stats`) or token ids; null when the server does not say (never guessed from text).",
+    "prompt_tokens": "Prompt tokens, from the server's `usage` (an estimate when `tokens_estimated`).",
     "output_tokens": "Output tokens: the server's usage, else the sum of chunk_tokens, else an estimate.",
-    "tokens_estimated": "True when output_tokens is estimated from the text (4 characters per token).",
-    "finish_reason": "The server's finish reason (stop, length...).",
-    "http_status": "HTTP status of the response; null when no response came.",
-    "error": "Short error text for a failed request; null when ok.",
-    "response_id": "The response's id as the server gave it.",
-    "output_sha256": "SHA-256 of the generated text (compare outputs across runs without storing them).",
-    "output_text": "The generated text, only with traffic.keep_outputs.",
-    "max_tokens": "max_tokens sent in the request.",
-    "temperature": "Sampling temperature sent in the request.",
-    "spec_decode": "The server's speculative-decoding metrics for the request, when it reports them.",
-    "extra": "Free-form extra facts (e.g. the abnormal case of an abnormal request).",
-    "conn_reused": "True when the request went out on a kept-alive connection, false on a new one; "
-                   "null when no connection was obtained.",
-    "connect_ms": "Time to establish the request's new connection (TCP, plus TLS); for a connection "
-                  "that failed, the time until it failed; null when the connection was reused.",
-    "send_delay_ms": "The generator's own delay: from the moment the request was due to the moment its "
-                     "last byte was handed to the kernel, minus connect_ms; null when never sent.",
+    "tokens_estimated": "True when the server sent no usage and the token counts are estimated (4 characters per token).",
+    "finish_reason": "The server's finish reason: `stop`, `length`, ...",
+    "http_status": "The HTTP status code (null when no response arrived).",
+    "error": "Short error text, e.g. `HTTP 429: RateLimitError: ...`, `first_token timeout`, `connection closed mid-stream`.",
+    "response_id": "The server's response `id` (joins the simulator's ground-truth log or server logs).",
+    "output_sha256": "sha256 of the generated text.",
+    "output_text": "The generated text itself, when the scenario sets `traffic.keep_outputs`.",
+    "max_tokens": "The `max_tokens` asked for.",
+    "temperature": "The sampling temperature asked for.",
+    "spec_decode": "Per-request speculative-decoding statistics when the server sends them (vLLM `metrics.speculative_decoding`).",
+    "extra": "Free-form details, e.g. the abnormal case that was sent.",
+    "conn_reused": "True when the request went out on a kept-alive connection, false on a new one; null when no connection was obtained.",
+    "connect_ms": "Time to establish the request's new connection (TCP, plus TLS); for a connection that failed, the time until it failed; null when the connection was reused.",
+    "send_delay_ms": "The generator's own delay: from the moment the request was due to the moment its last byte was handed to the kernel, minus connect_ms; null when never sent.",
     "headers_ms": "Response headers received (time to first byte), ms after sent_at.",
 }
 
@@ -183,55 +179,3 @@ def encode_lines(records: Iterable[RequestRecord]) -> bytes:
     return b"".join(r.to_json() + b"\n" for r in records)
 
 
-#: What every record field means, one entry per field of :class:`RequestRecord` (a test
-#: checks that they match). The manual's record table is generated from it.
-FIELD_DOCS: dict[str, str] = {
-    "run_id": "The run this request belongs to.",
-    "worker_id": "The worker process that sent it.",
-    "seq": "Per-worker sequence number (0, 1, 2, ... without gaps), so lost records are detected.",
-    "task": "The traffic class: `qa`, `summarization`, `code`, `multi_turn` or a scenario-defined name.",
-    "user_class": "The Locust user class that sent it.",
-    "outcome": "How the request ended: `ok`, `http_error`, `stream_error`, `timeout` or `cancelled`.",
-    "request_key": (
-        "sha256 of what was sent (messages or prompt, `max_tokens`, sampling parameters; not the model"
-        " name), so two runs of the same scenario and seed join request by request."
-    ),
-    "scheduled_at": (
-        "When the request was planned to be sent: epoch seconds from one wall-clock reading per worker"
-        " plus a monotonic offset."
-    ),
-    "sent_at": "When the request was sent: epoch seconds on the same anchor as `scheduled_at`.",
-    "schedule_lag_ms": "`sent_at - scheduled_at`: how late the generator sent the request versus its plan.",
-    "session_id": "The multi-turn conversation (null for single-shot requests).",
-    "turn": "0-based turn within the conversation (null for single-shot requests).",
-    "step": "Index into the manifest's `steps` of the load step the request started in.",
-    "phase": "`warmup` or `steady`: the part of the step the request started in.",
-    "api": "The API called: `chat` or `completions`.",
-    "model": "The model name asked for.",
-    "ttft_ms": "Time to first token: arrival of the first content chunk, ms from `sent_at`.",
-    "e2e_ms": "End of the response (last byte or `[DONE]`), ms from `sent_at`.",
-    "chunk_offsets_ms": "Arrival of every content chunk, ms from `sent_at`.",
-    "chunk_tokens": (
-        "Tokens in each content chunk, from the server's cumulative usage (`continuous_usage_stats`)"
-        " or token ids; null when the server does not say (never guessed from text)."
-    ),
-    "prompt_tokens": "Prompt tokens, from the server's `usage` (an estimate when `tokens_estimated`).",
-    "output_tokens": "Generated tokens, from the server's `usage` (an estimate when `tokens_estimated`).",
-    "tokens_estimated": "True when the server sent no usage and the token counts are estimated (4 characters per token).",
-    "finish_reason": "The server's finish reason: `stop`, `length`, ...",
-    "http_status": "The HTTP status code (null when no response arrived).",
-    "error": (
-        "Short error text, e.g. `HTTP 429: RateLimitError: ...`, `first_token timeout`,"
-        " `connection closed mid-stream`."
-    ),
-    "response_id": "The server's response `id` (joins the simulator's ground-truth log or server logs).",
-    "output_sha256": "sha256 of the generated text.",
-    "output_text": "The generated text itself, when the scenario sets `traffic.keep_outputs`.",
-    "max_tokens": "The `max_tokens` asked for.",
-    "temperature": "The sampling temperature asked for.",
-    "spec_decode": (
-        "Per-request speculative-decoding statistics when the server sends them"
-        " (vLLM `metrics.speculative_decoding`)."
-    ),
-    "extra": "Free-form details, e.g. the abnormal case that was sent.",
-}
