@@ -50,10 +50,13 @@ def compare_text(s: dict[str, Any]) -> str:
                 r["request_output_tps_p50_speedup_ci_high_ratio"]),
              ci(r["output_tokens_per_s_speedup_ratio"], r["output_tokens_per_s_speedup_ci_low_ratio"],
                 r["output_tokens_per_s_speedup_ci_high_ratio"]),
-             fmt(r["ttft_p50_ratio"], 3), fmt(r["tpot_p50_ratio"], 3), fmt(r["e2e_p99_ratio"], 3)]
+             fmt(r["ttft_p50_ratio"], 3), fmt(r["tpot_p50_ratio"], 3), fmt(r["e2e_p99_ratio"], 3),
+             f"{r['baseline_ok_count']}/{r['candidate_ok_count']}"]
             for r in s["rows"] if r["task"] == "all"]
-    lines = [_table(["step", "task", "per-req tok/s", "aggregate tok/s", "TTFT p50 x", "TPOT p50 x", "E2E p99 x"], rows)]
+    lines = [_table(["step", "task", "per-req tok/s", "aggregate tok/s", "TTFT p50 x", "TPOT p50 x", "E2E p99 x",
+                     "n base/cand"], rows)]
     lines += [f"!  {n}" for n in s["collapse_notes"]]
+    lines += [f"!  unmatched: {u}" for u in s.get("unmatched_steps", [])]
     c = s["consistency"]
     lines.append(f"outputs: {pct(c['exact_match_rate'])} exact match over {c['judged_pairs_count']} pairs, "
                  f"{c['diverging_count']} diverging")

@@ -6,17 +6,17 @@ import orjson
 import pytest
 
 from analysis.summary import unitless_keys
-from tests.analysis.runfactory import T0, failed, record, step, write_run
+from tests.analysis.runfactory import T0, failed, key, record, step, write_run
 from tokenswarm.cli import main
 
 STEPS = [step(0, "concurrency", 1, T0, T0 + 1, T0 + 30), step(1, "concurrency", 4, T0 + 30, T0 + 31, T0 + 60)]
 
 
-def _run(path, text="same output", n=40, **kw):
+def _run(path, text="same output", n=40, run_keys_offset=0, **kw):
     recs = []
     for i in range(n):
         s = i * 2 // n
-        recs.append(record(i, step=s, phase="steady", sent_at=T0 + 2 + 30 * s + i % (n // 2),
+        recs.append(record(i, request_key=key(i + run_keys_offset), step=s, phase="steady", sent_at=T0 + 2 + 30 * s + i % (n // 2),
                            task=("qa", "code")[i % 2], output_text=text,
                            chunk_offsets_ms=[80.0 + s * 40 + j * 15 for j in range(12)], chunk_tokens=[1] + [2] * 11))
     recs.append(failed(900, step=1, phase="steady", sent_at=T0 + 40))
@@ -88,6 +88,8 @@ def test_compare_exit_codes_and_default_output_dir(tmp_path, capsys):
     assert "GREEDY OUTPUTS CHANGED" in printed
     html = (changed / "compare-vs-base" / "report.html").read_text()
     assert "banner red" in html and "GREEDY OUTPUTS CHANGED" in html
-    other = _run(tmp_path / "other", scenario_name="different")
+    renamed = _run(tmp_path / "renamed", scenario_name="different")
+    assert main(["compare", str(base), str(renamed), "--quiet", "--no-plots"]) == 0
+    other = _run(tmp_path / "other", scenario_name="different", run_keys_offset=1000)
     assert main(["compare", str(base), str(other), "--quiet"]) == 2
-    assert "different scenarios" in capsys.readouterr().err
+    assert "did not send the same" in capsys.readouterr().err

@@ -110,14 +110,21 @@ def test_duplicate_request_keys_join_by_occurrence(tmp_path):
     assert c["joined_pairs_count"] == 2 and c["exact_match_rate"] == 1.0
 
 
-def test_not_comparable_runs_raise_with_both_files_named(tmp_path):
+def test_runs_are_matched_by_what_was_sent_not_by_scenario_name(tmp_path):
     a = load_run(write_run(tmp_path / "a", [record(i) for i in range(3)]))
     b = load_run(write_run(tmp_path / "b", [record(i) for i in range(3)], scenario_name="other"))
-    with pytest.raises(NotComparableError, match=r"a/manifest.json.*b/manifest.json.*different scenarios"):
-        compare_runs(a, b)
+    result = compare_runs(a, b, n_boot=20)
+    assert result["shared_request_keys_count"] == 3 and result["candidate_scenario_name"] == "other"
     c = load_run(write_run(tmp_path / "c", [record(100 + i) for i in range(3)]))
     with pytest.raises(NotComparableError, match="no request_key in common"):
         compare_runs(a, c)
+
+
+def test_runs_sharing_too_few_requests_are_refused_with_both_directories_named(tmp_path):
+    a = load_run(write_run(tmp_path / "a", [record(i) for i in range(10)]))
+    b = load_run(write_run(tmp_path / "b", [record(i) for i in range(2)] + [record(100 + i) for i in range(8)]))
+    with pytest.raises(NotComparableError, match=r"/a and .*/b: only 20% .*did not send the same traffic"):
+        compare_runs(a, b)
 
 
 def test_throughput_ci_has_width_even_when_every_answer_has_the_same_length(pair):
