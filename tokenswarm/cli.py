@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("tokenswarm.commands.run", "run a scenario with Locust (headless or web UI, local or distributed)"),
     "report": ("analysis.cli", "analyse a run directory into HTML/Markdown/JSON/CSV"),
     "compare": ("analysis.cli", "compare a baseline run with a candidate run (e.g. speculative decoding)"),
+    "study": ("tokenswarm.study.cli", "repeated, interleaved A/B study of server arms, with the verdict table"),
     "make-test-model": ("tokenswarm.testmodel.cli", "build a tiny local Llama model for real-vLLM tests"),
 }
 
