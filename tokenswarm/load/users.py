@@ -215,7 +215,7 @@ class AbnormalUser(LLMUser):
     kind = "abnormal"
 
 
-class MixedUser(LLMUser):
+class MixedUser(_TokenswarmUser):
     """Closed loop with ``traffic.task_draw: per_request``: every request draws its task by weight.
 
     One user sends every task of the scenario (whatever kinds it defines), so the mix holds at
@@ -223,7 +223,9 @@ class MixedUser(LLMUser):
     scenario draw the same task sequence per user and still join request by request.
     """
 
+    # Not an LLMUser subclass: Locust would inherit that class's task too (it sleeps without a task).
     kind = "mixed"
+    concurrency = 2
 
     def on_start(self) -> None:
         ctx = self._context()

@@ -57,11 +57,15 @@ def _set_aside(out: Path, run_dir: Path) -> str | None:
 
 
 def _terminate(proc: subprocess.Popen, timeout_s: float) -> None:
-    """SIGTERM a run (Locust then writes what it has), SIGKILL if it does not end."""
+    """Stop a run with SIGINT, SIGKILL if it does not end.
+
+    SIGINT, not SIGTERM: on SIGINT the run writes its records and manifest before it exits;
+    on SIGTERM Locust exits at once and what was recorded in memory would be lost.
+    """
     if proc.poll() is not None:
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGTERM)
+        os.killpg(proc.pid, signal.SIGINT)
     try:
         proc.wait(timeout_s)
     except subprocess.TimeoutExpired:
