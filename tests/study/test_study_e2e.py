@@ -159,3 +159,15 @@ def test_bad_input_exits_2_before_any_server_starts(tmp_path, scenario):
     res = run(study_cmd(scenario, tmp_path / "s", f"a={SIM}", f"b={SIM}", extra=["--set", "load.steps=oops"]))
     assert res.returncode == 2 and "load.steps" in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "s").exists()
+
+
+def test_the_demo_is_a_study_of_baseline_against_draft_speculation(tmp_path):
+    out = tmp_path / "demo"
+    res = run([sys.executable, "-m", "tokenswarm", "demo", "--profile", "tiny-fast", "--steps", "[1]",
+               "--step-duration", "3", "--rounds", "1", "--out", str(out)])
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    m = manifest(out)
+    assert [a["name"] for a in m["arms"]] == ["baseline", "draft"] and m["study_source"] == "tokenswarm demo"
+    assert "--spec-method none" in m["arms"][0]["command"] and "--spec-method draft" in m["arms"][1]["command"]
+    verdict = json.loads((out / "report" / "summary.json").read_text())["verdict"]
+    assert {v["task"] for v in verdict} >= {"all"} and "speedup (per-req tok/s)" in res.stdout
