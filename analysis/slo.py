@@ -19,7 +19,6 @@ single request should at least meet the tail bound.
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
