@@ -307,6 +307,7 @@ def compare_runs(
     spec_b = {(r["step_index"], r["task"]): r for r in spec_decode_tables(cand, wb, k_override)["rows"]}
     rows: list[dict[str, Any]] = []
     collapse: list[str] = []
+    slower: list[str] = []  # every step and task (not only all tasks) where the candidate is significantly slower
     ta, tb = base.categories["task"], cand.categories["task"]
     for w_a, w_b in pairs:
         tasks = sorted(set(ta[c] for c in np.unique(base["task"][w_a.mask])) &
@@ -332,6 +333,12 @@ def compare_runs(
                     f"{src_b}) but aggregate throughput did not (x{speed:.2f}): speculative decoding does not pay off "
                     "at this load (the documented high-concurrency collapse: verification is compute-bound)."
                 )
+            for key, what in (("request_output_tps_p50_speedup", "per-request output tokens/s"),
+                              ("output_tokens_per_s_speedup", "aggregate output tokens/s")):
+                hi = row.get(f"{key}_ci_high_ratio")
+                if hi is not None and hi < 1.0:
+                    slower.append(f"Step {w_b.name}, task {task}: the candidate is slower in {what} "
+                                    f"(x{row[f'{key}_ratio']:.2f}, 95 % CI below 1): it does not pay here.")
             rows.append(row)
     return {
         "baseline": {"path": str(base.path), "name": base.name, "run_id": base.manifest.get("run_id"),
@@ -347,6 +354,7 @@ def compare_runs(
         "rows": rows,
         "unmatched_steps": unmatched,
         "collapse_notes": collapse,
+        "slower_notes": slower,
         "consistency": consistency(base, cand, similarity_limit),
         "notes": sorted(set(na + nb)),
     }

@@ -235,7 +235,7 @@ def compare_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
     for h in (s.get("baseline_health"), s.get("candidate_health")):
         if h:
             b += _health_blocks(h)
-    for note in s["collapse_notes"]:
+    for note in s["collapse_notes"] + s.get("slower_notes", []):
         b.append(("banner", "yellow", note))
     b.append(("p", f"Scenario {s['scenario_name']}; {s['shared_request_keys_count']:,} shared request keys. "
                    f"Ratios are candidate / baseline with {int(s['bootstrap']['confidence_level_share'] * 100)} % "

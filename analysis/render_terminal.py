@@ -57,6 +57,7 @@ def compare_text(s: dict[str, Any]) -> str:
                      "n base/cand"], rows)]
     lines += [f"!  {n}" for n in s["collapse_notes"]]
     lines += [f"!  unmatched: {u}" for u in s.get("unmatched_steps", [])]
+    lines += [f"!  {n}" for n in s.get("slower_notes", [])]
     c = s["consistency"]
     lines.append(f"outputs: {pct(c['exact_match_rate'])} exact match over {c['judged_pairs_count']} pairs, "
                  f"{c['diverging_count']} diverging")

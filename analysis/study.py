@@ -82,6 +82,7 @@ class Cell:
     chunk_estimate: float | None
     chunk_reliable: bool | None
     request_accept_len: float | None
+    chunk_hist: dict[int, int]  #: tokens per chunk -> chunks (first chunk excluded; exact counts only)
 
 
 def _sorted(v: np.ndarray) -> np.ndarray:
@@ -145,7 +146,9 @@ def _cell(run: Run, d: dict[str, np.ndarray], w: Window, m: np.ndarray, good: np
                 None if spec is None else spec.get("request_acceptance_rate"),
                 None if spec is None else spec.get("chunk_mean_tokens_per_chunk_tokens"),
                 None if spec is None else spec.get("chunk_estimate_reliable"),
-                None if spec is None else spec.get("request_mean_acceptance_length_tokens"))
+                None if spec is None else spec.get("request_mean_acceptance_length_tokens"),
+                {int(h["chunk_size_tokens"]): int(h["chunks_count"])
+                 for h in (spec or {}).get("tokens_per_chunk_histogram") or []})
 
 
 # --------------------------------------------------------------------------- combining rounds
@@ -228,6 +231,15 @@ def _latency_ratio(cand: list[Cell], base: list[Cell], metric: str, p: float, rn
 def _mean(xs: list[float | None]) -> float | None:
     v = [x for x in xs if x is not None]
     return float(np.mean(v)) if v else None
+
+
+def _histogram(hists: list[dict[int, int]]) -> list[dict[str, int]]:
+    """Tokens-per-chunk histograms summed over rounds: the distribution of tokens emitted per step."""
+    total: dict[int, int] = {}
+    for h in hists:
+        for k, v in h.items():
+            total[k] = total.get(k, 0) + v
+    return [{"tokens_per_step_count": k, "chunks_count": total[k]} for k in sorted(total)]
 
 
 def cv(values: list[float | None]) -> float | None:
@@ -331,7 +343,9 @@ def analyse_study(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 0) ->
                                "mean_accepted_length": _mean([c.accept_len for c in have]),
                                "acceptance_source": next((c.accept_source for c in have if c.accept_source), None),
                                "acceptance_rate": _mean([c.accept_rate for c in have]),
-                               "chunk_estimate_mean_tokens": _mean([c.chunk_estimate for c in have])})
+                               "chunk_estimate_mean_tokens": _mean([c.chunk_estimate for c in have]),
+                               "chunk_estimate_reliable": all(c.chunk_reliable for c in have),
+                               "accepted_length_histogram": _histogram([c.chunk_hist for c in have])})
             req, chunk = _mean([c.request_accept_len for c in have]), _mean([c.chunk_estimate for c in have])
             if req and chunk and abs(chunk - req) / req > 0.15 and arm != base_arm:
                 notes.append(f"arm {arm}, {key[2]} at {key[1]:g}: the chunk-size estimate of accepted length "

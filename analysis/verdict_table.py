@@ -172,13 +172,38 @@ def report_markdown(summary: dict[str, Any], images: list[str]) -> str:
     b += ["## Acceptance", ""]
     rows = [[a["arm"], a["task"], f"{a['load']:g}",
              "-" if a["mean_accepted_length"] is None else f"{a['mean_accepted_length']:.2f}",
-             "-" if a["acceptance_rate"] is None else f"{a['acceptance_rate']:.1%}", a["acceptance_source"] or "-"]
+             "-" if a["acceptance_rate"] is None else f"{a['acceptance_rate']:.1%}", a["acceptance_source"] or "-",
+             _hist_text(a.get("accepted_length_histogram") or [])
+             + ("" if a.get("chunk_estimate_reliable") else " (unreliable)")]
             for a in summary["acceptance"]]
-    b += [_md_table(["arm", "task", "load", "mean accepted length", "acceptance rate", "source"], rows), ""]
+    b += ["Acceptance per step of the load plan shows how it changed over the run. The histogram counts "
+          "content chunks by tokens carried (first chunk excluded), all rounds together.", "",
+          _md_table(["arm", "task", "load", "mean accepted length", "acceptance rate", "source",
+                     "tokens per chunk: chunks"], rows), ""]
+    b += _by_arm_table(summary)
     m = summary["methods"]
     b += ["## Method", "", f"- within a run: {m['within_run']}", f"- over rounds: {m['over_rounds']}",
           f"- {m['sample_size_guard']}", f"- {m['bootstrap_replicates']} replicates, seed {m['seed']}", ""]
     return "\n".join(b)
+
+
+def _hist_text(hist: list[dict[str, int]]) -> str:
+    total = sum(h["chunks_count"] for h in hist)
+    if not total:
+        return "-"
+    return " ".join(f"{h['tokens_per_step_count']}:{h['chunks_count'] / total:.0%}" for h in hist)
+
+
+def _by_arm_table(summary: dict[str, Any]) -> list[str]:
+    """With several candidate arms (e.g. K = 2, 4, 8, or draft vs n-gram): speedup per arm at each load."""
+    arms = _arms(summary)
+    if len(arms) < 2:
+        return []
+    cells = {(r["arm"], r["load"]): r for r in summary["verdict"] if r["task"] == "all"}
+    loads = sorted({load for _a, load in cells})
+    rows = [[f"{load:g}"] + [_x(cells[(a, load)]["speedup"]) if (a, load) in cells else "-" for a in arms]
+            for load in loads]
+    return ["## Speedup by arm (all tasks, per-request tok/s)", "", _md_table(["load"] + arms, rows), ""]
 
 
 def speedup_curves_png(summary: dict[str, Any]) -> bytes | None:

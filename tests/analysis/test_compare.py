@@ -135,3 +135,14 @@ def test_throughput_ci_has_width_even_when_every_answer_has_the_same_length(pair
     row = {(r["step_name"], r["task"]): r for r in compare_runs(a, b, n_boot=400, seed=2)["rows"]}[("c1", "all")]
     lo, hi = row["output_tokens_per_s_speedup_ci_low_ratio"], row["output_tokens_per_s_speedup_ci_high_ratio"]
     assert lo < row["output_tokens_per_s_speedup_ratio"] < hi and hi - lo > 0.05
+
+
+def test_every_task_and_step_where_the_candidate_is_significantly_slower_is_named(pair):
+    a, b, _base, _cand = pair
+    result = compare_runs(a, b, n_boot=200)
+    slow_rows = [r for r in result["rows"]
+                 if (r["request_output_tps_p50_speedup_ci_high_ratio"] or 2.0) < 1.0
+                 or (r["output_tokens_per_s_speedup_ci_high_ratio"] or 2.0) < 1.0]
+    assert slow_rows, "the fixture has a step where the candidate is slower"
+    named = {(n.split(",")[0].removeprefix("Step "), n.split("task ")[1].split(":")[0]) for n in result["slower_notes"]}
+    assert {(r["step_name"], r["task"]) for r in slow_rows} == named
