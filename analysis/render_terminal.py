@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.render_doc import ci, fmt, pct
+from analysis.render_doc import ci, fmt, guarded, pct
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -22,8 +22,8 @@ def report_text(s: dict[str, Any]) -> str:
         lines.append("!! GENERATOR OVERLOADED: results are suspect")
     lines += [f"!  {m}" for m in h["messages"]]
     rows = [[str(r["step_name"]), fmt(r["requests_count"]), pct(r["error_rate"]), fmt(r["requests_per_s"]),
-             fmt(r["output_tokens_per_s"]), pct(r["goodput_share"]), fmt(r["ttft_p50_ms"]), fmt(r["ttft_p99_ms"]),
-             fmt(r["tpot_p50_ms"]), fmt(r["tpot_p99_ms"]), fmt(r["e2e_p99_ms"])]
+             fmt(r["output_tokens_per_s"]), pct(r["goodput_share"]), guarded(r, "ttft_p50_ms"), guarded(r, "ttft_p99_ms"),
+             guarded(r, "tpot_p50_ms"), guarded(r, "tpot_p99_ms"), guarded(r, "e2e_p99_ms")]
             for r in s["steps"] if r["task"] == "all"]
     lines.append(_table(["step", "requests", "errors", "req/s", "out tok/s", "goodput", "TTFT p50", "TTFT p99",
                          "TPOT p50", "TPOT p99", "E2E p99"], rows))
