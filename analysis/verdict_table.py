@@ -36,7 +36,7 @@ def _load(row: dict[str, Any]) -> str:
 
 
 HEADERS = ["task", "load", "n base/cand", "speedup (per-req tok/s)", "aggregate tok/s", "TTFT p50", "TPOT p50",
-           "TPOT p95", "E2E p95", "E2E p99", "acc. len", "verdict"]
+           "TPOT p95", "E2E p95", "E2E p99", "goodput", "acc. len", "verdict"]
 
 
 def verdict_rows(summary: dict[str, Any], arm: str) -> list[list[str]]:
@@ -48,7 +48,7 @@ def verdict_rows(summary: dict[str, Any], arm: str) -> list[list[str]]:
         acc = r.get("mean_accepted_length")
         rows.append([r["task"], _load(r), _n(r), _x(r["speedup"], r["speedup_ci"]),
                      _x(r["aggregate_speedup"], r["aggregate_speedup_ci"]), _lat(r, "ttft", 50), _lat(r, "tpot", 50),
-                     _lat(r, "tpot", 95), _lat(r, "e2e", 95), _lat(r, "e2e", 99),
+                     _lat(r, "tpot", 95), _lat(r, "e2e", 95), _lat(r, "e2e", 99), _x(r.get("goodput_ratio")),
                      "-" if acc is None else f"{acc:.2f}", r["verdict"]])
     return rows
 
