@@ -171,3 +171,16 @@ def test_the_demo_is_a_study_of_baseline_against_draft_speculation(tmp_path):
     assert "--spec-method none" in m["arms"][0]["command"] and "--spec-method draft" in m["arms"][1]["command"]
     verdict = json.loads((out / "report" / "summary.json").read_text())["verdict"]
     assert {v["task"] for v in verdict} >= {"all"} and "speedup (per-req tok/s)" in res.stdout
+
+
+def test_an_arm_can_be_a_server_the_user_runs_given_by_its_url(tmp_path, scenario):
+    from tokenswarm.sim.testing import start_sim
+
+    out = tmp_path / "study"
+    with start_sim("--profile", "tiny-fast") as sim:
+        res = run(study_cmd(scenario, out, f"running={sim.base_url}/v1", f"draft={SIM} --spec-method draft"))
+        assert sim.proc.poll() is None, "the study does not stop a server it did not start"
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    m = manifest(out)
+    assert m["arms"][0]["host"] == f"{sim.base_url}/v1" and m["arms"][0]["command"] is None
+    assert m["arm_rounds"][0]["base_url"] == sim.base_url and m["arm_rounds"][0]["server_exit_status"] is None
