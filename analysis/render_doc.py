@@ -49,7 +49,7 @@ def fmt(v: Any, digits: int = 4) -> str:
 _PCTL = re.compile(r"^(?P<metric>[a-z_]+?)_p(?P<p>\d+(?:_\d+)?)_(?:ms|tokens_per_s)$")
 
 
-def guarded(row: dict[str, Any], column: str) -> str:
+def guarded(row: Any, column: str) -> str:
     """A percentile cell: ``n<N`` when the row's sample count cannot support it (never a number), else fmt."""
     m = _PCTL.match(column)
     if m is not None:
