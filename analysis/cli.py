@@ -61,6 +61,10 @@ def _report(args: argparse.Namespace) -> int:
     from analysis.report import write_report
     from analysis.summary import analyse
 
+    if (Path(args.run_dir) / "study.json").is_file():  # a study directory: the study report
+        from tokenswarm.study.cli import write_study_report
+
+        return write_study_report(Path(args.run_dir), quiet=args.quiet)
     run = load_run(args.run_dir)
     summary = analyse(run, slo=_load_slo(args.slo), gpu_hour_usd=args.gpu_hour_usd, gpus=args.gpus,
                       window_s=args.window_s, spec_k=args.spec_k)

@@ -1,7 +1,8 @@
 """Compare a baseline run with a candidate run (e.g. speculative decoding on vs off).
 
-Steps are matched by (kind, target) when both runs have load steps (else by position), tasks
-by name. For each matched step and task:
+Runs are matched by what was sent -- their request keys -- not by scenario name
+(:func:`check_comparable`). Steps are matched by (kind, target) when both runs have load
+steps (else by position), tasks by name; unmatched steps are listed, never dropped silently. For each matched step and task:
 
 * speedup of per-request output tokens/s (ratio of medians, candidate / baseline) and of
   aggregate output tokens/s (ratio of step throughputs);
@@ -41,24 +42,41 @@ RATIO_METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
 CONFIDENCE = 0.95
 
 
-def check_comparable(base: Run, cand: Run) -> int:
-    """Raise :class:`NotComparableError` unless the runs share a scenario and request keys.
+#: Runs are comparable when at least this share of the smaller run's distinct request keys is
+#: also in the other run. Closed-loop arms send the same per-user prompt sequences, but the
+#: faster arm gets further down them, so the overlap is judged against the smaller set.
+MIN_SHARED_KEY_SHARE = 0.5
 
-    Returns the number of distinct request keys in both runs.
-    """
-    a, b = base.manifest.get("scenario_name"), cand.manifest.get("scenario_name")
-    if a != b:
-        raise NotComparableError(
-            f"{base.path / 'manifest.json'} (scenario_name {a!r}) and {cand.path / 'manifest.json'} "
-            f"(scenario_name {b!r}): different scenarios cannot be compared"
-        )
+
+def traffic_overlap(base: Run, cand: Run) -> dict[str, Any]:
+    """How much of what was sent is the same in both runs, by ``request_key`` (not by name)."""
     ka = np.unique(base["request_key"][base["request_key"] != b""])
     kb = np.unique(cand["request_key"][cand["request_key"] != b""])
     shared = int(np.intersect1d(ka, kb, assume_unique=True).size)
+    smaller = min(ka.size, kb.size)
+    return {"baseline_keys_count": int(ka.size), "candidate_keys_count": int(kb.size),
+            "shared_keys_count": shared, "shared_key_share": shared / smaller if smaller else None}
+
+
+def check_comparable(base: Run, cand: Run) -> int:
+    """Raise :class:`NotComparableError` unless the runs sent the same requests.
+
+    Runs are matched by what was sent (their request keys: payload, max_tokens and sampling),
+    never by scenario name, so two differently named scenarios with identical traffic compare.
+    Returns the number of distinct request keys in both runs.
+    """
+    ov = traffic_overlap(base, cand)
+    shared, share = ov["shared_keys_count"], ov["shared_key_share"]
     if shared == 0:
         raise NotComparableError(
             f"{base.path} and {cand.path}: no request_key in common - the runs did not send the same requests "
             "(different seeds or datasets?)"
+        )
+    if share is not None and share < MIN_SHARED_KEY_SHARE:
+        raise NotComparableError(
+            f"{base.path} and {cand.path}: only {share:.0%} of the requests of the smaller run were also sent "
+            f"by the other ({shared} of {min(ov['baseline_keys_count'], ov['candidate_keys_count'])} request keys, "
+            f"at least {MIN_SHARED_KEY_SHARE:.0%} needed) - the runs did not send the same traffic"
         )
     return shared
 
@@ -278,7 +296,7 @@ def compare_runs(
     Raises
     ------
     NotComparableError
-        Different ``scenario_name`` or no shared ``request_key``.
+        The runs did not send the same requests (too few shared ``request_key``).
     """
     shared = check_comparable(base, cand)
     rng = np.random.default_rng(seed)
@@ -289,6 +307,7 @@ def compare_runs(
     spec_b = {(r["step_index"], r["task"]): r for r in spec_decode_tables(cand, wb, k_override)["rows"]}
     rows: list[dict[str, Any]] = []
     collapse: list[str] = []
+    slower: list[str] = []  # every step and task (not only all tasks) where the candidate is significantly slower
     ta, tb = base.categories["task"], cand.categories["task"]
     for w_a, w_b in pairs:
         tasks = sorted(set(ta[c] for c in np.unique(base["task"][w_a.mask])) &
@@ -314,6 +333,12 @@ def compare_runs(
                     f"{src_b}) but aggregate throughput did not (x{speed:.2f}): speculative decoding does not pay off "
                     "at this load (the documented high-concurrency collapse: verification is compute-bound)."
                 )
+            for key, what in (("request_output_tps_p50_speedup", "per-request output tokens/s"),
+                              ("output_tokens_per_s_speedup", "aggregate output tokens/s")):
+                hi = row.get(f"{key}_ci_high_ratio")
+                if hi is not None and hi < 1.0:
+                    slower.append(f"Step {w_b.name}, task {task}: the candidate is slower in {what} "
+                                    f"(x{row[f'{key}_ratio']:.2f}, 95 % CI below 1): it does not pay here.")
             rows.append(row)
     return {
         "baseline": {"path": str(base.path), "name": base.name, "run_id": base.manifest.get("run_id"),
@@ -321,6 +346,7 @@ def compare_runs(
         "candidate": {"path": str(cand.path), "name": cand.name, "run_id": cand.manifest.get("run_id"),
                       "records_count": len(cand)},
         "scenario_name": base.manifest.get("scenario_name"),
+        "candidate_scenario_name": cand.manifest.get("scenario_name"),
         "shared_request_keys_count": shared,
         "bootstrap": {"replicates_count": n_boot, "rng_seed_value": seed, "confidence_level_share": CONFIDENCE,
                       "method": "percentile bootstrap, runs resampled independently; quantiles via the exact "
@@ -328,6 +354,7 @@ def compare_runs(
         "rows": rows,
         "unmatched_steps": unmatched,
         "collapse_notes": collapse,
+        "slower_notes": slower,
         "consistency": consistency(base, cand, similarity_limit),
         "notes": sorted(set(na + nb)),
     }

@@ -20,7 +20,7 @@ class RunInputError(AnalysisError):
 
 
 class NotComparableError(AnalysisError):
-    """Two runs that cannot be compared (different scenarios, no shared request keys)."""
+    """Two runs that cannot be compared (they did not send the same requests)."""
 
     exit_code = 2
 

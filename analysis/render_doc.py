@@ -7,7 +7,10 @@ Blocks: ``("h1"|"h2"|"h3", text)``, ``("p", text)``, ``("banner", "red"|"yellow"
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+from analysis.stats import min_samples_for
 
 Block = tuple
 
@@ -41,6 +44,20 @@ def fmt(v: Any, digits: int = 4) -> str:
     if isinstance(v, list):
         return ", ".join(fmt(x, 3) for x in v)
     return str(v)
+
+
+_PCTL = re.compile(r"^(?P<metric>[a-z_]+?)_p(?P<p>\d+(?:_\d+)?)_(?:ms|tokens_per_s)$")
+
+
+def guarded(row: Any, column: str) -> str:
+    """A percentile cell: ``n<N`` when the row's sample count cannot support it (never a number), else fmt."""
+    m = _PCTL.match(column)
+    if m is not None:
+        n = row.get(f"{m.group('metric')}_count")
+        need = min_samples_for(float(m.group("p").replace("_", ".")))
+        if isinstance(n, int) and 0 < n < need:
+            return f"n<{need}"
+    return fmt(row.get(column))
 
 
 def pct(v: float | None, digits: int = 2) -> str:
@@ -116,8 +133,8 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
     for r in steps:
         row = [r["step_name"], _load(r), fmt(r["window_duration_s"]), fmt(r["requests_count"]), pct(r["error_rate"]),
                fmt(r["requests_per_s"]), fmt(r["output_tokens_per_s"]), fmt(r["goodput_requests_per_s"]),
-               pct(r["goodput_share"]), fmt(r["ttft_p50_ms"]), fmt(r["ttft_p99_ms"]), fmt(r["tpot_p50_ms"]),
-               fmt(r["tpot_p99_ms"]), fmt(r["itl_p99_ms"]), fmt(r["e2e_p99_ms"]), pct(r["ttft_failed_share"])]
+               pct(r["goodput_share"]), guarded(r, "ttft_p50_ms"), guarded(r, "ttft_p99_ms"), guarded(r, "tpot_p50_ms"),
+               guarded(r, "tpot_p99_ms"), guarded(r, "itl_p99_ms"), guarded(r, "e2e_p99_ms"), pct(r["ttft_failed_share"])]
         if cost:
             c = cost.get(r["step_index"], {})
             row += [fmt(c.get("cost_per_1m_output_tokens_usd")), fmt(c.get("cost_per_1k_requests_usd"))]
@@ -177,7 +194,7 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
         table = []
         for r in rows:
             row = [r["step_name"], r["task"], fmt(r[f"{metric}_count"]), pct(r.get(f"{metric}_failed_share"))]
-            row += [fmt(r[f"{metric}_{k}_{unit}"]) for k in ("p50", "p90", "p95", "p99", "p99_9", "mean", "min", "max")]
+            row += [guarded(r, f"{metric}_{k}_{unit}") for k in ("p50", "p90", "p95", "p99", "p99_9", "mean", "min", "max")]
             if with_inf:
                 v = r[f"{metric}_p99_failed_as_inf_{unit}"]
                 row.append("unbounded" if v is None else fmt(v))
@@ -255,7 +272,7 @@ def compare_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
     for h in (s.get("baseline_health"), s.get("candidate_health")):
         if h:
             b += _health_blocks(h)
-    for note in s["collapse_notes"]:
+    for note in s["collapse_notes"] + s.get("slower_notes", []):
         b.append(("banner", "yellow", note))
     b.append(("p", f"Scenario {s['scenario_name']}; {s['shared_request_keys_count']:,} shared request keys. "
                    f"Ratios are candidate / baseline with {int(s['bootstrap']['confidence_level_share'] * 100)} % "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.render_doc import ci, fmt, pct
+from analysis.render_doc import ci, fmt, guarded, pct
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -22,8 +22,8 @@ def report_text(s: dict[str, Any]) -> str:
         lines.append("!! GENERATOR OVERLOADED: results are suspect")
     lines += [f"!  {m}" for m in h["messages"]]
     rows = [[str(r["step_name"]), fmt(r["requests_count"]), pct(r["error_rate"]), fmt(r["requests_per_s"]),
-             fmt(r["output_tokens_per_s"]), pct(r["goodput_share"]), fmt(r["ttft_p50_ms"]), fmt(r["ttft_p99_ms"]),
-             fmt(r["tpot_p50_ms"]), fmt(r["tpot_p99_ms"]), fmt(r["e2e_p99_ms"])]
+             fmt(r["output_tokens_per_s"]), pct(r["goodput_share"]), guarded(r, "ttft_p50_ms"), guarded(r, "ttft_p99_ms"),
+             guarded(r, "tpot_p50_ms"), guarded(r, "tpot_p99_ms"), guarded(r, "e2e_p99_ms")]
             for r in s["steps"] if r["task"] == "all"]
     lines.append(_table(["step", "requests", "errors", "req/s", "out tok/s", "goodput", "TTFT p50", "TTFT p99",
                          "TPOT p50", "TPOT p99", "E2E p99"], rows))
@@ -50,10 +50,14 @@ def compare_text(s: dict[str, Any]) -> str:
                 r["request_output_tps_p50_speedup_ci_high_ratio"]),
              ci(r["output_tokens_per_s_speedup_ratio"], r["output_tokens_per_s_speedup_ci_low_ratio"],
                 r["output_tokens_per_s_speedup_ci_high_ratio"]),
-             fmt(r["ttft_p50_ratio"], 3), fmt(r["tpot_p50_ratio"], 3), fmt(r["e2e_p99_ratio"], 3)]
+             fmt(r["ttft_p50_ratio"], 3), fmt(r["tpot_p50_ratio"], 3), fmt(r["e2e_p99_ratio"], 3),
+             f"{r['baseline_ok_count']}/{r['candidate_ok_count']}"]
             for r in s["rows"] if r["task"] == "all"]
-    lines = [_table(["step", "task", "per-req tok/s", "aggregate tok/s", "TTFT p50 x", "TPOT p50 x", "E2E p99 x"], rows)]
+    lines = [_table(["step", "task", "per-req tok/s", "aggregate tok/s", "TTFT p50 x", "TPOT p50 x", "E2E p99 x",
+                     "n base/cand"], rows)]
     lines += [f"!  {n}" for n in s["collapse_notes"]]
+    lines += [f"!  unmatched: {u}" for u in s.get("unmatched_steps", [])]
+    lines += [f"!  {n}" for n in s.get("slower_notes", [])]
     c = s["consistency"]
     lines.append(f"outputs: {pct(c['exact_match_rate'])} exact match over {c['judged_pairs_count']} pairs, "
                  f"{c['diverging_count']} diverging")

@@ -19,9 +19,11 @@ that the two never import each other).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from analysis.stats import min_samples_for
 from tokenswarm.metrics import SLO_METRICS
 
 #: Per-request goodput thresholds (not row SLOs).
@@ -115,6 +117,8 @@ class SloResult:
     comparison: str  #: "<=" or ">="
     unit: str
     detail: str = ""
+    #: the percentile rests on too few samples (n < 10 / (1 - q)): not judged, counted as not passed
+    not_enough_samples: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (units in key names)."""
@@ -129,7 +133,24 @@ class SloResult:
             "step_name": self.step_name,
             "task": self.task,
             "detail": self.detail,
+            "not_enough_samples": self.not_enough_samples,
         }
+
+
+_PERCENTILE_COLUMN = re.compile(r"^(?P<metric>[a-z_]+?)_p(?P<p>\d+(?:_\d+)?)_ms$")
+
+
+def _too_few_samples(row: Mapping[str, Any], column: str) -> str | None:
+    """Why a percentile column cannot be judged (sample-size guard), or ``None`` when it can."""
+    m = _PERCENTILE_COLUMN.match(column)
+    if m is None:
+        return None
+    n = row.get(f"{m.group('metric')}_count")
+    p = float(m.group("p").replace("_", "."))
+    need = min_samples_for(p)
+    if n is None or n >= need:
+        return None
+    return f"not enough samples: {column} from n={n}, a p{p:g} needs n >= {need} (10 / (1 - q))"
 
 
 def evaluate_rows(rows: list[Mapping[str, Any]], slos: SloSpec) -> list[SloResult]:
@@ -142,7 +163,10 @@ def evaluate_rows(rows: list[Mapping[str, Any]], slos: SloSpec) -> list[SloResul
                 continue  # per-request thresholds feed goodput, they are not row checks
             column, direction, unit = SLO_METRICS[name]
             observed = row.get(column)
-            if observed is None:
+            short = None if observed is None else _too_few_samples(row, column)
+            if short is not None:
+                passed, detail, observed = False, short, None
+            elif observed is None:
                 passed, detail = False, f"{column} not observed in this row (no eligible requests)"
             elif direction == "max":
                 passed, detail = observed <= threshold, ""
@@ -160,6 +184,7 @@ def evaluate_rows(rows: list[Mapping[str, Any]], slos: SloSpec) -> list[SloResul
                     comparison="<=" if direction == "max" else ">=",
                     unit=unit,
                     detail=detail,
+                    not_enough_samples=short is not None,
                 )
             )
     return results

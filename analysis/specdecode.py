@@ -169,6 +169,20 @@ def chunk_inference(counts: np.ndarray, k: int | None) -> dict[str, Any]:
     return out
 
 
+#: a chunk-size estimate further than this from the per-request mean accepted length is unreliable
+CHUNK_VS_REQUEST_LIMIT = 0.15
+
+
+def _check_against_requests(row: dict[str, Any]) -> None:
+    """Mark the chunk estimate unreliable where the server's own per-request numbers contradict it."""
+    req, chunk = row.get("request_mean_acceptance_length_tokens"), row.get("chunk_mean_tokens_per_chunk_tokens")
+    if req and chunk and abs(chunk - req) / req > CHUNK_VS_REQUEST_LIMIT:
+        row["chunk_estimate_reliable"] = False
+        row["chunk_estimate_notes"] = [*row.get("chunk_estimate_notes", []),
+                                       f"the chunk-size estimate ({chunk:.2f}) disagrees with the per-request mean "
+                                       f"accepted length ({req:.2f}) by more than {CHUNK_VS_REQUEST_LIMIT:.0%}"]
+
+
 def spec_decode_tables(run: Run, wins: list[Window], k_override: int | None = None) -> dict[str, Any]:
     """Per step (server counters) and per step and task (per-request fields, chunk inference)."""
     d = derived(run)
@@ -199,6 +213,7 @@ def spec_decode_tables(run: Run, wins: list[Window], k_override: int | None = No
                 row.update(server)
             row.update(per_request(run, req))
             row.update(chunk_inference(hist, k))
+            _check_against_requests(row)
             rows.append(row)
     any_data = any(
         (r.get("server_drafts_count") or r.get("request_stats_count")) for r in rows

@@ -456,3 +456,26 @@ def describe_parts(sp: SortedParts, prefix: str, unit: str, failed_share: float 
     out[f"{prefix}_count"] = n
     out[f"{prefix}_failed_share"] = failed_share
     return out
+
+
+# --------------------------------------------------------------------------- sample-size guard
+
+#: A q-quantile needs about this many samples beyond it: n >= SAMPLES_PER_TAIL / (1 - q).
+SAMPLES_PER_TAIL = 10.0
+
+
+def min_samples_for(p: float) -> int:
+    """Fewest samples that support the ``p``-th percentile: ceil(10 / (1 - p/100)).
+
+    p50 needs 20, p95 200, p99 1,000, p99.9 10,000: below that the estimate rests on fewer
+    than ~10 values in the tail and is shown as insufficient, never as a number.
+    """
+    q = p / 100.0
+    if q >= 1.0:
+        raise ValueError(f"percentile {p:g} has no finite sample requirement")
+    return math.ceil(round(SAMPLES_PER_TAIL / (1.0 - q), 6))
+
+
+def percentile_supported(n: int, p: float) -> bool:
+    """True when ``n`` samples support the ``p``-th percentile (see :func:`min_samples_for`)."""
+    return n >= min_samples_for(p)

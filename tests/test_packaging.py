@@ -68,7 +68,7 @@ def test_readme_quick_start_has_exactly_two_commands_and_ci_runs_the_second():
 
 
 def test_every_subcommand_explains_itself():
-    for cmd in ("demo", "sim", "run", "report", "compare", "make-test-model"):
+    for cmd in ("demo", "sim", "run", "report", "compare", "make-test-model", "study"):
         out = subprocess.run([sys.executable, "-m", "tokenswarm", cmd, "--help"], capture_output=True, text=True)
         assert out.returncode == 0 and "usage:" in out.stdout, (cmd, out.stderr[-500:])
 

@@ -14,11 +14,12 @@ import sys
 
 #: name -> (module, one-line help). Order is the order shown in ``--help``.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("tokenswarm.commands.demo", "start the simulator, run the default mixed scenario briefly, report"),
+    "demo": ("tokenswarm.commands.demo", "a short study on the simulator: baseline vs speculative decoding, the verdict table"),
     "sim": ("tokenswarm.sim.cli", "serve the simulated OpenAI-compatible LLM server"),
     "run": ("tokenswarm.commands.run", "run a scenario with Locust (headless or web UI, local or distributed)"),
     "report": ("analysis.cli", "analyse a run directory into HTML/Markdown/JSON/CSV"),
     "compare": ("analysis.cli", "compare a baseline run with a candidate run (e.g. speculative decoding)"),
+    "study": ("tokenswarm.study.cli", "repeated, interleaved A/B study of server arms, with the verdict table"),
     "make-test-model": ("tokenswarm.testmodel.cli", "build a tiny local Llama model for real-vLLM tests"),
 }
 

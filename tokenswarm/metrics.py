@@ -71,6 +71,21 @@ GLOSSARY: dict[str, tuple[str, str]] = {
         "tokens/s",
         "Output tokens per second of one request: output_tokens / (e2e_ms / 1000).",
     ),
+    # study metrics (tokenswarm study; analysis.study)
+    "speedup": (
+        "ratio",
+        "Candidate / baseline median per-request output tokens/s (output_tps) of one step and task; "
+        "geometric mean over rounds.",
+    ),
+    "aggregate_speedup": (
+        "ratio",
+        "Candidate / baseline aggregate output tokens/s of one step's steady window; geometric mean over rounds.",
+    ),
+    "crossover_load": (
+        "users or requests/s",
+        "Load at which the speedup crosses 1 (speculation stops paying), interpolated in log(load).",
+    ),
+    "cv": ("fraction", "Coefficient of variation across rounds: sample standard deviation / mean."),
 }
 
 #: Step-level SLOs a scenario may set (``slo:``), defined once for the scenario loader and the

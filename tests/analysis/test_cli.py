@@ -6,17 +6,17 @@ import orjson
 import pytest
 
 from analysis.summary import unitless_keys
-from tests.analysis.runfactory import T0, failed, record, step, write_run
+from tests.analysis.runfactory import T0, failed, key, record, step, write_run
 from tokenswarm.cli import main
 
 STEPS = [step(0, "concurrency", 1, T0, T0 + 1, T0 + 30), step(1, "concurrency", 4, T0 + 30, T0 + 31, T0 + 60)]
 
 
-def _run(path, text="same output", n=40, **kw):
+def _run(path, text="same output", n=80, run_keys_offset=0, **kw):
     recs = []
     for i in range(n):
         s = i * 2 // n
-        recs.append(record(i, step=s, phase="steady", sent_at=T0 + 2 + 30 * s + i % (n // 2),
+        recs.append(record(i, request_key=key(i + run_keys_offset), step=s, phase="steady", sent_at=T0 + 2 + 30 * s + (i % (n // 2)) * 0.5,
                            task=("qa", "code")[i % 2], output_text=text,
                            chunk_offsets_ms=[80.0 + s * 40 + j * 15 for j in range(12)], chunk_tokens=[1] + [2] * 11))
     recs.append(failed(900, step=1, phase="steady", sent_at=T0 + 40))
@@ -24,7 +24,7 @@ def _run(path, text="same output", n=40, **kw):
 
 
 def test_report_writes_every_artefact_and_a_short_table(tmp_path, capsys):
-    run = _run(tmp_path / "run", scenario={"slo": {"ttft_p95_ms": 100}, "cost": {"gpu_hour_usd": 2.0, "gpus": 2}})
+    run = _run(tmp_path / "run", scenario={"slo": {"ttft_p50_ms": 100}, "cost": {"gpu_hour_usd": 2.0, "gpus": 2}})
     assert main(["report", str(run)]) == 0
     out = run / "report"
     for name in ("report.html", "report.md", "summary.json", "steps.csv", "errors.csv", "slo_results.csv", "cost.csv"):
@@ -58,6 +58,8 @@ def test_fail_on_slo_exit_status(tmp_path):
     assert main(args + ["--slo", '{"ttft_p50_ms": 1}', "--fail-on-slo"]) == 1
     assert main(args + ["--slo", '{"ttft_p50_ms": 100000}', "--fail-on-slo"]) == 0
     assert main(args + ["--slo", '{"ttft_p51_ms": 1}']) == 2
+    # a p95 over 20 requests per task cannot gate: "not enough samples" is not a pass
+    assert main(args + ["--slo", '{"ttft_p95_ms": 100000}', "--fail-on-slo"]) == 1
 
 
 def test_bad_input_exit_2_with_the_file_named(tmp_path, capsys):
@@ -88,6 +90,8 @@ def test_compare_exit_codes_and_default_output_dir(tmp_path, capsys):
     assert "GREEDY OUTPUTS CHANGED" in printed
     html = (changed / "compare-vs-base" / "report.html").read_text()
     assert "banner red" in html and "GREEDY OUTPUTS CHANGED" in html
-    other = _run(tmp_path / "other", scenario_name="different")
+    renamed = _run(tmp_path / "renamed", scenario_name="different")
+    assert main(["compare", str(base), str(renamed), "--quiet", "--no-plots"]) == 0
+    other = _run(tmp_path / "other", scenario_name="different", run_keys_offset=1000)
     assert main(["compare", str(base), str(other), "--quiet"]) == 2
-    assert "different scenarios" in capsys.readouterr().err
+    assert "did not send the same" in capsys.readouterr().err

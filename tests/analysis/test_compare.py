@@ -110,14 +110,21 @@ def test_duplicate_request_keys_join_by_occurrence(tmp_path):
     assert c["joined_pairs_count"] == 2 and c["exact_match_rate"] == 1.0
 
 
-def test_not_comparable_runs_raise_with_both_files_named(tmp_path):
+def test_runs_are_matched_by_what_was_sent_not_by_scenario_name(tmp_path):
     a = load_run(write_run(tmp_path / "a", [record(i) for i in range(3)]))
     b = load_run(write_run(tmp_path / "b", [record(i) for i in range(3)], scenario_name="other"))
-    with pytest.raises(NotComparableError, match=r"a/manifest.json.*b/manifest.json.*different scenarios"):
-        compare_runs(a, b)
+    result = compare_runs(a, b, n_boot=20)
+    assert result["shared_request_keys_count"] == 3 and result["candidate_scenario_name"] == "other"
     c = load_run(write_run(tmp_path / "c", [record(100 + i) for i in range(3)]))
     with pytest.raises(NotComparableError, match="no request_key in common"):
         compare_runs(a, c)
+
+
+def test_runs_sharing_too_few_requests_are_refused_with_both_directories_named(tmp_path):
+    a = load_run(write_run(tmp_path / "a", [record(i) for i in range(10)]))
+    b = load_run(write_run(tmp_path / "b", [record(i) for i in range(2)] + [record(100 + i) for i in range(8)]))
+    with pytest.raises(NotComparableError, match=r"/a and .*/b: only 20% .*did not send the same traffic"):
+        compare_runs(a, b)
 
 
 def test_throughput_ci_has_width_even_when_every_answer_has_the_same_length(pair):
@@ -128,3 +135,14 @@ def test_throughput_ci_has_width_even_when_every_answer_has_the_same_length(pair
     row = {(r["step_name"], r["task"]): r for r in compare_runs(a, b, n_boot=400, seed=2)["rows"]}[("c1", "all")]
     lo, hi = row["output_tokens_per_s_speedup_ci_low_ratio"], row["output_tokens_per_s_speedup_ci_high_ratio"]
     assert lo < row["output_tokens_per_s_speedup_ratio"] < hi and hi - lo > 0.05
+
+
+def test_every_task_and_step_where_the_candidate_is_significantly_slower_is_named(pair):
+    a, b, _base, _cand = pair
+    result = compare_runs(a, b, n_boot=200)
+    slow_rows = [r for r in result["rows"]
+                 if (r["request_output_tps_p50_speedup_ci_high_ratio"] or 2.0) < 1.0
+                 or (r["output_tokens_per_s_speedup_ci_high_ratio"] or 2.0) < 1.0]
+    assert slow_rows, "the fixture has a step where the candidate is slower"
+    named = {(n.split(",")[0].removeprefix("Step "), n.split("task ")[1].split(":")[0]) for n in result["slower_notes"]}
+    assert {(r["step_name"], r["task"]) for r in slow_rows} == named

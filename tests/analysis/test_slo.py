@@ -36,12 +36,15 @@ def two_step_run(tmp_path):
 
 
 def test_evaluate_checks_every_row_and_applies_task_overrides(two_step_run):
-    slos = {"ttft_p95_ms": 500, "error_rate": 0.01, "per_task": {"code": {"ttft_p95_ms": 2000}}}
+    slos = {"ttft_p50_ms": 500, "error_rate": 0.01, "per_task": {"code": {"ttft_p50_ms": 2000}}}
     results = evaluate(two_step_run, slos)
     by = {(r.step_index, r.task, r.name): r for r in results}
-    assert by[(0, "all", "ttft_p95_ms")].passed and by[(0, "all", "ttft_p95_ms")].observed == 100.0
-    assert not by[(1, "all", "ttft_p95_ms")].passed
-    assert by[(1, "code", "ttft_p95_ms")].passed and by[(1, "code", "ttft_p95_ms")].threshold == 2000
+    assert by[(0, "all", "ttft_p50_ms")].passed and by[(0, "all", "ttft_p50_ms")].observed == 100.0
+    assert not by[(1, "all", "ttft_p50_ms")].passed
+    # per task there are 10 requests per step: a median needs 20, so it is not judged
+    code = by[(1, "code", "ttft_p50_ms")]
+    assert not code.passed and code.not_enough_samples and code.threshold == 2000 and code.observed is None
+    assert "not enough samples" in code.detail and "n=10" in code.detail
     assert not by[(1, "all", "error_rate")].passed and by[(1, "all", "error_rate")].observed == pytest.approx(1 / 21)
     assert len(results) == 2 * 3 * 2  # 2 steps x (all, qa, code) x 2 SLOs
 
@@ -60,3 +63,16 @@ def test_unobserved_metric_fails_with_a_reason(tmp_path):
     recs = [record(0, chunk_offsets_ms=[100.0], chunk_tokens=[1], output_tokens=1)]  # 1 token: no TPOT
     res = evaluate(load_run(write_run(tmp_path / "run", recs)), {"tpot_p99_ms": 50})
     assert not res[0].passed and res[0].observed is None and "not observed" in res[0].detail
+
+
+def test_a_percentile_slo_over_too_few_samples_says_not_enough_samples_instead_of_passing(tmp_path):
+    recs = [record(i, chunk_offsets_ms=[100.0, 120.0]) for i in range(199)]
+    res = evaluate(load_run(write_run(tmp_path / "run", recs)), {"ttft_p95_ms": 1000, "ttft_p50_ms": 1000})
+    by = {r.name: r for r in res}
+    assert by["ttft_p50_ms"].passed and not by["ttft_p50_ms"].not_enough_samples
+    p95 = by["ttft_p95_ms"]
+    assert not p95.passed and p95.not_enough_samples and p95.observed is None
+    assert p95.to_dict()["not_enough_samples"] and "a p95 needs n >= 200" in p95.detail
+    recs.append(record(199, chunk_offsets_ms=[100.0, 120.0]))
+    res = evaluate(load_run(write_run(tmp_path / "run200", recs)), {"ttft_p95_ms": 1000})
+    assert res[0].passed and res[0].observed == 100.0

@@ -72,3 +72,16 @@ def test_chunks_above_k_plus_1_flag_coalescing(tmp_path):
     assert sd["num_spec_tokens_count"] == 3
     assert row["chunks_over_k_plus_1_count"] == 10 and row["chunks_over_k_plus_1_share"] == pytest.approx(0.2)
     assert not row["chunk_estimate_reliable"] and "coalesced" in row["chunk_estimate_notes"][0]
+
+
+def test_a_chunk_estimate_that_contradicts_the_per_request_metrics_is_not_reliable():
+    from analysis.specdecode import _check_against_requests
+
+    row = {"request_mean_acceptance_length_tokens": 3.45, "chunk_mean_tokens_per_chunk_tokens": 2.18,
+           "chunk_estimate_reliable": True, "chunk_estimate_notes": []}
+    _check_against_requests(row)
+    assert not row["chunk_estimate_reliable"] and "disagrees" in row["chunk_estimate_notes"][0]
+    close = {"request_mean_acceptance_length_tokens": 3.45, "chunk_mean_tokens_per_chunk_tokens": 3.3,
+             "chunk_estimate_reliable": True, "chunk_estimate_notes": []}
+    _check_against_requests(close)
+    assert close["chunk_estimate_reliable"] and close["chunk_estimate_notes"] == []

@@ -33,12 +33,12 @@ def test_all_slos_met_exits_0_with_slo_json_and_junit(tmp_path, sim):
     sc = scenario_file(tmp_path, traffic=TRAFFIC, load=LOAD)
     out = tmp_path / "run"
     res = tokenswarm_run(str(sc), "--headless", "--host", sim.base_url, "--out", str(out),
-                         "--slo", "ttft_p95_ms=5000", "--slo", "error_rate=0.5", "--slo", "qa.tpot_p95_ms=1000")
+                         "--slo", "ttft_p50_ms=5000", "--slo", "error_rate=0.5", "--slo", "qa.tpot_p50_ms=1000")
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     v = json.loads((out / "slo.json").read_text())
     assert v["passed"] and v["exit_status"] == 0
     names = {(c["slo_name"], c["task"]) for c in v["checks"]}
-    assert {("ttft_p95_ms", "all"), ("error_rate", "qa"), ("tpot_p95_ms", "qa")} <= names
+    assert {("ttft_p50_ms", "all"), ("error_rate", "qa"), ("tpot_p50_ms", "qa")} <= names
     suite = ET.parse(out / "junit.xml").getroot()
     assert suite.get("name") == "tokenswarm-slo" and int(suite.get("tests")) == len(v["checks"])
     assert suite.get("failures") == "0"
@@ -46,16 +46,26 @@ def test_all_slos_met_exits_0_with_slo_json_and_junit(tmp_path, sim):
 
 
 def test_a_missed_slo_exits_1_and_names_it(tmp_path, sim):
-    sc = scenario_file(tmp_path, traffic=TRAFFIC, load=LOAD, slo={"ttft_p95_ms": 0.001})
+    sc = scenario_file(tmp_path, traffic=TRAFFIC, load=LOAD, slo={"ttft_p50_ms": 0.001})
     out = tmp_path / "run"
     res = tokenswarm_run(str(sc), "--headless", "--host", sim.base_url, "--out", str(out))
     assert res.returncode == 1, res.stdout[-2000:] + res.stderr[-2000:]
     v = json.loads((out / "slo.json").read_text())
     missed = [c for c in v["checks"] if not c["passed"]]
-    assert missed and all(c["slo_name"] == "ttft_p95_ms" for c in missed)
+    assert missed and all(c["slo_name"] == "ttft_p50_ms" for c in missed)
     failures = ET.parse(out / "junit.xml").getroot().findall(".//failure")
     assert len(failures) == len(missed) and "required <= 0.001 ms" in failures[0].get("message")
     assert "MISSED" in res.stdout and "FAIL (SLO missed)" in res.stdout
+
+
+def test_a_tail_slo_over_too_few_requests_exits_1_saying_not_enough_samples(tmp_path, sim):
+    sc = scenario_file(tmp_path, traffic=TRAFFIC, load=LOAD, slo={"ttft_p99_ms": 100000})
+    out = tmp_path / "run"
+    res = tokenswarm_run(str(sc), "--headless", "--host", sim.base_url, "--out", str(out))
+    assert res.returncode == 1, res.stdout[-2000:] + res.stderr[-2000:]
+    v = json.loads((out / "slo.json").read_text())
+    assert v["checks"] and all(c["not_enough_samples"] and c["observed_value"] is None for c in v["checks"])
+    assert "NOT ENOUGH SAMPLES" in res.stdout and "not judged: not enough samples" in res.stdout
 
 
 def test_bad_configuration_exits_2_before_any_traffic(tmp_path):

@@ -91,7 +91,7 @@ def number(cell: str) -> float | None:
 
 def start_from_the_form(page) -> None:
     """Locust's start form with --class-picker: ScenarioShape, our steps in Custom parameters."""
-    for cls in ("AbnormalUser", "MultiTurnUser", "OpenLoopUser", "SummarizationUser"):
+    for cls in ("AbnormalUser", "MixedUser", "MultiTurnUser", "OpenLoopUser", "SummarizationUser"):
         page.get_by_role("row", name=cls).get_by_role("checkbox").uncheck()
     page.locator("select[name=shapeClass]").select_option("ScenarioShape")
     page.get_by_text("Custom parameters").click()

@@ -1,61 +1,74 @@
-"""``tokenswarm demo``: the whole job on a laptop -- simulator, mixed load, report.
+"""``tokenswarm demo``: the question tokenswarm answers, on a laptop, in a few minutes.
 
-Starts the embedded simulator on a free local port (its own process session), runs the
-default mixed scenario briefly against it, writes the run directory and the report, and
-names them. Nothing leaves 127.0.0.1.
+Runs a short study (``tokenswarm study``) on the embedded simulator: the baseline arm serves
+the 27B profile without speculation, the candidate with a draft model (K = 4); the mixed A/B
+traffic (Q&A, code, summarization, greedy, each request's task drawn by weight) at
+concurrency 1, 8 and 32, two interleaved rounds. It prints the verdict table: the gain of
+speculative decoding at low concurrency on predictable text (code), shrinking towards high
+concurrency (verification turns compute-bound) and on open Q&A. Outputs are shortened
+(``--set`` overrides, listed in the study manifest) so that each step gets enough requests
+in its short window. Nothing leaves 127.0.0.1.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+#: traffic and load changes that make the shipped A/B scenario fit in a few minutes
+DEMO_OVERRIDES = (
+    "traffic.classes.qa.output_tokens={dist: uniform, min: 16, max: 48}",
+    "traffic.classes.code.output_tokens={dist: uniform, min: 16, max: 48}",
+    "traffic.classes.summarization.output_tokens={dist: fixed, value: 32}",
+    "traffic.classes.summarization.document_tokens={dist: uniform, min: 1000, max: 2000}",
+)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--scenario", default="mix", help="scenario name or path (default: mix)")
+    parser.add_argument("--scenario", default="spec-baseline", help="scenario name or path (default: spec-baseline)")
     parser.add_argument("--profile", default="27b-1gpu", help="simulator profile (default: 27b-1gpu)")
-    parser.add_argument("--spec-method", default="none", choices=("none", "draft", "ngram"))
-    parser.add_argument("--out", help="run directory (default: runs/demo-<time>)")
-    parser.add_argument("--steps", default="[1,4,8]", help="load steps for the demo (YAML list)")
-    parser.add_argument("--step-duration", default="8", help="steady seconds per step")
+    parser.add_argument("--candidate", default="draft", choices=("draft", "ngram"),
+                        help="speculation method of the candidate arm (default: draft)")
+    parser.add_argument("--out", help="study directory (default: studies/demo-<time>)")
+    parser.add_argument("--steps", default="[1,8,32]", help="concurrency steps (YAML list, default [1,8,32])")
+    parser.add_argument("--step-duration", default="20", help="steady seconds per step (default 20)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds per arm (default 2)")
+
+
+def demo_study(args: argparse.Namespace):  # -> Study
+    """The demo as a study: two simulator arms, the scenario shortened by :data:`DEMO_OVERRIDES`."""
+    from tokenswarm.load.scenario import resolve_scenario_path
+    from tokenswarm.study.spec import Arm, Study
+
+    sim = f"{sys.executable} -m tokenswarm sim --port {{port}} --profile {args.profile}"
+    arms = (Arm("baseline", f"{sim} --spec-method none"),
+            Arm(args.candidate, f"{sim} --spec-method {args.candidate} --per-request-spec-decode-metrics summary"))
+    overrides = (*DEMO_OVERRIDES, f"load.steps={args.steps}", "load.warmup_s=2",
+                 f"load.step_duration_s={args.step_duration}")
+    return Study(scenario=str(Path(resolve_scenario_path(args.scenario)).resolve()), arms=arms, baseline="baseline",
+                 rounds=args.rounds, out=args.out, overrides=overrides, ready_timeout_s=60.0, warmup_requests=2,
+                 source="tokenswarm demo")
 
 
 def run(args: argparse.Namespace) -> int:
-    from tokenswarm.sim.testing import start_sim
+    from tokenswarm.load.scenario import ScenarioError, load_scenario, parse_override
+    from tokenswarm.study.cli import write_study_report
+    from tokenswarm.study.runner import run_study
 
-    out = Path(args.out or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}")
-    print(f"tokenswarm demo: starting the simulator (profile {args.profile}, speculation {args.spec_method})")
-    with start_sim("--profile", args.profile, "--spec-method", args.spec_method) as sim:
-        print(f"tokenswarm demo: simulator at {sim.base_url}; running scenario {args.scenario!r} -> {out}")
-        cmd = [sys.executable, "-m", "tokenswarm", "run", args.scenario, "--headless", "--host", sim.base_url,
-               "--out", str(out), "--set", f"load.steps={args.steps}", "--set", "load.warmup_s=2",
-               "--set", f"load.step_duration_s={args.step_duration}", "--only-summary"]
-        code = subprocess.call(cmd)
-    if code not in (0, 1):
-        print(f"tokenswarm demo: the run failed (exit status {code})", file=sys.stderr)
+    study = demo_study(args)
+    try:
+        load_scenario(study.scenario, dict(parse_override(o) for o in study.overrides))
+    except (ScenarioError, ValueError) as exc:
+        print(f"tokenswarm demo: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out or f"studies/demo-{time.strftime('%Y%m%d-%H%M%S')}")
+    print(f"tokenswarm demo: baseline vs {args.candidate} speculation on the simulated {args.profile}, "
+          f"steps {args.steps} x {args.step_duration} s, {args.rounds} rounds (a few minutes)")
+    code = run_study(study, out)
+    if code != 0:
         return code
-    report_dir = out / "report"
-    with contextlib.suppress(ImportError):
-        import analysis.cli  # noqa: F401
-
-        rc = subprocess.call([sys.executable, "-m", "tokenswarm", "report", str(out), "--out", str(report_dir)])
-        if rc not in (0, 1):
-            print(f"tokenswarm demo: the report failed (exit status {rc})", file=sys.stderr)
-            return rc
-    if not os.path.exists(out / "records.jsonl"):
-        print(f"tokenswarm demo: the run wrote no records in {out} (exit status 3)", file=sys.stderr)
-        return 3
-    print("\ntokenswarm demo: done.")
-    print(f"  records:  {out / 'records.jsonl'}")
-    print(f"  manifest: {out / 'manifest.json'}")
-    if (report_dir / "report.html").exists():
-        print(f"  report:   {report_dir / 'report.html'}  (also report.md, summary.json)")
-    # The demo's exit status is the run's verdict, as printed above (0 PASS, 1 an SLO missed).
-    verdict = "PASS" if code == 0 else "FAIL (SLO missed)"
-    print(f"  verdict:  {verdict}, see {out / 'slo.json'} (exit status {code})")
+    code = write_study_report(out)
+    print(f"\ntokenswarm demo: done. Study directory {out} (one run directory per arm and round under runs/).")
     return code

@@ -133,8 +133,13 @@ def apply_user_settings(sc: Any, base_url: str) -> None:
 def set_class_weights(sc: Any, mode: str) -> None:
     from tokenswarm.load.users import CLOSED_LOOP_USERS, OpenLoopUser
 
+    per_request = getattr(sc.traffic, "task_draw", "per_user") == "per_request"
     for cls in CLOSED_LOOP_USERS:
         w = sum(t.weight for t in sc.traffic.classes if t.kind == cls.kind)
+        if cls.kind == "mixed":  # the per-request draw: one class sends every task
+            w = 1 if per_request else 0
+        elif per_request:
+            w = 0
         cls.weight = 0 if mode == "open" else w
     OpenLoopUser.weight = 1 if mode == "open" else 0
 

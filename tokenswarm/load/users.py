@@ -215,6 +215,38 @@ class AbnormalUser(LLMUser):
     kind = "abnormal"
 
 
+class MixedUser(_TokenswarmUser):
+    """Closed loop with ``traffic.task_draw: per_request``: every request draws its task by weight.
+
+    One user sends every task of the scenario (whatever kinds it defines), so the mix holds at
+    any concurrency, including 1. The draw uses the user's seeded generator, so two runs of one
+    scenario draw the same task sequence per user and still join request by request.
+    """
+
+    # Not an LLMUser subclass: Locust would inherit that class's task too (it sleeps without a task).
+    kind = "mixed"
+    concurrency = 2
+
+    def on_start(self) -> None:
+        ctx = self._context()
+        self.tasks_ = [t for t in ctx.scenario.traffic.classes if t.weight > 0]
+        self.rng = ctx.rng_for(self.kind, ctx.next_user_ordinal(type(self).__name__))
+        self.task_cfg = None
+        self.runner_ = Conversationalist(ctx, self, self._http(), type(self).__name__)
+
+    @task
+    def one_request(self) -> None:
+        task_cfg = pick_task(self.tasks_, self.rng)
+        scheduled = self.ctx.clock()
+        if task_cfg.kind == "multi_turn":
+            self.runner_.conversation(task_cfg, self.rng, scheduled)
+        else:
+            self.runner_.single(task_cfg, self.rng, scheduled)
+        think = task_cfg.think_time_s.sample(self.rng)
+        if think > 0:
+            gevent.sleep(think)
+
+
 class OpenLoopUser(_TokenswarmUser):
     """One per worker: dispatches requests on the arrival schedule of the current rate step."""
 
@@ -270,4 +302,4 @@ class OpenLoopUser(_TokenswarmUser):
             conv.single(task_cfg, rng, scheduled_s)
 
 
-CLOSED_LOOP_USERS = (QAUser, SummarizationUser, CodeUser, MultiTurnUser, AbnormalUser)
+CLOSED_LOOP_USERS = (QAUser, SummarizationUser, CodeUser, MultiTurnUser, AbnormalUser, MixedUser)

@@ -3,7 +3,8 @@
 Exit statuses (documented in the README):
 
 * 0 -- every SLO met (or none given) and the run worked
-* 1 -- at least one SLO missed
+* 1 -- at least one SLO missed, or not judged because its percentile rests on too few samples
+  ("not enough samples": fewer than 10 / (1 - q) requests in the row; a gate never passes by chance)
 * 2 -- bad configuration or usage (raised earlier, before any traffic)
 * 3 -- the run itself broke: no successful request, no records, or a worker lost
 
@@ -90,6 +91,9 @@ def evaluate_run(run_dir: str | Path, slos: dict[str, Any]) -> dict[str, Any]:
         status, reason = EXIT_RUN_BROKE, "; ".join(broken)
     elif failed:
         status, reason = EXIT_SLO_MISSED, f"{len(failed)} of {len(results)} SLO checks missed"
+        short = sum(1 for r in failed if r.get("not_enough_samples"))
+        if short:
+            reason += f" ({short} of them not judged: not enough samples)"
     else:
         status, reason = EXIT_OK, (f"all {len(results)} SLO checks met" if results else "no SLOs given; the run worked")
     return {"run_dir": str(run_dir), "run_id": manifest.get("run_id"), "exit_status": status,
@@ -123,7 +127,8 @@ def verdict_table(verdict: dict[str, Any]) -> str:
     for r in verdict["checks"]:
         obs = "-" if r["observed_value"] is None else f"{r['observed_value']:.4g}"
         lines.append(f"{r['slo_name']:<18} {str(r.get('step_name') or '-'):<8} {str(r.get('task')):<14} "
-                     f"{obs:>12} {r['comparison']:>2} {r['threshold_value']:>10.4g}  {'ok' if r['passed'] else 'MISSED'}")
+                     f"{obs:>12} {r['comparison']:>2} {r['threshold_value']:>10.4g}  "
+                     + ("ok" if r["passed"] else "NOT ENOUGH SAMPLES" if r.get("not_enough_samples") else "MISSED"))
     word = {EXIT_OK: "PASS", EXIT_SLO_MISSED: "FAIL (SLO missed)", EXIT_RUN_BROKE: "FAIL (run broke)"}[verdict["exit_status"]]
     lines.append(f"verdict: {word} - {verdict['reason']} (exit status {verdict['exit_status']})")
     return "\n".join(lines)

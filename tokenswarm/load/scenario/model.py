@@ -19,6 +19,7 @@ from tokenswarm.metrics import SLO_METRICS
 
 KINDS = ("qa", "summarization", "code", "multi_turn", "abnormal")
 APIS = ("chat", "completions")
+TASK_DRAWS = ("per_user", "per_request")
 LOAD_MODES = ("closed", "open")
 ARRIVALS = ("poisson", "gamma", "constant")
 DATASET_FORMATS = ("auto", "jsonl", "sharegpt")
@@ -115,6 +116,9 @@ class TrafficConfig:
     keep_outputs: bool
     tokenizer: str | None
     classes: tuple[TaskConfig, ...]
+    # "per_user": a closed-loop user sticks to one task; "per_request": one user draws the task
+    # of every request by weight, so even concurrency 1 sends the whole mix.
+    task_draw: str = "per_user"
 
     def task(self, name: str) -> TaskConfig:
         """The task called ``name`` (KeyError if none)."""
@@ -192,6 +196,7 @@ class Scenario:
                 "keep_outputs": self.traffic.keep_outputs,
                 "tokenizer": self.traffic.tokenizer,
                 "classes": {task.name: _task_dict(task) for task in self.traffic.classes},
+                "task_draw": self.traffic.task_draw,
             },
             "load": {
                 "mode": self.load.mode,

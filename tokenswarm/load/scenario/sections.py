@@ -25,6 +25,7 @@ from tokenswarm.load.scenario.model import (
     KINDS,
     LOAD_MODES,
     SLO_NAMES,
+    TASK_DRAWS,
     DatasetConfig,
     LoadConfig,
     Sampling,
@@ -53,7 +54,7 @@ _TARGET = (
     "keep_alive",
 )
 _TIMEOUTS = ("connect_s", "first_token_s", "total_s")
-_TRAFFIC = ("seed", "keep_outputs", "tokenizer", "sampling", "classes")
+_TRAFFIC = ("seed", "keep_outputs", "tokenizer", "sampling", "classes", "task_draw")
 _SAMPLING = ("temperature", "top_p", "seed", "stop", "ignore_eos")
 _TASK_COMMON = ("kind", "weight", "output_tokens", "think_time_s", "sampling", "dataset")
 _TASK_FIELDS = {
@@ -254,7 +255,8 @@ def _parse_traffic(top: _Section, file: str, base_dir: Path) -> TrafficConfig:
             file, tr.at("classes"), "at least one class with weight > 0", {c.name: c.weight for c in classes}
         )
     return TrafficConfig(
-        seed=seed, keep_outputs=tr.bool_("keep_outputs", False), tokenizer=tokenizer, classes=tuple(classes)
+        seed=seed, keep_outputs=tr.bool_("keep_outputs", False), tokenizer=tokenizer, classes=tuple(classes),
+        task_draw=tr.str_("task_draw", "per_user", TASK_DRAWS),
     )
 
 
