@@ -197,6 +197,7 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
         b.append(("table", ["step", "out tok/s", "req/s", "USD per 1M output tokens", "USD per 1k requests"],
                   [[str(c["step_name"]), fmt(c["output_tokens_per_s"]), fmt(c["requests_per_s"]),
                     fmt(c["cost_per_1m_output_tokens_usd"]), fmt(c["cost_per_1k_requests_usd"])] for c in s["cost"]]))
+    b += resource_blocks(s.get("resources"), images)
     soak = s["soak"]
     b.append(("h2", f"Over time ({soak['window_s']:g} s windows)"))
     if not soak["applicable"]:
@@ -223,6 +224,37 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
     b.append(("h2", "Methods"))
     b.append(("list", [f"{k}: {v}" for k, v in s["methods"].items()]))
     return b
+
+
+def resource_blocks(res: dict[str, Any] | None, images: dict[str, bytes]) -> list[Block]:
+    """The "Resource cost" section: GPU readings per step, tokens per GPU and per joule."""
+    if not res:
+        return []
+    out: list[Block] = [("h2", "Resource cost (GPU)")]
+    if res["gpus"]:
+        names = ", ".join(sorted({f"{g['model'] or g['vendor']} x{sum(1 for h in res['gpus'] if h['model'] == g['model'])}"
+                                  for g in res["gpus"]}))
+        out.append(("p", f"GPUs: {names} (from {', '.join(sorted({g['source'] for g in res['gpus']}))}). "
+                         "Means over the scrapes inside each step's steady window; power is per GPU, energy "
+                         "summed over GPUs."))
+    for note in res["notes"]:
+        out.append(("p", note[0].upper() + note[1:] + "."))
+    rows = res["rows"]
+    if rows:
+        out.append(("table", ["step", "mem MiB mean", "mem MiB max", "util", "power W", "energy J",
+                              "tok/s per GPU", "tok/J", "$/1M out tok", "$/1M good tok"],
+                    [[str(r["step_name"]), fmt(r["gpu_memory_used_mib_mean"]), fmt(r["gpu_memory_used_mib_max"]),
+                      pct(r["gpu_utilization_mean"], 0), fmt(r["gpu_power_w_mean"]), fmt(r["gpu_energy_j"]),
+                      fmt(r["output_tokens_per_s_per_gpu"]), fmt(r["output_tokens_per_joule"]),
+                      fmt(r["cost_per_1m_output_tokens_usd"]), fmt(r["cost_per_1m_good_output_tokens_usd"])]
+                     for r in rows]))
+    if "resources_vs_load" in images:
+        out.append(("img", "resources_vs_load", "GPU memory, utilisation and power vs load"))
+    growth = [g for g in res.get("memory_growth", []) if g["memory_growth_mib_per_hour"] is not None]
+    if growth:
+        out.append(("p", "GPU memory growth over the run (Theil-Sen, server-side leak check): " + "; ".join(
+            f"GPU {g['gpu']} ({g['source']}) {g['memory_growth_mib_per_hour']:+.1f} MiB/h" for g in growth) + "."))
+    return out
 
 
 def compare_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:

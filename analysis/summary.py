@@ -16,10 +16,11 @@ from analysis.curves import curves
 from analysis.errors import NoSuccessError
 from analysis.health import generator_health
 from analysis.loader import Run
+from analysis.resources import resources
 from analysis.soak import soak
 from analysis.specdecode import spec_decode_tables
 from analysis.stats import PERCENTILE_METHOD
-from analysis.tables import FAILURE_TREATMENT, derived, step_table
+from analysis.tables import FAILURE_TREATMENT, derived, good_mask, step_table
 
 SUMMARY_VERSION = 1
 
@@ -38,6 +39,9 @@ METHODS = {
 UNIT_SUFFIXES: tuple[str, ...] = (
     "_ms", "_s", "_per_s", "_rps", "_users", "_count", "_share", "_rate", "_ratio", "_tokens", "_usd",
     "_perc", "_index", "_value", "_z", "_per_hour", "_version",
+    # GPU resources (analysis.resources): MiB, W, J, degrees C, MHz, fractions 0-1
+    "_mib", "_mib_mean", "_mib_max", "_mib_delta", "_w_mean", "_w_max", "_w_delta", "_j", "_c_max",
+    "_mhz_mean", "_per_joule", "_per_gpu", "_utilization_mean", "_sm_active_mean",
 )
 
 
@@ -107,6 +111,7 @@ def analyse(
         "price": price,
         "cost": cost_mod.cost_rows(tables.rows, price),
         "soak": soak(run, window_s),
+        "resources": resources(run, tables.windows, tables.rows, price, good_mask(run, tables.slo)),
     }
     return clean(summary)
 
