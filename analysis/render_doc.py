@@ -297,6 +297,17 @@ def compare_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
                       ("e2e_overlay", "E2E distribution, baseline vs candidate")):
         if name in images:
             b.append(("img", name, cap))
+    res = s.get("resources")
+    if res and res["rows"]:
+        b.append(("h2", "What the speedup costs the GPU"))
+        if not res["observed"]:
+            b.append(("p", "No GPU exporter in either run: throughput only (add a DCGM or AMD exporter to "
+                           "target.extra_metrics)."))
+        b.append(("table", ["step", "candidate vs baseline", "memory delta MiB", "power delta W", "tokens/J ratio",
+                            "$/1M good tok ratio"],
+                  [[str(r["step_name"]), r["summary_text"], fmt(r["gpu_memory_used_mib_delta"]),
+                    fmt(r["gpu_power_w_delta"]), fmt(r["output_tokens_per_joule_ratio"]),
+                    fmt(r["cost_per_1m_good_output_tokens_ratio"])] for r in res["rows"]]))
     b.append(("h2", "Output consistency"))
     b.append(("table", ["joined pairs", "both ok", "judged", "exact matches", "exact-match rate", "diverging",
                         "greedy pairs", "greedy diverging", "mean similarity", "median first divergence (chars)"],

@@ -14,8 +14,8 @@ reported (:mod:`analysis.gpu`):
   nothing (needs per-request SLO thresholds, see :mod:`analysis.slo`).
 
 The number of GPUs is the exporter's count when there is one, else the price's ``gpus``.
-Soak view: the memory growth of each GPU over the run (Theil-Sen slope, MiB per hour) -- the
-server-side leak check. No I/O here.
+Soak view (runs of one constant-load step only): the memory growth of each GPU over the run
+(Theil-Sen slope, MiB per hour) -- the server-side leak check. No I/O here.
 """
 
 from __future__ import annotations
@@ -120,7 +120,8 @@ def resources(run: Any, wins: list[Window], step_rows: list[dict[str, Any]], pri
         "gpus": [{"source": g.source, "gpu": g.gpu, "model": g.model, "vendor": g.vendor} for g in gpu.gpus] if gpu else [],
         "gpu_metric_names": gpu.metric_names if gpu else [],
         "rows": resource_rows(run, wins, step_rows, price, gpu, good),
-        "memory_growth": memory_growth(gpu),
+        # Growth under a changing load is the KV cache following the load, not a leak.
+        "memory_growth": memory_growth(gpu) if len(wins) <= 1 else [],
         "notes": notes,
     }
 

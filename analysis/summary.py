@@ -16,7 +16,7 @@ from analysis.curves import curves
 from analysis.errors import NoSuccessError
 from analysis.health import generator_health
 from analysis.loader import Run
-from analysis.resources import resources
+from analysis.resources import compare_resources, resources
 from analysis.soak import soak
 from analysis.specdecode import spec_decode_tables
 from analysis.stats import PERCENTILE_METHOD
@@ -171,4 +171,9 @@ def compare_summary(base: Run, cand: Run, n_boot: int = 1000, seed: int = 0, spe
     out["candidate_health"] = generator_health(cand.manifest, tb.rows, cand.warnings)
     out["baseline_curves"] = curve_points(ta.rows)
     out["candidate_curves"] = curve_points(tb.rows)
+    res_a = resources(base, ta.windows, ta.rows, cost_mod.price(base.manifest), good_mask(base, ta.slo))
+    res_b = resources(cand, tb.windows, tb.rows, cost_mod.price(cand.manifest), good_mask(cand, tb.slo))
+    out["resources"] = {"baseline_rows": res_a["rows"], "candidate_rows": res_b["rows"],
+                        "rows": compare_resources(res_a["rows"], res_b["rows"]),
+                        "observed": res_a["observed"] or res_b["observed"]}
     return clean(out)

@@ -30,11 +30,13 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(args.out or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}")
     print(f"tokenswarm demo: starting the simulator (profile {args.profile}, speculation {args.spec_method})")
-    with start_sim("--profile", args.profile, "--spec-method", args.spec_method) as sim:
+    # The simulator's modelled GPU is scraped like a DCGM exporter next to a real server.
+    with start_sim("--profile", args.profile, "--spec-method", args.spec_method, "--gpu-metrics") as sim:
         print(f"tokenswarm demo: simulator at {sim.base_url}; running scenario {args.scenario!r} -> {out}")
         cmd = [sys.executable, "-m", "tokenswarm", "run", args.scenario, "--headless", "--host", sim.base_url,
                "--out", str(out), "--set", f"load.steps={args.steps}", "--set", "load.warmup_s=2",
-               "--set", f"load.step_duration_s={args.step_duration}", "--only-summary"]
+               "--set", f"load.step_duration_s={args.step_duration}", "--only-summary",
+               "--set", f"target.extra_metrics=[{{name: gpu, url: '{sim.base_url}/dcgm/metrics'}}]"]
         code = subprocess.call(cmd)
     if code not in (0, 1):
         print(f"tokenswarm demo: the run failed (exit status {code})", file=sys.stderr)
