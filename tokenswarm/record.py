@@ -81,6 +81,9 @@ class RequestRecord:
     temperature: float | None = None
     spec_decode: dict[str, Any] | None = None
     extra: dict[str, Any] | None = field(default=None)
+    #: ``chunk_tokens`` were not sent by the server but proven: as many content events as
+    #: ``usage.completion_tokens``, so one token per event (glossary: tokens_per_chunk)
+    chunk_tokens_inferred: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of all fields (``None`` kept, so absent and unobserved differ)."""
