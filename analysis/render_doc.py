@@ -105,6 +105,7 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
         rows.append(row)
     b.append(("table", headers, rows))
     b.append(("p", "Latencies in ms. " + s["methods"]["failures"]))
+    b += server_view_blocks(s.get("server_view"))
     # SLOs and curves
     c = s["curves"]
     b.append(("h2", "Load curves, knee and SLO limit"))
@@ -170,6 +171,7 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
         b.append(("table", ["step", "task", "outcome", "error", "HTTP status", "count", "share"],
                   [[str(e["step_name"]), e["task"], e["outcome"], str(e["error"]), fmt(e["http_status"]),
                     fmt(e["requests_count"]), pct(e["requests_share"])] for e in s["errors"]]))
+    b += observability_blocks(s.get("observability"), s.get("ttft_breakdown"))
     # Speculative decoding
     sd = s["spec_decode"]
     b.append(("h2", "Speculative decoding"))
@@ -224,6 +226,52 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
     b.append(("h2", "Methods"))
     b.append(("list", [f"{k}: {v}" for k, v in s["methods"].items()]))
     return b
+
+
+def server_view_blocks(view: list[dict[str, Any]] | None) -> list[Block]:
+    """Per-step server table (steady windows), when the server exposed any of its columns."""
+    keys = ("queue_length_mean_requests", "running_mean_requests", "kv_cache_usage_mean_share", "preemptions_count",
+            "prefix_cache_hit_share")
+    if not view or not any(r[k] is not None for r in view for k in keys):
+        return []
+    return [("h3", "What the server saw per step (steady window, from its /metrics)"),
+            ("table", ["step", "waiting (mean)", "running (mean)", "KV cache used", "preemptions", "prefix-cache hits"],
+             [[str(r["step_name"]), fmt(r["queue_length_mean_requests"]), fmt(r["running_mean_requests"]),
+               pct(r["kv_cache_usage_mean_share"], 1), fmt(r["preemptions_count"]), pct(r["prefix_cache_hit_share"], 1)]
+              for r in view])]
+
+
+def observability_blocks(obs: list[dict[str, Any]] | None, breakdown: list[dict[str, Any]] | None) -> list[Block]:
+    """The observability audit: each signal exposed or missing, and what is derived instead."""
+    if not obs:
+        return []
+    out: list[Block] = [("h2", "Observability audit: what the server lets you see")]
+    n = sum(1 for o in obs if o["exposed"])
+    out.append(("p", f"{n} of {len(obs)} signals the method asks for are exposed by the server's /metrics."))
+    rows = []
+    for o in obs:
+        show = (lambda v: pct(v, 1)) if o["unit"] == "fraction" else (lambda v: fmt(v, 3))
+        values = ", ".join(f"{v['step_name']}: {show(v['signal_value'])}" for v in o["steps"]) or "—"
+        per_req = "—"
+        if o["per_request_records_count"] is not None:
+            per_req = f"{o['per_request_records_count']:,} records"
+        rows.append([o["signal"].replace("_", " "), "yes" if o["exposed"] else "MISSING",
+                     o["metric"] or "—", values, per_req])
+    out.append(("table", ["signal", "exposed", "metric", "value per step", "per-request form"], rows))
+    missing = [o for o in obs if not o["exposed"]]
+    if missing:
+        out.append(("p", "Missing signals and what tokenswarm derives instead:"))
+        out.append(("list", [f"{o['signal'].replace('_', ' ')}: {o['derived_instead']}" for o in missing]))
+    if breakdown and any(r["server_queue_wait_mean_ms"] is not None for r in breakdown):
+        out.append(("h3", "How much of TTFT is queueing"))
+        out.append(("table", ["step", "TTFT mean ms", "TTFT p50 ms", "TTFT p99 ms", "server queue wait ms",
+                              "queue share of TTFT", "draft share of engine time"],
+                    [[str(r["step_name"]), fmt(r["ttft_mean_ms"]), fmt(r["ttft_p50_ms"]), fmt(r["ttft_p99_ms"]),
+                      fmt(r["server_queue_wait_mean_ms"]), pct(r["queue_wait_of_ttft_share"], 0),
+                      pct(r["draft_time_share"], 0)] for r in breakdown]))
+        out.append(("p", "Queue wait is the server's mean (its histogram's sum / count over the window); the "
+                         "share compares it with the client's mean TTFT, which adds prefill and the network."))
+    return out
 
 
 def resource_blocks(res: dict[str, Any] | None, images: dict[str, bytes]) -> list[Block]:

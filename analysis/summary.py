@@ -16,6 +16,7 @@ from analysis.curves import curves
 from analysis.errors import NoSuccessError
 from analysis.health import generator_health
 from analysis.loader import Run
+from analysis.observability import audit, server_view, ttft_breakdown
 from analysis.resources import compare_resources, resources
 from analysis.soak import soak
 from analysis.specdecode import spec_decode_tables
@@ -113,6 +114,10 @@ def analyse(
         "soak": soak(run, window_s),
         "resources": resources(run, tables.windows, tables.rows, price, good_mask(run, tables.slo)),
     }
+    obs = audit(run, tables.windows, speculation_seen=spec["observed"])
+    summary["observability"] = obs
+    summary["ttft_breakdown"] = ttft_breakdown(obs, tables.rows)
+    summary["server_view"] = server_view(obs, tables.rows)
     return clean(summary)
 
 
