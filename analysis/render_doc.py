@@ -89,23 +89,26 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
     steps = [r for r in s["steps"] if r["task"] == "all"]
     cost = {c["step_index"]: c for c in s["cost"]}
     b.append(("h2", "Summary per load step (steady window, all tasks)"))
-    headers = ["step", "load", "window s", "requests", "errors", "req/s", "out tok/s", "goodput req/s",
-               "goodput share", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "ITL p99", "E2E p99", "failed share"]
+    # Two tables (throughput, latency) so that neither is wider than the page.
+    headers = ["step", "load", "window s", "requests", "errors", "req/s", "out tok/s", "goodput req/s", "goodput share"]
     if cost:
         headers += ["$/1M out tok", "$/1k req"]
     rows = []
     for r in steps:
         row = [r["step_name"], _load(r), fmt(r["window_duration_s"]), fmt(r["requests_count"]), pct(r["error_rate"]),
                fmt(r["requests_per_s"]), fmt(r["output_tokens_per_s"]), fmt(r["goodput_requests_per_s"]),
-               pct(r["goodput_share"]), fmt(r["ttft_p50_ms"]), fmt(r["ttft_p99_ms"]), fmt(r["tpot_p50_ms"]),
-               fmt(r["tpot_p99_ms"]), fmt(r["itl_p99_ms"]), fmt(r["e2e_p99_ms"]), pct(r["ttft_failed_share"])]
+               pct(r["goodput_share"])]
         if cost:
             c = cost.get(r["step_index"], {})
             row += [fmt(c.get("cost_per_1m_output_tokens_usd")), fmt(c.get("cost_per_1k_requests_usd"))]
         rows.append(row)
     b.append(("table", headers, rows))
+    b.append(("table", ["step", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "ITL p99", "E2E p99", "failed share"],
+              [[r["step_name"], fmt(r["ttft_p50_ms"]), fmt(r["ttft_p99_ms"]), fmt(r["tpot_p50_ms"]), fmt(r["tpot_p99_ms"]),
+                fmt(r["itl_p99_ms"]), fmt(r["e2e_p99_ms"]), pct(r["ttft_failed_share"])] for r in steps]))
     b.append(("p", "Latencies in ms. " + s["methods"]["failures"]))
     b += server_view_blocks(s.get("server_view"))
+    b += sent_blocks(s.get("sent"))
     # SLOs and curves
     c = s["curves"]
     b.append(("h2", "Load curves, knee and SLO limit"))
@@ -115,7 +118,11 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
                        f"rose x{k['latency_change_ratio']:.2f} while throughput rose x{k['throughput_change_ratio']:.2f}; "
                        f"last efficient load: {k['last_efficient_load_value']:g}."))
     else:
-        b.append(("p", "Knee: not found (latency never rose faster than throughput between consecutive steps)."))
+        b.append(("p", "Knee: not found (no latency rose faster than throughput between consecutive steps)."))
+    if c.get("knees"):
+        b.append(("list", [f"{k['latency_metric']}: " + (
+            f"knee at {k['knee_step_name']} (x{k['latency_change_ratio']:.2f} latency for x{k['throughput_change_ratio']:.2f} "
+            "throughput)" if k.get("knee_step_name") else "no knee") for k in c["knees"]]))
     m = c["max_load_meeting_slo"]
     if m is None:
         b.append(("p", "Highest load meeting the SLOs: no SLOs given (scenario slo block or --slo)."))
@@ -138,9 +145,7 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
         b.append(("h3", "SLO results"))
         failing = [r for r in s["slo_results"] if not r["passed"]]
         b.append(("p", f"{len(s['slo_results']) - len(failing)} of {len(s['slo_results'])} checks pass."))
-        b.append(("table", ["step", "task", "SLO", "threshold", "observed", "pass", "detail"],
-                  [[str(r["step_name"]), r["task"], r["slo_name"], f"{r['comparison']} {fmt(r['threshold_value'])}",
-                    fmt(r["observed_value"]), "PASS" if r["passed"] else "FAIL", r["detail"]] for r in s["slo_results"]]))
+        b += slo_matrix_blocks(s["slo_results"])
     # Latency tables per metric
     b.append(("h2", "Latency distributions per step and task"))
     for name in ("ttft_by_task", "e2e_by_task", "ttft_by_step", "tpot_by_task"):
@@ -151,14 +156,15 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
         if not rows:
             continue
         b.append(("h3", f"{title} ({unit.replace('_per_s', '/s')})"))
-        hdr = ["step", "task", "count", "failed share", "p50", "p90", "p95", "p99", "p99.9", "mean", "min", "max"]
+        # mean and min are in the CSV tables; the page keeps the tail
+        hdr = ["step", "task", "count", "failed share", "p50", "p90", "p95", "p99", "p99.9", "max"]
         with_inf = f"{metric}_p99_failed_as_inf_{unit}" in rows[0]
         if with_inf:
             hdr.append("p99 failures=inf")
         table = []
         for r in rows:
             row = [r["step_name"], r["task"], fmt(r[f"{metric}_count"]), pct(r.get(f"{metric}_failed_share"))]
-            row += [fmt(r[f"{metric}_{k}_{unit}"]) for k in ("p50", "p90", "p95", "p99", "p99_9", "mean", "min", "max")]
+            row += [fmt(r[f"{metric}_{k}_{unit}"]) for k in ("p50", "p90", "p95", "p99", "p99_9", "max")]
             if with_inf:
                 v = r[f"{metric}_p99_failed_as_inf_{unit}"]
                 row.append("unbounded" if v is None else fmt(v))
@@ -178,6 +184,15 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
     if not sd["observed"]:
         b.append(("p", "No speculative-decoding signal: no server counters, no per-request stats, and every chunk "
                        "carried at most one token."))
+    else:
+        b += _spec_blocks(sd, images)
+    b += _cost_blocks(s)
+    return _tail_blocks(s, b, images)
+
+
+def _spec_blocks(sd: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
+    """Acceptance tables of a run that speculated."""
+    b: list[Block] = []
     b.append(("p", f"K (num_speculative_tokens): {fmt(sd['num_spec_tokens_count'])} "
                    f"(source: {sd['num_spec_tokens_source'] or 'unknown'})."))
     srv = [r for r in sd["rows"] if r["task"] == "all"]
@@ -192,6 +207,11 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
                 fmt(r["chunk_estimate_reliable"]), "; ".join(r["chunk_estimate_notes"])] for r in sd["rows"]]))
     if "tokens_per_chunk" in images:
         b.append(("img", "tokens_per_chunk", "Tokens per chunk (first chunk excluded)"))
+    return b
+
+
+def _cost_blocks(s: dict[str, Any]) -> list[Block]:
+    b: list[Block] = []
     if s["price"]:
         p = s["price"]
         b.append(("h2", "Cost"))
@@ -199,11 +219,18 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
         b.append(("table", ["step", "out tok/s", "req/s", "USD per 1M output tokens", "USD per 1k requests"],
                   [[str(c["step_name"]), fmt(c["output_tokens_per_s"]), fmt(c["requests_per_s"]),
                     fmt(c["cost_per_1m_output_tokens_usd"]), fmt(c["cost_per_1k_requests_usd"])] for c in s["cost"]]))
+    return b
+
+
+def _tail_blocks(s: dict[str, Any], b: list[Block], images: dict[str, bytes]) -> list[Block]:
+    """Resources, the over-time view and methods: the end of a single-run report."""
     b += resource_blocks(s.get("resources"), images)
     soak = s["soak"]
     b.append(("h2", f"Over time ({soak['window_s']:g} s windows)"))
     if not soak["applicable"]:
         b.append(("p", "Run shorter than 4 full windows: no drift test."))
+    elif soak.get("drift_note"):
+        b.append(("p", "No drift test: " + soak["drift_note"] + "."))
     else:
         drifting = [d for d in soak["drift"] if d["drift_detected"]]
         if drifting:
@@ -226,6 +253,57 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
     b.append(("h2", "Methods"))
     b.append(("list", [f"{k}: {v}" for k, v in s["methods"].items()]))
     return b
+
+
+def slo_matrix_blocks(results: list[dict[str, Any]]) -> list[Block]:
+    """SLO results as a step x task matrix (PASS, or the failing SLOs), then the failures in full."""
+    tasks: list[str] = []
+    steps: list[str] = []
+    cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in results:
+        st, task = str(r["step_name"]), r["task"]
+        if task not in tasks:
+            tasks.append(task)
+        if st not in steps:
+            steps.append(st)
+        cells.setdefault((st, task), []).append(r)
+    tasks.sort(key=lambda t: (t != "all", t))
+
+    def cell(st: str, task: str) -> str:
+        rs = cells.get((st, task))
+        if not rs:
+            return "—"
+        bad = [r["slo_name"] for r in rs if not r["passed"]]
+        return "PASS" if not bad else "FAIL " + ", ".join(bad)
+
+    out: list[Block] = [("table", ["step"] + tasks, [[st] + [cell(st, t) for t in tasks] for st in steps])]
+    failing = [r for r in results if not r["passed"]]
+    if failing:
+        out.append(("list", [f"{r['step_name']} / {r['task']}: {r['slo_name']} observed {fmt(r['observed_value'])}, "
+                             f"needs {r['comparison']} {fmt(r['threshold_value'])}"
+                             + (f" ({r['detail']})" if r["detail"] else "") for r in failing]))
+    return out
+
+
+def sent_blocks(sent: list[dict[str, Any]] | None) -> list[Block]:
+    """What was sent, per task: token distributions and requested vs server-counted prompt length."""
+    if not sent:
+        return []
+    out: list[Block] = [("h3", "What was sent (successful requests of the steady windows, server-counted tokens)")]
+    out.append(("table", ["task", "requests", "prompt p50", "prompt p90", "output p50", "output p90",
+                          "max_tokens mean", "prompt requested", "prompt counted", "counted/requested"],
+                [[r["task"], fmt(r["requests_count"]), fmt(r["prompt_p50_tokens"]), fmt(r["prompt_p90_tokens"]),
+                  fmt(r["output_p50_tokens"]), fmt(r["output_p90_tokens"]),
+                  fmt(r["max_tokens_mean_tokens"]), fmt(r["requested_prompt_mean_tokens"]),
+                  fmt(r["counted_prompt_mean_tokens"]),
+                  (fmt(r["prompt_counted_to_requested_ratio"], 3) + (" (!)" if r["prompt_sizing_suspect"] else ""))
+                  if r["prompt_counted_to_requested_ratio"] is not None else "—"] for r in sent]))
+    bad = [r["task"] for r in sent if r["prompt_sizing_suspect"]]
+    if bad:
+        out.append(("banner", "yellow", "Prompt sizing is off for " + ", ".join(bad) + ": the server counted prompt "
+                    "lengths far from the scenario's (means compared; first turns only for multi-turn tasks). The "
+                    "prompts were sized with a tokenizer other than the server's -- see the run log's sizing line."))
+    return out
 
 
 def server_view_blocks(view: list[dict[str, Any]] | None) -> list[Block]:

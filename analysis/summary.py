@@ -18,6 +18,7 @@ from analysis.health import generator_health
 from analysis.loader import Run
 from analysis.observability import audit, server_view, ttft_breakdown
 from analysis.resources import compare_resources, resources
+from analysis.sent import what_was_sent
 from analysis.soak import soak
 from analysis.specdecode import spec_decode_tables
 from analysis.stats import PERCENTILE_METHOD
@@ -118,6 +119,7 @@ def analyse(
     summary["observability"] = obs
     summary["ttft_breakdown"] = ttft_breakdown(obs, tables.rows)
     summary["server_view"] = server_view(obs, tables.rows)
+    summary["sent"] = what_was_sent(run, tables.windows)
     return clean(summary)
 
 
