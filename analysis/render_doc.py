@@ -250,6 +250,8 @@ def _tail_blocks(s: dict[str, Any], b: list[Block], images: dict[str, bytes]) ->
                            for e in soak["error_bursts"]]))
     if "soak" in images:
         b.append(("img", "soak", "Metrics over time"))
+    if "gpu_over_time" in images:
+        b.append(("img", "gpu_over_time", "GPU memory and power over time (from the GPU exporter)"))
     b.append(("h2", "Methods"))
     b.append(("list", [f"{k}: {v}" for k, v in s["methods"].items()]))
     return b

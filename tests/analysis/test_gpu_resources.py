@@ -110,3 +110,21 @@ def test_compare_puts_memory_and_power_deltas_next_to_the_speedup(tmp_path):
 def test_the_sentence_leaves_out_what_is_unknown():
     assert resource_sentence({"output_tokens_per_s_ratio": 1.5}) == "1.50x tokens/s"
     assert resource_sentence({}) == "no throughput or GPU readings to compare"
+
+
+def test_memory_growth_per_hour_is_reported_for_a_constant_load_run(tmp_path):
+    steps = [step(0, "concurrency", 4, T0, T0 + 10, T0 + 600)]
+    lines = [_dcgm_line(T0 + i * 10, 50000 + i * 10, 50, 300, 0) for i in range(60)]  # +10 MiB per 10 s
+    run = load_run(write_run(tmp_path / "soak", [record(0, step=0, phase="steady", sent_at=T0 + 20)],
+                             steps=steps, server_metrics=lines))
+    (g,) = analyse(run)["resources"]["memory_growth"]
+    assert g["memory_growth_mib_per_hour"] == pytest.approx(3600.0)
+
+
+def test_resource_plots_draw_from_the_summary(tmp_path):
+    from analysis import plots
+
+    run = _run_with_gpu(tmp_path, "p", power=400.0, used=60000.0)
+    s = analyse(run)
+    assert plots.resources_vs_load(s["resources"]["rows"]).startswith(b"\x89PNG")
+    assert plots.gpu_over_time(run.gpu_metrics).startswith(b"\x89PNG")
