@@ -61,8 +61,8 @@ def resource_rows(run: Any, wins: list[Window], step_rows: list[dict[str, Any]],
         row["gpu_sm_active_mean"] = _mean([p["sm_active_mean"] for p in per])
         row["gpu_power_w_mean"] = _mean([p["power_w_mean"] for p in per])
         row["gpu_temperature_c_max"] = _max([p["temperature_c_max"] for p in per])
-        energies = [p["energy_j"] for p in per]
-        row["gpu_energy_j"] = float(sum(energies)) if per and all(e is not None for e in energies) else None
+        energies = [p["energy_j"] for p in per if p["energy_j"] is not None]
+        row["gpu_energy_j"] = float(sum(energies)) if per and len(energies) == len(per) else None
         row["gpu_energy_source"] = per[0]["energy_source"] if per else None
         tps = r.get("output_tokens_per_s")
         row["output_tokens_per_s"] = tps

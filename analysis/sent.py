@@ -47,7 +47,8 @@ def requested_prompt_mean(manifest: dict[str, Any], task: str) -> float | None:
     if spec is None:
         return None
     try:
-        return float(make_dist(spec, f"scenario.traffic.classes.{task}").mean)
+        dist: Any = make_dist(spec, f"scenario.traffic.classes.{task}")
+        return float(dist.mean)  # every shipped distribution has a ``mean`` property
     except (DistSpecError, TypeError, ValueError, AttributeError):
         return None
 
