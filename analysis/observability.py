@@ -206,7 +206,7 @@ def audit(run: Any, wins: list[Window], speculation_seen: bool = True) -> list[d
             derived_instead = "no speculation in this run (engines expose these only while speculating); " + derived_instead
         metric = None
         if src is not None:
-            metric = src.names[0] if src.kind != "ratio" else f"{src.names[0]} / {src.names[1]}"
+            metric = f"{src.names[0]} / {src.names[1]}" if src.kind in ("ratio", "length") else src.names[0]
         row: dict[str, Any] = {
             "signal": sig.name, "exposed": src is not None, "metric": metric,
             "engine": src.engine if src else None, "unit": sig.unit,
