@@ -79,3 +79,22 @@ def test_the_sim_serves_dcgm_text_at_dcgm_metrics_only_when_asked():
         conn.request("GET", "/dcgm/metrics")
         assert conn.getresponse().status == 404
         conn.close()
+
+
+def test_a_profile_without_memory_or_compute_cost_does_not_break_the_accounting(tmp_path):
+    from tokenswarm.sim.profiles import load_profile as load
+
+    prof = tmp_path / "free.yaml"
+    prof.write_text("name: free\nmodel_name: m\noverhead_s: 0.001\nweights_read_s: 0.0\n"
+                    "kv_read_s_per_token: 0.0\nflops_per_token_s: 0.0\nprefill_tokens_per_s: 1.0e+9\n")
+    p = load(str(prof))
+    sched = Scheduler(p)
+    sched.submit(make_sequence("r0", chat_messages("qa", 0), 8, p), 0.0)
+    t = 0.0
+    for _ in range(100):
+        sched.advance(t)
+        nxt = sched.next_deadline()
+        if nxt is None:
+            break
+        t = nxt
+    assert sched.stats.busy_s > 0 and sched.stats.compute_weighted_s == 0

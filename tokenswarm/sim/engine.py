@@ -408,7 +408,9 @@ class Scheduler:
         st = self.stats
         st.busy_s += dur
         st.draft_s += draft_s
-        st.compute_weighted_s += dur * compute_s / max(mem_s, compute_s)
+        peak = max(mem_s, compute_s)
+        if peak > 0:  # a profile may zero both (overhead-only steps): no compute share then
+            st.compute_weighted_s += dur * compute_s / peak
         self.step = _Step(t, t + dur, entries, verify + prefill)
         self.step_index += 1
 
