@@ -97,4 +97,5 @@ def test_a_profile_without_memory_or_compute_cost_does_not_break_the_accounting(
         if nxt is None:
             break
         t = nxt
-    assert sched.stats.busy_s > 0 and sched.stats.compute_weighted_s == 0
+    # only the prefill step has a (compute) cost; the decode steps are overhead only
+    assert 0 < sched.stats.compute_weighted_s < sched.stats.busy_s
