@@ -128,3 +128,15 @@ def test_resource_plots_draw_from_the_summary(tmp_path):
     s = analyse(run)
     assert plots.resources_vs_load(s["resources"]["rows"]).startswith(b"\x89PNG")
     assert plots.gpu_over_time(run.gpu_metrics).startswith(b"\x89PNG")
+
+
+def test_terminal_summary_and_csv_tables_carry_the_resources_and_the_audit(tmp_path):
+    from analysis.render_csv import report_tables
+    from analysis.render_terminal import report_text
+
+    s = analyse(_run_with_gpu(tmp_path, "t", power=400.0, used=60000.0))
+    text = report_text(s)
+    assert "tok/s/GPU" in text and "400 W" in text and "signals exposed" in text
+    tables = report_tables(s)
+    assert tables["resources"][0]["gpu_power_w_mean"] == 400.0
+    assert {o["signal"] for o in tables["observability"]} >= {"queue_wait", "kv_cache_usage"}
