@@ -196,9 +196,11 @@ def _spec_blocks(sd: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
     b.append(("p", f"K (num_speculative_tokens): {fmt(sd['num_spec_tokens_count'])} "
                    f"(source: {sd['num_spec_tokens_source'] or 'unknown'})."))
     srv = [r for r in sd["rows"] if r["task"] == "all"]
-    b.append(("table", ["step", "server acceptance", "server mean acc. length", "per-position rates", "note"],
-              [[str(r["step_name"]), pct(r.get("server_acceptance_rate")), fmt(r.get("server_mean_acceptance_length_tokens")),
-                fmt(r.get("server_per_position_acceptance_rate")), str(r.get("server_note") or "")] for r in srv]))
+    b.append(("table", ["step", "server counters", "server acceptance", "server mean acc. length", "per-position rates",
+                        "note"],
+              [[str(r["step_name"]), str(r.get("server_source") or "—"), pct(r.get("server_acceptance_rate")),
+                fmt(r.get("server_mean_acceptance_length_tokens")), fmt(r.get("server_per_position_acceptance_rate")),
+                str(r.get("server_note") or "")] for r in srv]))
     b.append(("table", ["step", "task", "req. stats", "req. acceptance", "req. mean acc. length", "chunks",
                         "mean tokens/chunk", "chunks > K+1", "chunk estimate reliable", "why not"],
               [[str(r["step_name"]), r["task"], fmt(r["request_stats_count"]), pct(r["request_acceptance_rate"]),
