@@ -95,3 +95,17 @@ def test_fewer_events_than_tokens_leaves_per_chunk_counts_unknown():
 def test_inference_needs_a_total():
     assert one_token_per_event(3, None) is None and one_token_per_event(0, 0) is None
     assert one_token_per_event(2, 2) == [1, 1]
+
+
+def test_a_llama_cpp_finish_chunk_with_usage_and_timings_is_not_a_content_chunk():
+    s = StreamState(sent_s=0.0)
+    for i in range(3):
+        s.on_events(0.1 * (i + 1), [chunk(f"t{i}")])
+    final = {"id": "x", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+             "usage": {"prompt_tokens": 5, "completion_tokens": 3}, "timings": {**LLAMA_TIMINGS, "predicted_n": 3,
+                                                                                  "draft_n": 4, "draft_n_accepted": 1}}
+    s.on_events(0.35, [ev(final), (None, b"[DONE]")])
+    r = s.finish(0.35, anchor=ANCHOR, base=BASE, http_status=200)
+    assert r.chunk_offsets_ms == [100.0, 200.0, 300.0], "the finish chunk carries no content"
+    assert r.chunk_tokens == [1, 1, 1] and r.chunk_tokens_inferred and r.output_tokens == 3
+    assert r.spec_decode["num_accepted_draft_tokens"] == 1 and r.prompt_tokens == 5

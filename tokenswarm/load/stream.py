@@ -119,7 +119,8 @@ class StreamState:
             if usage is not None:
                 cum = usage.get("completion_tokens")
                 if type(cum) is int:
-                    n = cum - (self.last_cum or 0)
+                    # A text-less total after untracked chunks (llama.cpp's finish chunk) is no chunk.
+                    n = 0 if (self.last_cum is None and self.times and not text) else cum - (self.last_cum or 0)
                     self.last_cum = cum
             elif "token_ids" in c0 and type(c0["token_ids"]) is list:
                 n = len(c0["token_ids"])
