@@ -8,7 +8,8 @@ Knee
     ``ln(L_i / L_{i-1}) > ln(T_i / T_{i-1})`` (the elasticity of latency with respect to
     throughput exceeds 1, which includes throughput falling while latency rises). The knee is
     the first step where that happens; the step before it is the most efficient load.
-    Latency is ``e2e_p95_ms`` by default.
+    It is looked for on E2E p95, TTFT p99 and TPOT p99 (:data:`KNEE_METRICS`; in a mix, E2E
+    is dominated by output length and can hide a TTFT or TPOT knee); ``knee`` is the earliest.
 Pareto view
     A step is Pareto-optimal when no other step has both higher output tokens/s and lower
     latency.
@@ -112,11 +113,20 @@ def max_load_meeting_slo(points: list[dict[str, Any]], results: list[SloResult])
             "output_tokens_per_s": best["output_tokens_per_s"], "detail": "highest load whose steps meet all SLOs"}
 
 
+#: Latencies whose knee is looked for (the summary's ``knee`` is the earliest of them).
+KNEE_METRICS: tuple[str, ...] = ("e2e_p95_ms", "ttft_p99_ms", "tpot_p99_ms")
+
+
 def curves(rows: list[dict[str, Any]], slo_results: list[SloResult], latency_key: str = "e2e_p95_ms") -> dict[str, Any]:
     """Points, knee and SLO limit in one JSON-ready dict."""
     pts = curve_points(rows, latency_key)
+    knees = {m: find_knee(pts, m) for m in KNEE_METRICS}
+    found = [k for k in knees.values() if k is not None]
     return {
         "points": pts,
-        "knee": find_knee(pts, latency_key),
+        # the earliest knee of any metric: in a mix E2E follows output length and can hide a TPOT/TTFT knee
+        "knee": min(found, key=lambda k: k["knee_load_value"]) if found else None,
+        "knees": [{"latency_metric": m, **(k or {})} if k else {"latency_metric": m, "knee_step_name": None}
+                  for m, k in knees.items()],
         "max_load_meeting_slo": max_load_meeting_slo(pts, slo_results),
     }

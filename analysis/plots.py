@@ -236,3 +236,48 @@ def compare_distributions(base: Run, cand: Run, wa: Window, wb: Window, column: 
     va = (base[column] if column in base.columns else da[column])[wa.mask & da["ok"]]
     vb = (cand[column] if column in cand.columns else db[column])[wb.mask & db["ok"]]
     return latency_distributions([("baseline", va), ("candidate", vb)], label, f"{label}, step {wb.name}")
+
+
+def resources_vs_load(rows: list[dict[str, Any]]) -> bytes | None:
+    """GPU memory, utilisation, power and tokens per joule against the step load (``resources.rows``)."""
+    pts = [r for r in rows if (r.get("step_concurrency_users") or r.get("step_rate_rps")) is not None
+           and r.get("gpu_power_w_mean") is not None]
+    if not pts:
+        return None
+    x = [r.get("step_concurrency_users") or r.get("step_rate_rps") for r in pts]
+    plt = _plt()
+    fig, axes = plt.subplots(1, 4, figsize=(13, 3.2))
+    panels = (("gpu_memory_used_mib_mean", "GPU memory used (MiB)"), ("gpu_utilization_mean", "GPU utilisation (0-1)"),
+              ("gpu_power_w_mean", "power per GPU (W)"), ("output_tokens_per_joule", "output tokens per joule"))
+    for ax, (key, label) in zip(axes, panels):
+        ax.plot(x, [r.get(key) if r.get(key) is not None else np.nan for r in pts], "o-", color=_COLORS[0])
+        ax.set_xscale("log")
+        ax.minorticks_off()
+        ax.set_xticks(x)
+        ax.set_xticklabels([f"{v:g}" for v in x])
+        ax.set_xlabel("users" if pts[0].get("step_concurrency_users") is not None else "offered req/s")
+        ax.set_title(label, fontsize=9)
+        ax.grid(alpha=0.3)
+    return _png(fig)
+
+
+def gpu_over_time(gpu: Any) -> bytes | None:
+    """Memory used and power of every GPU over the run (``Run.gpu_metrics``): the soak view's server side."""
+    if gpu is None or not gpu.gpus:
+        return None
+    plt = _plt()
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.2))
+    t0 = min(float(g.scraped_at_s[0]) for g in gpu.gpus)
+    for i, g in enumerate(gpu.gpus):
+        t = (g.scraped_at_s - t0) / 60.0
+        for ax, fld in ((ax1, "memory_used_mib"), (ax2, "power_w")):
+            v = g.get(fld)
+            if v is not None:
+                ax.plot(t, v, color=_COLORS[i % len(_COLORS)], label=f"GPU {g.gpu} ({g.source})")
+    ax1.set_title("GPU memory used (MiB)", fontsize=9)
+    ax2.set_title("power (W)", fontsize=9)
+    for ax in (ax1, ax2):
+        ax.set_xlabel("minutes since the first scrape")
+        ax.grid(alpha=0.3)
+    ax1.legend(fontsize=7)
+    return _png(fig)

@@ -43,12 +43,18 @@ def report_tables(s: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
         "soak_windows": s["soak"]["windows"],
         "soak_drift": s["soak"]["drift"],
         "soak_error_bursts": s["soak"]["error_bursts"],
+        "resources": (s.get("resources") or {}).get("rows", []),
+        "observability": [{k: v for k, v in o.items() if k != "known_names"} for o in s.get("observability", [])],
+        "ttft_breakdown": s.get("ttft_breakdown", []),
+        "server_view": s.get("server_view", []),
+        "sent": s.get("sent", []),
     }
 
 
 def compare_tables(s: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """Table name -> rows of a comparison summary."""
-    return {"compare_steps": s["rows"], "divergent_outputs": s["consistency"]["examples"]}
+    return {"compare_steps": s["rows"], "divergent_outputs": s["consistency"]["examples"],
+            "compare_resources": (s.get("resources") or {}).get("rows", [])}
 
 
 def write_tables(out_dir: Path, tables: dict[str, list[dict[str, Any]]]) -> list[Path]:

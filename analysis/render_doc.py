@@ -125,23 +125,28 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
     steps = [r for r in s["steps"] if r["task"] == "all"]
     cost = {c["step_index"]: c for c in s["cost"]}
     b.append(("h2", "Summary per load step (steady window, all tasks)"))
-    headers = ["step", "load", "window s", "requests", "errors", "req/s", "out tok/s", "goodput req/s",
-               "goodput share", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "ITL p99", "E2E p99", "failed share"]
+    # Two tables (throughput, latency) so that neither is wider than the page.
+    headers = ["step", "load", "window s", "requests", "errors", "req/s", "out tok/s", "goodput req/s", "goodput share"]
     if cost:
         headers += ["$/1M out tok", "$/1k req"]
     rows = []
     for r in steps:
         row = [r["step_name"], _load(r), fmt(r["window_duration_s"]), fmt(r["requests_count"]), pct(r["error_rate"]),
                fmt(r["requests_per_s"]), fmt(r["output_tokens_per_s"]), fmt(r["goodput_requests_per_s"]),
-               pct(r["goodput_share"]), guarded(r, "ttft_p50_ms"), guarded(r, "ttft_p99_ms"), guarded(r, "tpot_p50_ms"),
-               guarded(r, "tpot_p99_ms"), guarded(r, "itl_p99_ms"), guarded(r, "e2e_p99_ms"), pct(r["ttft_failed_share"])]
+               pct(r["goodput_share"])]
         if cost:
             c = cost.get(r["step_index"], {})
             row += [fmt(c.get("cost_per_1m_output_tokens_usd")), fmt(c.get("cost_per_1k_requests_usd"))]
         rows.append(row)
     b.append(("table", headers, rows))
+    b.append(("table", ["step", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "ITL p99", "E2E p99", "failed share"],
+              [[r["step_name"], guarded(r, "ttft_p50_ms"), guarded(r, "ttft_p99_ms"), guarded(r, "tpot_p50_ms"),
+                guarded(r, "tpot_p99_ms"), guarded(r, "itl_p99_ms"), guarded(r, "e2e_p99_ms"),
+                pct(r["ttft_failed_share"])] for r in steps]))
     b.append(("p", "Latencies in ms. " + s["methods"]["failures"]))
     b += _phase_blocks(steps)
+    b += server_view_blocks(s.get("server_view"))
+    b += sent_blocks(s.get("sent"))
     # SLOs and curves
     c = s["curves"]
     b.append(("h2", "Load curves, knee and SLO limit"))
@@ -151,7 +156,11 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
                        f"rose x{k['latency_change_ratio']:.2f} while throughput rose x{k['throughput_change_ratio']:.2f}; "
                        f"last efficient load: {k['last_efficient_load_value']:g}."))
     else:
-        b.append(("p", "Knee: not found (latency never rose faster than throughput between consecutive steps)."))
+        b.append(("p", "Knee: not found (no latency rose faster than throughput between consecutive steps)."))
+    if c.get("knees"):
+        b.append(("list", [f"{k['latency_metric']}: " + (
+            f"knee at {k['knee_step_name']} (x{k['latency_change_ratio']:.2f} latency for x{k['throughput_change_ratio']:.2f} "
+            "throughput)" if k.get("knee_step_name") else "no knee") for k in c["knees"]]))
     m = c["max_load_meeting_slo"]
     if m is None:
         b.append(("p", "Highest load meeting the SLOs: no SLOs given (scenario slo block or --slo)."))
@@ -174,9 +183,7 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
         b.append(("h3", "SLO results"))
         failing = [r for r in s["slo_results"] if not r["passed"]]
         b.append(("p", f"{len(s['slo_results']) - len(failing)} of {len(s['slo_results'])} checks pass."))
-        b.append(("table", ["step", "task", "SLO", "threshold", "observed", "pass", "detail"],
-                  [[str(r["step_name"]), r["task"], r["slo_name"], f"{r['comparison']} {fmt(r['threshold_value'])}",
-                    fmt(r["observed_value"]), "PASS" if r["passed"] else "FAIL", r["detail"]] for r in s["slo_results"]]))
+        b += slo_matrix_blocks(s["slo_results"])
     # Latency tables per metric
     b.append(("h2", "Latency distributions per step and task"))
     for name in ("ttft_by_task", "e2e_by_task", "ttft_by_step", "tpot_by_task"):
@@ -187,14 +194,15 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
         if not rows:
             continue
         b.append(("h3", f"{title} ({unit.replace('_per_s', '/s')})"))
-        hdr = ["step", "task", "count", "failed share", "p50", "p90", "p95", "p99", "p99.9", "mean", "min", "max"]
+        # mean and min are in the CSV tables; the page keeps the tail
+        hdr = ["step", "task", "count", "failed share", "p50", "p90", "p95", "p99", "p99.9", "max"]
         with_inf = f"{metric}_p99_failed_as_inf_{unit}" in rows[0]
         if with_inf:
             hdr.append("p99 failures=inf")
         table = []
         for r in rows:
             row = [r["step_name"], r["task"], fmt(r[f"{metric}_count"]), pct(r.get(f"{metric}_failed_share"))]
-            row += [guarded(r, f"{metric}_{k}_{unit}") for k in ("p50", "p90", "p95", "p99", "p99_9", "mean", "min", "max")]
+            row += [guarded(r, f"{metric}_{k}_{unit}") for k in ("p50", "p90", "p95", "p99", "p99_9", "max")]
             if with_inf:
                 v = r[f"{metric}_p99_failed_as_inf_{unit}"]
                 row.append("unbounded" if v is None else fmt(v))
@@ -207,18 +215,30 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
         b.append(("table", ["step", "task", "outcome", "error", "HTTP status", "count", "share"],
                   [[str(e["step_name"]), e["task"], e["outcome"], str(e["error"]), fmt(e["http_status"]),
                     fmt(e["requests_count"]), pct(e["requests_share"])] for e in s["errors"]]))
+    b += observability_blocks(s.get("observability"), s.get("ttft_breakdown"))
     # Speculative decoding
     sd = s["spec_decode"]
     b.append(("h2", "Speculative decoding"))
     if not sd["observed"]:
         b.append(("p", "No speculative-decoding signal: no server counters, no per-request stats, and every chunk "
                        "carried at most one token."))
+    else:
+        b += _spec_blocks(sd, images)
+    b += _cost_blocks(s)
+    return _tail_blocks(s, b, images)
+
+
+def _spec_blocks(sd: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
+    """Acceptance tables of a run that speculated."""
+    b: list[Block] = []
     b.append(("p", f"K (num_speculative_tokens): {fmt(sd['num_spec_tokens_count'])} "
                    f"(source: {sd['num_spec_tokens_source'] or 'unknown'})."))
     srv = [r for r in sd["rows"] if r["task"] == "all"]
-    b.append(("table", ["step", "server acceptance", "server mean acc. length", "per-position rates", "note"],
-              [[str(r["step_name"]), pct(r.get("server_acceptance_rate")), fmt(r.get("server_mean_acceptance_length_tokens")),
-                fmt(r.get("server_per_position_acceptance_rate")), str(r.get("server_note") or "")] for r in srv]))
+    b.append(("table", ["step", "server counters", "server acceptance", "server mean acc. length", "per-position rates",
+                        "note"],
+              [[str(r["step_name"]), str(r.get("server_source") or "—"), pct(r.get("server_acceptance_rate")),
+                fmt(r.get("server_mean_acceptance_length_tokens")), fmt(r.get("server_per_position_acceptance_rate")),
+                str(r.get("server_note") or "")] for r in srv]))
     b.append(("table", ["step", "task", "req. stats", "req. acceptance", "req. mean acc. length", "chunks",
                         "mean tokens/chunk", "chunks > K+1", "chunk estimate reliable", "why not"],
               [[str(r["step_name"]), r["task"], fmt(r["request_stats_count"]), pct(r["request_acceptance_rate"]),
@@ -227,6 +247,11 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
                 fmt(r["chunk_estimate_reliable"]), "; ".join(r["chunk_estimate_notes"])] for r in sd["rows"]]))
     if "tokens_per_chunk" in images:
         b.append(("img", "tokens_per_chunk", "Tokens per chunk (first chunk excluded)"))
+    return b
+
+
+def _cost_blocks(s: dict[str, Any]) -> list[Block]:
+    b: list[Block] = []
     if s["price"]:
         p = s["price"]
         b.append(("h2", "Cost"))
@@ -234,10 +259,18 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
         b.append(("table", ["step", "out tok/s", "req/s", "USD per 1M output tokens", "USD per 1k requests"],
                   [[str(c["step_name"]), fmt(c["output_tokens_per_s"]), fmt(c["requests_per_s"]),
                     fmt(c["cost_per_1m_output_tokens_usd"]), fmt(c["cost_per_1k_requests_usd"])] for c in s["cost"]]))
+    return b
+
+
+def _tail_blocks(s: dict[str, Any], b: list[Block], images: dict[str, bytes]) -> list[Block]:
+    """Resources, the over-time view and methods: the end of a single-run report."""
+    b += resource_blocks(s.get("resources"), images)
     soak = s["soak"]
     b.append(("h2", f"Over time ({soak['window_s']:g} s windows)"))
     if not soak["applicable"]:
         b.append(("p", "Run shorter than 4 full windows: no drift test."))
+    elif soak.get("drift_note"):
+        b.append(("p", "No drift test: " + soak["drift_note"] + "."))
     else:
         drifting = [d for d in soak["drift"] if d["drift_detected"]]
         if drifting:
@@ -257,9 +290,139 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
                            for e in soak["error_bursts"]]))
     if "soak" in images:
         b.append(("img", "soak", "Metrics over time"))
+    if "gpu_over_time" in images:
+        b.append(("img", "gpu_over_time", "GPU memory and power over time (from the GPU exporter)"))
     b.append(("h2", "Methods"))
     b.append(("list", [f"{k}: {v}" for k, v in s["methods"].items()]))
     return b
+
+
+def slo_matrix_blocks(results: list[dict[str, Any]]) -> list[Block]:
+    """SLO results as a step x task matrix (PASS, or the failing SLOs), then the failures in full."""
+    tasks: list[str] = []
+    steps: list[str] = []
+    cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in results:
+        st, task = str(r["step_name"]), r["task"]
+        if task not in tasks:
+            tasks.append(task)
+        if st not in steps:
+            steps.append(st)
+        cells.setdefault((st, task), []).append(r)
+    tasks.sort(key=lambda t: (t != "all", t))
+
+    def cell(st: str, task: str) -> str:
+        rs = cells.get((st, task))
+        if not rs:
+            return "—"
+        bad = [r["slo_name"] for r in rs if not r["passed"]]
+        return "PASS" if not bad else "FAIL " + ", ".join(bad)
+
+    out: list[Block] = [("table", ["step"] + tasks, [[st] + [cell(st, t) for t in tasks] for st in steps])]
+    failing = [r for r in results if not r["passed"]]
+    if failing:
+        out.append(("list", [f"{r['step_name']} / {r['task']}: {r['slo_name']} observed {fmt(r['observed_value'])}, "
+                             f"needs {r['comparison']} {fmt(r['threshold_value'])}"
+                             + (f" ({r['detail']})" if r["detail"] else "") for r in failing]))
+    return out
+
+
+def sent_blocks(sent: list[dict[str, Any]] | None) -> list[Block]:
+    """What was sent, per task: token distributions and requested vs server-counted prompt length."""
+    if not sent:
+        return []
+    out: list[Block] = [("h3", "What was sent (successful requests of the steady windows, server-counted tokens)")]
+    out.append(("table", ["task", "requests", "prompt p50", "prompt p90", "output p50", "output p90",
+                          "max_tokens mean", "prompt requested", "prompt counted", "counted/requested"],
+                [[r["task"], fmt(r["requests_count"]), fmt(r["prompt_p50_tokens"]), fmt(r["prompt_p90_tokens"]),
+                  fmt(r["output_p50_tokens"]), fmt(r["output_p90_tokens"]),
+                  fmt(r["max_tokens_mean_tokens"]), fmt(r["requested_prompt_mean_tokens"]),
+                  fmt(r["counted_prompt_mean_tokens"]),
+                  (fmt(r["prompt_counted_to_requested_ratio"], 3) + (" (!)" if r["prompt_sizing_suspect"] else ""))
+                  if r["prompt_counted_to_requested_ratio"] is not None else "—"] for r in sent]))
+    bad = [r["task"] for r in sent if r["prompt_sizing_suspect"]]
+    if bad:
+        out.append(("banner", "yellow", "Prompt sizing is off for " + ", ".join(bad) + ": the server counted prompt "
+                    "lengths far from the scenario's (means compared; first turns only for multi-turn tasks). The "
+                    "prompts were sized with a tokenizer other than the server's -- see the run log's sizing line."))
+    return out
+
+
+def server_view_blocks(view: list[dict[str, Any]] | None) -> list[Block]:
+    """Per-step server table (steady windows), when the server exposed any of its columns."""
+    keys = ("queue_length_mean_requests", "running_mean_requests", "kv_cache_usage_mean_share", "preemptions_count",
+            "prefix_cache_hit_share")
+    if not view or not any(r[k] is not None for r in view for k in keys):
+        return []
+    return [("h3", "What the server saw per step (steady window, from its /metrics)"),
+            ("table", ["step", "waiting (mean)", "running (mean)", "KV cache used", "preemptions", "prefix-cache hits"],
+             [[str(r["step_name"]), fmt(r["queue_length_mean_requests"]), fmt(r["running_mean_requests"]),
+               pct(r["kv_cache_usage_mean_share"], 1), fmt(r["preemptions_count"]), pct(r["prefix_cache_hit_share"], 1)]
+              for r in view])]
+
+
+def observability_blocks(obs: list[dict[str, Any]] | None, breakdown: list[dict[str, Any]] | None) -> list[Block]:
+    """The observability audit: each signal exposed or missing, and what is derived instead."""
+    if not obs:
+        return []
+    out: list[Block] = [("h2", "Observability audit: what the server lets you see")]
+    n = sum(1 for o in obs if o["exposed"])
+    out.append(("p", f"{n} of {len(obs)} signals the method asks for are exposed by the server's /metrics."))
+    rows = []
+    for o in obs:
+        show = (lambda v: pct(v, 1)) if o["unit"] == "fraction" else (lambda v: fmt(v, 3))
+        values = ", ".join(f"{v['step_name']}: {show(v['signal_value'])}" for v in o["steps"]) or "—"
+        per_req = "—"
+        if o["per_request_records_count"] is not None:
+            per_req = f"{o['per_request_records_count']:,} records"
+        rows.append([o["signal"].replace("_", " "), "yes" if o["exposed"] else "MISSING",
+                     o["metric"] or "—", values, per_req])
+    out.append(("table", ["signal", "exposed", "metric", "value per step", "per-request form"], rows))
+    missing = [o for o in obs if not o["exposed"]]
+    if missing:
+        out.append(("p", "Missing signals and what tokenswarm derives instead:"))
+        out.append(("list", [f"{o['signal'].replace('_', ' ')}: {o['derived_instead']}" for o in missing]))
+    if breakdown and any(r["server_queue_wait_mean_ms"] is not None for r in breakdown):
+        out.append(("h3", "How much of TTFT is queueing"))
+        out.append(("table", ["step", "TTFT mean ms", "TTFT p50 ms", "TTFT p99 ms", "server queue wait ms",
+                              "queue share of TTFT", "draft share of engine time"],
+                    [[str(r["step_name"]), fmt(r["ttft_mean_ms"]), fmt(r["ttft_p50_ms"]), fmt(r["ttft_p99_ms"]),
+                      fmt(r["server_queue_wait_mean_ms"]), pct(r["queue_wait_of_ttft_share"], 0),
+                      pct(r["draft_time_share"], 0)] for r in breakdown]))
+        out.append(("p", "Queue wait is the server's mean (its histogram's sum / count over the window); the "
+                         "share compares it with the client's mean TTFT, which adds prefill and the network."))
+    return out
+
+
+def resource_blocks(res: dict[str, Any] | None, images: dict[str, bytes]) -> list[Block]:
+    """The "Resource cost" section: GPU readings per step, tokens per GPU and per joule."""
+    if not res:
+        return []
+    out: list[Block] = [("h2", "Resource cost (GPU)")]
+    if res["gpus"]:
+        names = ", ".join(sorted({f"{g['model'] or g['vendor']} x{sum(1 for h in res['gpus'] if h['model'] == g['model'])}"
+                                  for g in res["gpus"]}))
+        out.append(("p", f"GPUs: {names} (from {', '.join(sorted({g['source'] for g in res['gpus']}))}). "
+                         "Means over the scrapes inside each step's steady window; power is per GPU, energy "
+                         "summed over GPUs."))
+    for note in res["notes"]:
+        out.append(("p", note[0].upper() + note[1:] + "."))
+    rows = res["rows"]
+    if rows:
+        out.append(("table", ["step", "mem MiB mean", "mem MiB max", "util", "power W", "energy J",
+                              "tok/s per GPU", "tok/J", "$/1M out tok", "$/1M good tok"],
+                    [[str(r["step_name"]), fmt(r["gpu_memory_used_mib_mean"]), fmt(r["gpu_memory_used_mib_max"]),
+                      pct(r["gpu_utilization_mean"], 0), fmt(r["gpu_power_w_mean"]), fmt(r["gpu_energy_j"]),
+                      fmt(r["output_tokens_per_s_per_gpu"]), fmt(r["output_tokens_per_joule"]),
+                      fmt(r["cost_per_1m_output_tokens_usd"]), fmt(r["cost_per_1m_good_output_tokens_usd"])]
+                     for r in rows]))
+    if "resources_vs_load" in images:
+        out.append(("img", "resources_vs_load", "GPU memory, utilisation and power vs load"))
+    growth = [g for g in res.get("memory_growth", []) if g["memory_growth_mib_per_hour"] is not None]
+    if growth:
+        out.append(("p", "GPU memory growth over the run (Theil-Sen, server-side leak check): " + "; ".join(
+            f"GPU {g['gpu']} ({g['source']}) {g['memory_growth_mib_per_hour']:+.1f} MiB/h" for g in growth) + "."))
+    return out
 
 
 def compare_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
@@ -302,6 +465,17 @@ def compare_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
                       ("e2e_overlay", "E2E distribution, baseline vs candidate")):
         if name in images:
             b.append(("img", name, cap))
+    res = s.get("resources")
+    if res and res["rows"]:
+        b.append(("h2", "What the speedup costs the GPU"))
+        if not res["observed"]:
+            b.append(("p", "No GPU exporter in either run: throughput only (add a DCGM or AMD exporter to "
+                           "target.extra_metrics)."))
+        b.append(("table", ["step", "candidate vs baseline", "memory delta MiB", "power delta W", "tokens/J ratio",
+                            "$/1M good tok ratio"],
+                  [[str(r["step_name"]), r["summary_text"], fmt(r["gpu_memory_used_mib_delta"]),
+                    fmt(r["gpu_power_w_delta"]), fmt(r["output_tokens_per_joule_ratio"]),
+                    fmt(r["cost_per_1m_good_output_tokens_ratio"])] for r in res["rows"]]))
     b.append(("h2", "Output consistency"))
     b.append(("table", ["joined pairs", "both ok", "judged", "exact matches", "exact-match rate", "diverging",
                         "greedy pairs", "greedy diverging", "mean similarity", "median first divergence (chars)"],

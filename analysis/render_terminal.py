@@ -40,6 +40,16 @@ def report_text(s: dict[str, Any]) -> str:
     drift = [d["series"] for d in s["soak"]["drift"] if d["drift_detected"]]
     if drift:
         lines.append("drift: " + ", ".join(drift))
+    res = s.get("resources") or {}
+    if res.get("observed"):
+        lines.append("GPU: " + "; ".join(
+            f"{r['step_name']} {fmt(r['output_tokens_per_s_per_gpu'])} tok/s/GPU, {fmt(r['output_tokens_per_joule'])} tok/J, "
+            f"{fmt(r['gpu_power_w_mean'])} W" for r in res["rows"]))
+    obs = s.get("observability") or []
+    if obs:
+        missing = [o["signal"] for o in obs if not o["exposed"]]
+        lines.append(f"observability: {len(obs) - len(missing)}/{len(obs)} signals exposed"
+                     + (f" (missing: {', '.join(missing)})" if missing else ""))
     return "\n".join(lines)
 
 
@@ -63,4 +73,6 @@ def compare_text(s: dict[str, Any]) -> str:
                  f"{c['diverging_count']} diverging")
     if c["greedy_divergence"]:
         lines.append(f"!! GREEDY OUTPUTS CHANGED: {c['greedy_diverging_count']} temperature-0 pair(s) diverge")
+    lines += [f"GPU {r['step_name']}: {r['summary_text']}" for r in (s.get("resources") or {}).get("rows", [])
+              if r.get("gpu_memory_used_mib_delta") is not None]
     return "\n".join(lines)

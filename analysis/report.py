@@ -43,6 +43,9 @@ def report_images(run: Run, s: dict[str, Any]) -> tuple[dict[str, bytes], list[s
     _safe(images, "tokens_per_chunk", lambda: plots.tokens_per_chunk(s["spec_decode"]["rows"]), warn)
     if s["soak"]["applicable"]:
         _safe(images, "soak", lambda: plots.soak_series(s["soak"]["windows"]), warn)
+        _safe(images, "gpu_over_time", lambda: plots.gpu_over_time(getattr(run, "gpu_metrics", None)), warn)
+    if s.get("resources"):
+        _safe(images, "resources_vs_load", lambda: plots.resources_vs_load(s["resources"]["rows"]), warn)
     return images, warn
 
 

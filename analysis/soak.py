@@ -170,14 +170,21 @@ def error_bursts(rows: list[dict[str, Any]], min_errors: int = 3, z_limit: float
 
 
 def soak(run: Run, window_s: float = 60.0, alpha: float = 0.01, min_relative_change: float = 0.10) -> dict[str, Any]:
-    """Windows, drift and bursts together; ``applicable`` is False for runs shorter than 4 windows."""
+    """Windows, drift and bursts together; ``applicable`` is False for runs shorter than 4 windows.
+
+    Drift is not tested on a run of several load steps (``drift_applicable`` False, ``drift`` empty).
+    """
     rows = time_windows(run, window_s)
     n_full = sum(not r["window_partial"] for r in rows)
+    # Drift belongs to constant-load runs: across a sweep every series changes with the load.
+    sweep = len(run.manifest.get("steps") or []) > 1
     return {
         "window_s": window_s,
         "applicable": n_full >= 4,
+        "drift_applicable": n_full >= 4 and not sweep,
+        "drift_note": "load sweep: drift is tested on constant-load runs only" if sweep else None,
         "windows": rows,
-        "drift": drift(rows, alpha, min_relative_change),
+        "drift": [] if sweep else drift(rows, alpha, min_relative_change),
         "error_bursts": error_bursts(rows),
         "alpha_p_value": alpha,
         "min_relative_change_share": min_relative_change,

@@ -1,6 +1,7 @@
 """Speculative decoding: acceptance from three sources, per step (and per task where possible).
 
-1. Server counters (``server_metrics.jsonl``, vLLM): deltas of
+1. Server counters (``server_metrics.jsonl``; vLLM, llama.cpp's ``llamacpp:spec_decode_*`` of the
+   same shape, SGLang and TGI as :func:`server_deltas` says): deltas of
    ``vllm:spec_decode_num_drafts_total``, ``..._num_draft_tokens_total``,
    ``..._num_accepted_tokens_total`` and ``..._num_accepted_tokens_per_pos_total{position}``
    (summed over ``engine`` labels, ``_created`` ignored) between the last scrape at or before
@@ -8,7 +9,9 @@
    d_accepted / d_draft_tokens; mean acceptance length = 1 + d_accepted / d_drafts; per-position
    rate = d_per_pos[i] / d_drafts. Server-wide, so per step only (not per task); the window is
    slightly wider than the steady window (scrape spacing).
-2. Per-request fields (``record.spec_decode``, vLLM ``metrics.speculative_decoding``): the same
+2. Per-request fields (``record.spec_decode``: vLLM ``metrics.speculative_decoding``, llama.cpp
+   ``timings.draft_n``/``draft_n_accepted``, SGLang ``spec_tokens_details``, read into vLLM's
+   names by :mod:`tokenswarm.load.engine_fields`): the same
    ratios over the sums of ``num_accepted_draft_tokens``, ``num_draft_tokens`` and
    ``num_spec_steps`` of the selected requests. Exact and per task; the best source.
 3. Chunk inference: tokens per streamed chunk, first chunk excluded (it follows prefill).
@@ -41,16 +44,22 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or not b else a / b
 
 
-def server_deltas(sm: ServerMetrics | None, start_s: float | None, end_s: float | None) -> dict[str, Any]:
-    """Counter deltas over ``[start_s, end_s]`` and the ratios derived from them."""
-    empty = {
-        "server_drafts_count": None, "server_draft_tokens_count": None, "server_accepted_tokens_count": None,
-        "server_acceptance_rate": None, "server_mean_acceptance_length_tokens": None,
-        "server_per_position_acceptance_rate": None, "server_num_spec_tokens_count": None,
-        "server_scrape_before_s": None, "server_scrape_after_s": None,
-    }
-    if sm is None or sm.value(DRAFTS) is None or start_s is None or end_s is None:
-        return {**empty, "server_note": "no spec-decode counters scraped"}
+#: Engines whose counters have vLLM's shape: (engine, drafts, draft tokens, accepted tokens).
+COUNTER_FAMILIES: tuple[tuple[str, str, str, str], ...] = (
+    ("vllm", DRAFTS, DRAFT_TOKENS, ACCEPTED),
+    ("llama.cpp", "llamacpp:spec_decode_num_drafts_total", "llamacpp:spec_decode_num_draft_tokens_total",
+     "llamacpp:spec_decode_num_accepted_tokens_total"),
+)
+SGLANG_VERIFY = "sglang:spec_verify_calls_total"
+SGLANG_GENERATED = "sglang:generation_tokens_total"
+SGLANG_ACCEPT_RATE = "sglang:spec_accept_rate"
+SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"
+TGI_SKIPPED_SUM = "tgi_request_skipped_tokens_sum"
+TGI_SKIPPED_COUNT = "tgi_request_skipped_tokens_count"
+
+
+def _bracket(sm: ServerMetrics, start_s: float, end_s: float) -> tuple[int, int, list[str]]:
+    """Indices of the last scrape at/before ``start_s`` and the first at/after ``end_s``."""
     t = sm.scraped_at_s
     notes = []
     before = np.nonzero(t <= start_s)[0]
@@ -61,6 +70,34 @@ def server_deltas(sm: ServerMetrics | None, start_s: float | None, end_s: float 
         notes.append("no scrape before steady_at: first scrape used")
     if not after.size:
         notes.append("no scrape after ended_at: last scrape used")
+    return i0, i1, notes
+
+
+def server_deltas(sm: ServerMetrics | None, start_s: float | None, end_s: float | None) -> dict[str, Any]:
+    """Counter deltas over ``[start_s, end_s]`` and the ratios derived from them.
+
+    vLLM's and llama.cpp's counters have the same shape (drafts, draft tokens, accepted,
+    accepted per position). SGLang has no accepted/draft counters: mean acceptance length is
+    Δ``generation_tokens_total`` / Δ``spec_verify_calls_total`` and the acceptance rate is the
+    mean of its ``spec_accept_rate`` gauge (most recent batch) over the window's scrapes. TGI's
+    ``tgi_request_skipped_tokens`` summary gives accepted drafts per step: length = 1 +
+    Δsum/Δcount. ``server_source`` names the engine whose counters were used.
+    """
+    empty = {
+        "server_drafts_count": None, "server_draft_tokens_count": None, "server_accepted_tokens_count": None,
+        "server_acceptance_rate": None, "server_mean_acceptance_length_tokens": None,
+        "server_per_position_acceptance_rate": None, "server_num_spec_tokens_count": None,
+        "server_scrape_before_s": None, "server_scrape_after_s": None, "server_source": None,
+    }
+    family = None
+    if sm is not None:
+        family = next((f for f in COUNTER_FAMILIES if sm.value(f[1]) is not None), None)
+    other = sm is not None and (sm.value(SGLANG_VERIFY) is not None or sm.value(SGLANG_ACCEPT_RATE) is not None
+                                or sm.value(TGI_SKIPPED_COUNT) is not None)
+    if sm is None or (family is None and not other) or start_s is None or end_s is None:
+        return {**empty, "server_note": "no spec-decode counters scraped"}
+    t = sm.scraped_at_s
+    i0, i1, notes = _bracket(sm, start_s, end_s)
     if i1 <= i0:
         return {**empty, "server_note": "fewer than two scrapes around the window"}
 
@@ -70,9 +107,15 @@ def server_deltas(sm: ServerMetrics | None, start_s: float | None, end_s: float 
         v = float(arr[i1] - arr[i0])
         return None if np.isnan(v) or v < 0 else v  # NaN: series absent; < 0: counter reset
 
-    drafts, draft_tok, acc = delta(sm.value(DRAFTS)), delta(sm.value(DRAFT_TOKENS)), delta(sm.value(ACCEPTED))
+    base = {**empty, "server_scrape_before_s": float(t[i0]), "server_scrape_after_s": float(t[i1])}
+    if family is None:
+        return {**base, **_other_engines(sm, delta, t, start_s, end_s), "server_note": "; ".join(notes) or None}
+    engine, drafts_name, draft_tok_name, acc_name = family
+    drafts, draft_tok, acc = delta(sm.value(drafts_name)), delta(sm.value(draft_tok_name)), delta(sm.value(acc_name))
     per_pos = [delta(sm.per_pos[p]) for p in sorted(sm.per_pos) if p >= 0]
     out = {
+        **base,
+        "server_source": engine,
         "server_drafts_count": drafts,
         "server_draft_tokens_count": draft_tok,
         "server_accepted_tokens_count": acc,
@@ -80,13 +123,30 @@ def server_deltas(sm: ServerMetrics | None, start_s: float | None, end_s: float 
         "server_mean_acceptance_length_tokens": None if acc is None or not drafts else 1.0 + acc / drafts,
         "server_per_position_acceptance_rate": [_ratio(v, drafts) for v in per_pos] if per_pos else None,
         "server_num_spec_tokens_count": len(per_pos) or None,
-        "server_scrape_before_s": float(t[i0]),
-        "server_scrape_after_s": float(t[i1]),
         "server_note": "; ".join(notes) or None,
     }
     if drafts is None or draft_tok is None or acc is None:
         out["server_note"] = "; ".join(notes + ["a counter went backwards (server restart?) or is missing"])
     return out
+
+
+def _other_engines(sm: ServerMetrics, delta: Any, t: np.ndarray, start_s: float, end_s: float) -> dict[str, Any]:
+    """SGLang (verify calls + gauges) or TGI (skipped-tokens summary) acceptance over a window."""
+    if sm.value(TGI_SKIPPED_COUNT) is not None:
+        steps, skipped = delta(sm.value(TGI_SKIPPED_COUNT)), delta(sm.value(TGI_SKIPPED_SUM))
+        return {"server_source": "tgi", "server_drafts_count": steps, "server_accepted_tokens_count": skipped,
+                "server_mean_acceptance_length_tokens": 1.0 + skipped / steps if steps and skipped is not None else None}
+    verify, generated = delta(sm.value(SGLANG_VERIFY)), delta(sm.value(SGLANG_GENERATED))
+    inside = (t >= start_s) & (t <= end_s)
+    rate = sm.value(SGLANG_ACCEPT_RATE)
+    rate_mean = float(np.nanmean(rate[inside])) if rate is not None and inside.any() and not np.isnan(rate[inside]).all() else None
+    length = _ratio(generated, verify)
+    if length is None:
+        gauge = sm.value(SGLANG_ACCEPT_LENGTH)
+        if gauge is not None and inside.any() and not np.isnan(gauge[inside]).all():
+            length = float(np.nanmean(gauge[inside]))
+    return {"server_source": "sglang", "server_drafts_count": verify, "server_acceptance_rate": rate_mean,
+            "server_mean_acceptance_length_tokens": length}
 
 
 def per_request(run: Run, mask: np.ndarray) -> dict[str, Any]:

@@ -16,10 +16,13 @@ from analysis.curves import curves
 from analysis.errors import NoSuccessError
 from analysis.health import generator_health
 from analysis.loader import Run
+from analysis.observability import audit, server_view, ttft_breakdown
+from analysis.resources import compare_resources, resources
+from analysis.sent import what_was_sent
 from analysis.soak import soak
 from analysis.specdecode import spec_decode_tables
 from analysis.stats import PERCENTILE_METHOD
-from analysis.tables import FAILURE_TREATMENT, derived, step_table
+from analysis.tables import FAILURE_TREATMENT, derived, good_mask, step_table
 
 SUMMARY_VERSION = 1
 
@@ -38,6 +41,9 @@ METHODS = {
 UNIT_SUFFIXES: tuple[str, ...] = (
     "_ms", "_s", "_per_s", "_rps", "_users", "_count", "_share", "_rate", "_ratio", "_tokens", "_usd",
     "_perc", "_index", "_value", "_z", "_per_hour", "_version",
+    # GPU resources (analysis.resources): MiB, W, J, degrees C, MHz, fractions 0-1
+    "_mib", "_mib_mean", "_mib_max", "_mib_delta", "_w_mean", "_w_max", "_w_delta", "_j", "_c_max",
+    "_mhz_mean", "_per_joule", "_per_gpu", "_utilization_mean", "_sm_active_mean",
 )
 
 
@@ -107,7 +113,13 @@ def analyse(
         "price": price,
         "cost": cost_mod.cost_rows(tables.rows, price),
         "soak": soak(run, window_s),
+        "resources": resources(run, tables.windows, tables.rows, price, good_mask(run, tables.slo)),
     }
+    obs = audit(run, tables.windows, speculation_seen=spec["observed"])
+    summary["observability"] = obs
+    summary["ttft_breakdown"] = ttft_breakdown(obs, tables.rows)
+    summary["server_view"] = server_view(obs, tables.rows)
+    summary["sent"] = what_was_sent(run, tables.windows)
     return clean(summary)
 
 
@@ -166,4 +178,9 @@ def compare_summary(base: Run, cand: Run, n_boot: int = 1000, seed: int = 0, spe
     out["candidate_health"] = generator_health(cand.manifest, tb.rows, cand.warnings)
     out["baseline_curves"] = curve_points(ta.rows)
     out["candidate_curves"] = curve_points(tb.rows)
+    res_a = resources(base, ta.windows, ta.rows, cost_mod.price(base.manifest), good_mask(base, ta.slo))
+    res_b = resources(cand, tb.windows, tb.rows, cost_mod.price(cand.manifest), good_mask(cand, tb.slo))
+    out["resources"] = {"baseline_rows": res_a["rows"], "candidate_rows": res_b["rows"],
+                        "rows": compare_resources(res_a["rows"], res_b["rows"]),
+                        "observed": res_a["observed"] or res_b["observed"]}
     return clean(out)

@@ -12,7 +12,8 @@ chunk
     are not chunks.
 token
     As counted by the server (``usage``). Per-chunk token counts come from the server's
-    cumulative ``continuous_usage_stats`` (or token ids); they are never guessed from text.
+    cumulative ``continuous_usage_stats`` (or token ids), or are inferred as one per chunk when
+    the chunk count equals ``usage.completion_tokens``; they are never guessed from text.
 delivery
     The content chunks that reached the client together: read by one read and so dated by
     one arrival time (equal ``chunk_offsets_ms``). A speculative step's accepted tokens come
@@ -66,7 +67,12 @@ GLOSSARY: dict[str, tuple[str, str]] = {
         "began; open loop: its scheduled time) to sent_at, minus connect_ms.",
     ),
     "headers_ms": ("ms", "Time to first byte: response headers received minus sent_at."),
-    "tokens_per_chunk": ("tokens", "Tokens carried by one content chunk (exact counts only)."),
+    "tokens_per_chunk": (
+        "tokens",
+        "Tokens carried by one content chunk (exact counts only: from continuous usage stats or token ids, "
+        "or inferred as one per chunk when a request's number of content chunks equals its "
+        "usage.completion_tokens -- record field chunk_tokens_inferred).",
+    ),
     "output_tps": (
         "tokens/s",
         "Output tokens per second of one request: output_tokens / (e2e_ms / 1000).",

@@ -90,6 +90,9 @@ class RequestRecord:
     connect_ms: float | None = None
     send_delay_ms: float | None = None
     headers_ms: float | None = None
+    #: ``chunk_tokens`` were not sent by the server but proven: as many content events as
+    #: ``usage.completion_tokens``, so one token per event (glossary: tokens_per_chunk)
+    chunk_tokens_inferred: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of all fields (``None`` kept, so absent and unobserved differ)."""

@@ -17,6 +17,7 @@ import numpy as np
 import orjson
 
 from analysis.errors import RunInputError
+from analysis.gpu import read_gpu_metrics
 from analysis.loader.records import _release_free_memory, read_records
 from analysis.loader.server_metrics import ServerMetrics, read_server_metrics
 from tokenswarm.record import FORMAT_VERSION
@@ -46,6 +47,8 @@ class Run:
     files: list[str] = field(default_factory=list)
     #: derived per-request arrays computed once (see analysis.tables.derived)
     cache: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: GPU exporter series from ``server_metrics.jsonl`` (any source), see :mod:`analysis.gpu`
+    gpu_metrics: Any = None
 
     def __len__(self) -> int:
         return int(self.columns["sent_at"].shape[0])
@@ -167,4 +170,5 @@ def load_run(path: str | os.PathLike, keep_text: bool = False) -> Run:
         texts=texts,
         warnings=warnings,
         files=[str(f) for f in files],
+        gpu_metrics=read_gpu_metrics(run_dir / "server_metrics.jsonl", warnings),
     )

@@ -14,6 +14,10 @@ import numpy as np
 from analysis.errors import RunInputError
 from analysis.loader.lines import _iter_json
 
+#: Per-position acceptance counters (vLLM, llama.cpp's speculative build), kept by ``position``.
+PER_POS_NAMES = frozenset({"vllm:spec_decode_num_accepted_tokens_per_pos_total",
+                           "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"})
+
 
 @dataclass
 class ServerMetrics:
@@ -22,7 +26,7 @@ class ServerMetrics:
     Counters and gauges are summed over label sets (``engine``, ``model_name`` ...) except
     names ending in ``_perc`` (fractions such as KV-cache use), which are averaged. ``_created``
     series are dropped. ``per_pos`` keeps the ``position`` label of
-    ``vllm:spec_decode_num_accepted_tokens_per_pos_total`` apart (summed over engines).
+    the per-position acceptance counters (:data:`PER_POS_NAMES`) apart (summed over engines).
     """
 
     scraped_at_s: np.ndarray
@@ -44,7 +48,7 @@ def read_server_metrics(path: Path, warnings: list[str], source: str = "target")
     steps: list[float] = []
     rows: list[dict[str, float]] = []
     pos_rows: list[dict[int, float]] = []
-    per_pos_name = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+    per_pos_names = PER_POS_NAMES
     for lineno, obj in _iter_json(path, warnings):
         if obj.get("source", "target") != source or obj.get("error"):
             continue
@@ -60,7 +64,7 @@ def read_server_metrics(path: Path, warnings: list[str], source: str = "target")
             value = s.get("value")
             if not name or value is None or name.endswith("_created"):
                 continue
-            if name == per_pos_name:
+            if name in per_pos_names:
                 p = int((s.get("labels") or {}).get("position", -1))
                 pos[p] = pos.get(p, 0.0) + float(value)
                 continue

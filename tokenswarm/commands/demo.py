@@ -42,10 +42,12 @@ def demo_study(args: argparse.Namespace):  # -> Study
     from tokenswarm.load.scenario import resolve_scenario_path
     from tokenswarm.study.spec import Arm, Study
 
-    sim = f"{sys.executable} -m tokenswarm sim --port {{port}} --profile {args.profile}"
+    # --gpu-metrics: the simulator's modelled GPU, scraped like a DCGM exporter next to a real server
+    sim = f"{sys.executable} -m tokenswarm sim --port {{port}} --profile {args.profile} --gpu-metrics"
     arms = (Arm("baseline", f"{sim} --spec-method none"),
             Arm(args.candidate, f"{sim} --spec-method {args.candidate} --per-request-spec-decode-metrics summary"))
-    overrides = (*DEMO_OVERRIDES, f"load.steps={args.steps}", "load.warmup_s=2",
+    overrides = (*DEMO_OVERRIDES, "target.extra_metrics=[{name: gpu, url: '{host}/dcgm/metrics'}]",
+                 f"load.steps={args.steps}", "load.warmup_s=2",
                  f"load.step_duration_s={args.step_duration}")
     return Study(scenario=str(Path(resolve_scenario_path(args.scenario)).resolve()), arms=arms, baseline="baseline",
                  rounds=args.rounds, out=args.out, overrides=overrides, ready_timeout_s=60.0, warmup_requests=2,

@@ -11,7 +11,9 @@ Token accounting, most exact first:
 1. ``usage.completion_tokens`` on every chunk (``stream_options.continuous_usage_stats``):
    the per-chunk count is the difference of consecutive cumulative values.
 2. ``token_ids`` on the choice (vLLM ``return_token_ids``): the count is its length.
-3. Neither: ``chunk_tokens`` is ``None`` -- counts are never guessed from text.
+3. Neither, but the number of content events equals the final ``usage.completion_tokens``:
+   one token per event, exact (``chunk_tokens_inferred=True``; see ``engine_fields``).
+4. Otherwise ``chunk_tokens`` is ``None`` -- counts are never guessed from text.
 
 The final ``usage`` object (``include_usage``) gives ``output_tokens``; without it the sum
 of exact per-chunk counts is used, and without those an estimate marked
@@ -27,6 +29,7 @@ from typing import Any
 import numpy as np  # at import time: a first lazy import inside the event loop stalls it ~80 ms
 import orjson
 
+from tokenswarm.load.engine_fields import one_token_per_event, spec_decode_of
 from tokenswarm.record import Outcome, RequestRecord
 
 CHARS_PER_TOKEN_ESTIMATE = 4.0
@@ -96,10 +99,10 @@ class StreamState:
                 self.usage_stale = False
             else:
                 usage = None
-            if "metrics" in obj:
-                metrics = obj["metrics"]
-                if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
-                    self.spec_decode = metrics["speculative_decoding"]
+            if "metrics" in obj or "timings" in obj or "sglext" in obj:
+                sd = spec_decode_of(obj)  # vLLM metrics, llama.cpp timings, SGLang sglext
+                if sd is not None:
+                    self.spec_decode = sd
             if not choices:
                 continue  # usage-only trailer or keep-alive object
             c0 = choices[0]
@@ -116,7 +119,8 @@ class StreamState:
             if usage is not None:
                 cum = usage.get("completion_tokens")
                 if type(cum) is int:
-                    n = cum - (self.last_cum or 0)
+                    # A text-less total after untracked chunks (llama.cpp's finish chunk) is no chunk.
+                    n = 0 if (self.last_cum is None and self.times and not text) else cum - (self.last_cum or 0)
                     self.last_cum = cum
             elif "token_ids" in c0 and type(c0["token_ids"]) is list:
                 n = len(c0["token_ids"])
@@ -191,6 +195,10 @@ class StreamState:
         usage = self.usage or {}
         # A usage object older than the last content chunk cannot be the total.
         out_tokens = None if self.usage_stale else _int(usage.get("completion_tokens"))
+        inferred = False
+        if chunk_tokens is None and self.times:
+            chunk_tokens = one_token_per_event(len(self.times), out_tokens)
+            inferred = chunk_tokens is not None
         estimated = False
         if out_tokens is None:
             if chunk_tokens is not None:
@@ -215,6 +223,7 @@ class StreamState:
             output_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest() if self.times else None,
             output_text=text if keep_output else None,
             spec_decode=self.spec_decode,
+            chunk_tokens_inferred=inferred,
         )
 
 

@@ -2,8 +2,11 @@
 
 Preference order in :func:`make_token_counter`:
 
-1. the target's vLLM-compatible ``POST /tokenize`` (``{"model", "prompt"}`` -> ``{"count"}``),
-   probed once; a 404/405/connection error falls back (logged, not raised);
+1. the target's ``POST /tokenize`` in the first dialect that proves itself on a known text
+   (:data:`DIALECTS`: vLLM/SGLang ``{"model", "prompt"}`` -> ``{"count"}``, llama.cpp
+   ``{"content"}`` -> ``{"tokens": [...]}``, TGI ``{"inputs"}`` -> ``[{...}, ...]``); a
+   404/405/connection error or no plausible count falls back (with a warning when only the
+   estimate is left);
 2. a local Hugging Face ``tokenizer.json`` named by the scenario (needs the ``tokenizers``
    package; a clear error if it is missing);
 3. an estimate of :data:`DEFAULT_CHARS_PER_TOKEN` characters per token.
@@ -20,7 +23,8 @@ import logging
 import os
 import urllib.error
 import urllib.request
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, runtime_checkable
 
 log = logging.getLogger(__name__)
 
@@ -83,12 +87,72 @@ class LocalTokenizerCounter:
         return len(self._tok.encode(text, add_special_tokens=False).ids)
 
 
-class ServerTokenizeCounter:
-    """The target's ``POST {root}/tokenize``. Use :meth:`probe` before relying on it.
+#: A known text for the probe: 13 words, 74 characters -- any real tokenizer gives 10-40 tokens.
+PROBE_TEXT = "The quick brown fox jumps over the lazy dog, then naps under the old oak tree."
 
-    If a call fails after a successful probe (server restarted, overloaded), the count falls
-    back to ``fallback`` and a warning is logged once, so that building prompts never aborts a
-    run: prompt lengths are targets, the record keeps the server's own count.
+
+def _plausible(count: int, text: str) -> bool:
+    """A count a real tokenizer could give for ``text`` (ASCII): 1 token per 1..12 characters."""
+    return len(text) / 12.0 <= count <= len(text)
+
+
+def _count_or_tokens(data: Any) -> int | None:
+    """vLLM / SGLang: ``{"count": n, "tokens": [...]}``."""
+    if not isinstance(data, dict):
+        return None
+    count = data.get("count")
+    if count is None and isinstance(data.get("tokens"), list):
+        count = len(data["tokens"])
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
+
+
+def _tokens_list(data: Any) -> int | None:
+    """llama.cpp's server: ``{"tokens": [ids]}``."""
+    if isinstance(data, dict) and isinstance(data.get("tokens"), list):
+        return len(data["tokens"])
+    return None
+
+
+def _tgi_list(data: Any) -> int | None:
+    """TGI: a JSON list of ``{"id", "text", "start", "stop"}`` objects."""
+    return len(data) if isinstance(data, list) else None
+
+
+@dataclass(frozen=True)
+class TokenizeDialect:
+    """How one engine's ``POST /tokenize`` is asked and answered."""
+
+    name: str
+    body: Callable[[str, str | None], dict[str, Any]]
+    parse: Callable[[Any], int | None]
+
+
+def _vllm_body(text: str, model: str | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"prompt": text}
+    if model and model != "auto":
+        body["model"] = model
+    return body
+
+
+#: Tried in this order by :meth:`ServerTokenizeCounter.probe`; the first that proves itself is used.
+DIALECTS: tuple[TokenizeDialect, ...] = (
+    TokenizeDialect("vllm/sglang", _vllm_body, _count_or_tokens),
+    # llama.cpp reads "content" and answers {"tokens": []} to a vLLM body: the probe rejects that.
+    TokenizeDialect("llama.cpp", lambda text, _m: {"content": text, "add_special": False}, _tokens_list),
+    TokenizeDialect("tgi", lambda text, _m: {"inputs": text}, _tgi_list),
+)
+
+
+class ServerTokenizeCounter:
+    """The target's ``POST {root}/tokenize`` in one engine's dialect. Use :meth:`probe` first.
+
+    The probe tries every :data:`DIALECTS` entry with :data:`PROBE_TEXT` and keeps the first
+    whose answer is a plausible non-zero count, so a server that accepts a request but ignores
+    its text (``{"tokens": []}``) is not taken for a counter. If a call fails after a
+    successful probe (server restarted, overloaded), the count falls back to ``fallback`` and
+    a warning is logged once, so that building prompts never aborts a run: prompt lengths are
+    targets, the record keeps the server's own count. All requests go through
+    :meth:`_request`, the one place where headers are applied.
     """
 
     def __init__(
@@ -105,35 +169,54 @@ class ServerTokenizeCounter:
         self.timeout_s = timeout_s
         self.fallback = fallback or EstimateCounter()
         self.name = f"server:{self.url}"
+        self.dialect: TokenizeDialect = DIALECTS[0]
         self.calls = 0
+        self.probe_failures: list[str] = []  #: why each dialect was rejected (for the warning)
         self._warned = False
 
-    def _post(self, text: str) -> int:
-        body = {"prompt": text}
-        if self.model and self.model != "auto":
-            body["model"] = self.model
+    def _request(self, body: dict[str, Any]) -> Any:
+        """POST ``body`` to ``/tokenize`` with the counter's headers; the decoded JSON answer."""
         req = urllib.request.Request(
             self.url, data=json.dumps(body).encode(), headers=self.headers, method="POST"
         )
         self.calls += 1
         with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-            data = json.loads(resp.read())
-        count = data.get("count") if isinstance(data, dict) else None
-        if count is None and isinstance(data, dict) and isinstance(data.get("tokens"), list):
-            count = len(data["tokens"])
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise ValueError(f"{self.url}: response has no integer 'count': {str(data)[:200]}")
+            return json.loads(resp.read())
+
+    def _post(self, text: str, dialect: TokenizeDialect | None = None) -> int:
+        d = dialect or self.dialect
+        data = self._request(d.body(text, self.model))
+        count = d.parse(data)
+        if count is None or count < 0:
+            raise ValueError(f"{self.url}: the {d.name} answer has no token count: {str(data)[:200]}")
         return count
 
     def probe(self) -> bool:
-        """True if the endpoint answers a tiny request with a count."""
-        try:
-            self._post("Hello, world.")
+        """True if some dialect counts :data:`PROBE_TEXT` plausibly (that dialect is then used)."""
+        self.probe_failures = []
+        for d in DIALECTS:
+            try:
+                n = self._post(PROBE_TEXT, d)
+            except urllib.error.HTTPError as exc:
+                self.probe_failures.append(f"{d.name}: HTTP {exc.code}")
+                if exc.code in (404, 405):
+                    break  # no /tokenize route at all: other bodies will not help
+                continue
+            except (urllib.error.URLError, OSError) as exc:
+                self.probe_failures.append(f"{d.name}: {exc}")
+                break  # unreachable: do not wait for every dialect's timeout
+            except ValueError as exc:
+                self.probe_failures.append(f"{d.name}: {str(exc)[:120]}")
+                continue
+            if n == 0 or not _plausible(n, PROBE_TEXT):
+                self.probe_failures.append(
+                    f"{d.name}: counted {n} tokens in a {len(PROBE_TEXT)}-character probe text (implausible)")
+                continue
+            self.dialect = d
+            log.info("%s counts tokens in the %s dialect (probe: %d tokens)", self.url, d.name, n)
             return True
-        except urllib.error.HTTPError as exc:
-            log.info("no usable /tokenize at %s (HTTP %s); sizing prompts another way", self.url, exc.code)
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            log.info("no usable /tokenize at %s (%s); sizing prompts another way", self.url, exc)
+        log.info("no usable /tokenize at %s (%s); sizing prompts another way", self.url,
+                 "; ".join(self.probe_failures))
         return False
 
     def count(self, text: str) -> int:
@@ -186,5 +269,12 @@ def make_token_counter(
         log.info("sizing prompts with %s", local.name)
         return local
     counter = EstimateCounter()
-    log.info("sizing prompts with %s (no /tokenize, no tokenizer.json)", counter.name)
+    if base_url:
+        # The server has its own tokenizer but would not count for us: say what that means.
+        log.warning("no usable /tokenize at %s answered in a known dialect (vllm/sglang, llama.cpp, tgi); "
+                    "prompts are sized with %s, so the server may count different prompt lengths -- the "
+                    "report compares requested with server-counted prompt tokens per task",
+                    tokenize_url(base_url), counter.name)
+    else:
+        log.info("sizing prompts with %s (no /tokenize, no tokenizer.json)", counter.name)
     return counter

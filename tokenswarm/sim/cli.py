@@ -39,6 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="draft tokens per step when speculating (default 4)")
     parser.add_argument("--per-request-spec-decode-metrics", choices=("none", "summary"), default="none",
                         help="add vLLM-style metrics.speculative_decoding to final responses")
+    parser.add_argument("--gpu-metrics", action="store_true",
+                        help="also serve a DCGM-exporter-compatible GPU endpoint at /dcgm/metrics (modelled GPU)")
     parser.add_argument("--seed", type=int, default=0, help="seed of fault decisions (default 0)")
     parser.add_argument("--truth", metavar="PATH", default=None, help="write the ground-truth log (JSON lines)")
     g = parser.add_argument_group("faults (rates are probabilities 0..1, deterministic given --seed)")
@@ -88,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         server = SimServer(profile, spec, faults, args.host, args.port, args.truth, args.served_model_name,
-                           args.per_request_spec_decode_metrics)
+                           args.per_request_spec_decode_metrics, gpu_metrics=args.gpu_metrics)
     except OSError as e:
         print(f"tokenswarm sim: cannot open --truth {args.truth}: {e}", file=sys.stderr)
         return 2

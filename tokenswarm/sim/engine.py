@@ -170,6 +170,11 @@ class EngineStats:
     spec_accepted_tokens: int = 0
     spec_accepted_per_pos: list[int] = field(default_factory=list)
     finished: dict[str, int] = field(default_factory=dict)
+    #: engine-model seconds with a step running, of them drafting, and busy seconds weighted by
+    #: the step's compute share (compute / max(memory, compute)): the GPU model's inputs (sim.gpu)
+    busy_s: float = 0.0
+    draft_s: float = 0.0
+    compute_weighted_s: float = 0.0
 
 
 DraftState = Callable[[int, float], "tuple[bool, float]"]
@@ -339,7 +344,9 @@ class Scheduler:
             tokens = tokens[:-1] + [text.wrong_token(pos + n - 1)]
         return _Entry(s, 0, False, tokens, k, min(accepted, n - 1) if k else 0)
 
-    def _duration(self, context: int, verify: int, prefill: int, n_decode: int, n_drafting: int, slow: float) -> float:
+    def _parts(self, context: int, verify: int, prefill: int, n_decode: int, n_drafting: int,
+               slow: float) -> tuple[float, float, float]:
+        """(memory-bound s, compute-bound s, drafting s) of one step."""
         p = self.p
         mem_s = p.weights_read_s + p.kv_read_s_per_token * context
         compute_s = p.flops_per_token_s * verify + prefill / p.prefill_tokens_per_s
@@ -349,7 +356,11 @@ class Scheduler:
                 draft_s = self._k * (p.draft.pass_s + p.draft.flops_per_token_s * n_drafting) * slow
         elif self._ngram and n_decode:
             draft_s = p.ngram.lookup_s_per_seq * n_decode
-        return p.overhead_s + max(mem_s, compute_s) + draft_s
+        return mem_s, compute_s, draft_s
+
+    def _duration(self, context: int, verify: int, prefill: int, n_decode: int, n_drafting: int, slow: float) -> float:
+        mem_s, compute_s, draft_s = self._parts(context, verify, prefill, n_decode, n_drafting, slow)
+        return self.p.overhead_s + max(mem_s, compute_s) + draft_s
 
     def step_seconds(self, batch: int, context_tokens: int, k: int = 0, prefill_tokens: int = 0) -> float:
         """Step time for ``batch`` decoding sequences each verifying ``1 + k`` tokens (model formula)."""
@@ -392,7 +403,14 @@ class Scheduler:
             return
         if self._spec_on and not spec_on:
             self.stats.fallback_steps += 1
-        dur = self._duration(context, verify, prefill, n_decode, n_drafting, slow)
+        mem_s, compute_s, draft_s = self._parts(context, verify, prefill, n_decode, n_drafting, slow)
+        dur = self.p.overhead_s + max(mem_s, compute_s) + draft_s
+        st = self.stats
+        st.busy_s += dur
+        st.draft_s += draft_s
+        peak = max(mem_s, compute_s)
+        if peak > 0:  # a profile may zero both (overhead-only steps): no compute share then
+            st.compute_weighted_s += dur * compute_s / peak
         self.step = _Step(t, t + dur, entries, verify + prefill)
         self.step_index += 1
 

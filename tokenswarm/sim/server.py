@@ -32,6 +32,7 @@ from tokenswarm.sim import api
 from tokenswarm.sim.api import HttpError
 from tokenswarm.sim.engine import Emission, Scheduler, Sequence, SpecConfig
 from tokenswarm.sim.faults import FaultConfig
+from tokenswarm.sim.gpu import GpuModel
 from tokenswarm.sim.profiles import Profile
 from tokenswarm.sim.simmetrics import SimMetrics, render
 from tokenswarm.sim.tokenizer import token_ids
@@ -224,6 +225,9 @@ class Stream:
         m.emission_lag.observe(now - e.scheduled_s)
         if self.last_emit_s is None:
             m.ttft.observe(now - self.received_s)
+            seq = self.seq
+            if seq is not None and seq.admitted_s is not None:
+                m.queue_time.observe(max(0.0, seq.admitted_s - seq.arrival_s))
         else:
             m.itl.observe(now - self.last_emit_s)
         self.last_emit_s = now
@@ -312,6 +316,7 @@ class SimServer:
         truth_path: str | None = None,
         served_model_name: str | None = None,
         per_request_spec_metrics: str = "none",
+        gpu_metrics: bool = False,
     ) -> None:
         self.profile = profile
         self.spec = spec
@@ -323,6 +328,8 @@ class SimServer:
         self.sched = Scheduler(profile, spec, faults.draft_state if has_draft_faults else None,
                                self.metrics.iteration_tokens.observe)
         self.truth = TruthLog(truth_path) if truth_path else None
+        #: the DCGM-compatible endpoint (GET /dcgm/metrics), off unless asked for
+        self.gpu = GpuModel(self.sched, draft_weights=spec.enabled and spec.method == "draft") if gpu_metrics else None
         self.active: set[Stream] = set()
         self.engine_wake = gevent.event.Event()
         self.stopping = False
@@ -543,6 +550,10 @@ class SimServer:
             elif path == "/metrics":
                 self._only(method, "GET")
                 self._respond(conn, 200, self.metrics_text().encode(), keep,
+                              ctype=b"text/plain; version=0.0.4; charset=utf-8")
+            elif path == "/dcgm/metrics" and self.gpu is not None:
+                self._only(method, "GET")
+                self._respond(conn, 200, self.gpu.text().encode(), keep,
                               ctype=b"text/plain; version=0.0.4; charset=utf-8")
             elif path == "/tokenize":
                 self._only(method, "POST")

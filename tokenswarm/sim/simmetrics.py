@@ -168,6 +168,7 @@ class SimMetrics:
         self.e2e = Histogram(E2E_BUCKETS_S)
         self.itl = Histogram(ITL_BUCKETS_S)
         self.iteration_tokens = Histogram(ITERATION_TOKEN_BUCKETS)
+        self.queue_time = Histogram(TTFT_BUCKETS_S)  #: arrival -> admitted into the running batch
         self.lags = LagReservoir()
         self.emission_lag = Histogram(LAG_BUCKETS_S, sink=self.lags.extend)
         self.aborted = 0
@@ -180,7 +181,7 @@ class SimMetrics:
 
     def flush(self) -> None:
         """Bucket every pending observation (the emission lags also reach the reservoir)."""
-        for h in (self.ttft, self.e2e, self.itl, self.iteration_tokens, self.emission_lag):
+        for h in (self.ttft, self.e2e, self.itl, self.iteration_tokens, self.emission_lag, self.queue_time):
             h.flush()
 
 
@@ -214,6 +215,10 @@ def render(
     e.histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", m.e2e)
     e.histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", m.itl)
     e.histogram("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", m.iteration_tokens)
+    e.histogram("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", m.queue_time)
+    e.counter("vllm:num_preemptions", "Cumulative number of preemption from the engine (the simulator reserves "
+              "KV on admission and never preempts).", [(None, 0)])
+    e.counter("tokenswarm_sim:busy_seconds", "Engine-model seconds with a step running.", [(None, stats.busy_s)])
     if spec_method != "none":
         e.counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", [(None, stats.spec_drafts)])
         e.counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", [(None, stats.spec_draft_tokens)])
@@ -227,6 +232,8 @@ def render(
         )
         e.gauge("tokenswarm_sim:draft_available", "1 if the draft model is serving, 0 if the engine fell back to plain decoding.",
                 1.0 if draft_available else 0.0)
+        e.counter("tokenswarm_sim:draft_seconds", "Engine-model seconds spent drafting (draft model or n-gram lookup).",
+                  [(None, stats.draft_s)])
         e.counter("tokenswarm_sim:draft_fallback_steps", "Engine steps decoded without drafts because the draft model was unavailable.",
                   [(None, stats.fallback_steps)])
     e.counter("tokenswarm_sim:engine_steps", "Engine steps completed.", [(None, stats.steps)])

@@ -102,8 +102,8 @@ def run_arm_round(study: Study, out: Path, manifest: StudyManifest, round_no: in
                         warmup_problems=problems)
         cmd = [sys.executable, "-m", "tokenswarm", "run", study.scenario, "--headless", "--host", server.base_url,
                "--out", str(run_dir), "--only-summary"]
-        for o in (*study.overrides, *arm.overrides):
-            cmd += ["--set", o]
+        for o in (*study.overrides, *arm.overrides):  # {host}: this arm's server, e.g. its exporter's URL
+            cmd += ["--set", o.replace("{host}", server.base_url)]
         say(f"round {round_no}, arm {arm_name}: running -> {run_dir}")
         with open(logs / f"{arm_name}-r{round_no}-run.log", "ab") as log:
             run_proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -1,0 +1,63 @@
+"""End to end against a stand-in for llama.cpp's server (tests/helpers/fake_llamacpp.py):
+prompt sizing in its /tokenize dialect, one token per event proven, acceptance from its
+timings and its llamacpp:spec_decode_* counters, and the audit naming its metrics."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from analysis import analyse
+from analysis.loader import load_run
+from tests.helpers.procs import HERE, free_port, wait_port
+from tests.helpers.runs import read_records, run_locust, scenario_file
+
+pytestmark = pytest.mark.slow
+
+
+@contextlib.contextmanager
+def fake_llamacpp():
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(HERE / "fake_llamacpp.py"), str(port), "120"],
+                            start_new_session=True, stdout=subprocess.DEVNULL)
+    try:
+        wait_port(port)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(10)
+
+
+def test_a_llama_cpp_server_is_sized_counted_and_audited_in_its_own_dialect(tmp_path):
+    traffic = {"seed": 5, "classes": {"qa": {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 300},
+                                             "output_tokens": {"dist": "fixed", "value": 30},
+                                             "sampling": {"temperature": 0.0}}}}
+    load = {"mode": "closed", "steps": [2], "warmup_s": 0.5, "step_duration_s": 4, "stop_timeout_s": 10}
+    with fake_llamacpp() as base:
+        sc = scenario_file(tmp_path, base="qa", traffic=traffic, load=load, target={"scrape_interval_s": 1})
+        res = run_locust(sc, base, tmp_path / "run")
+    assert res.returncode in (0, 1), res.stderr[-2000:]
+    recs = [r for r in read_records(tmp_path / "run") if r["outcome"] == "ok"]
+    assert recs, res.stderr[-2000:]
+    for r in recs:
+        assert r["chunk_tokens_inferred"] and r["chunk_tokens"] == [1] * 30
+        assert r["spec_decode"]["source"] == "llama.cpp timings" and r["spec_decode"]["num_accepted_draft_tokens"] == 20
+    s = analyse(load_run(tmp_path / "run"))
+    (sent,) = s["sent"]
+    # sized by the server's own count: the 300 words asked for, plus the template's few words
+    assert 0.9 < sent["prompt_counted_to_requested_ratio"] < 1.25 and not sent["prompt_sizing_suspect"]
+    row = next(r for r in s["spec_decode"]["rows"] if r["task"] == "all")
+    assert row["server_source"] == "llama.cpp"
+    assert row["server_acceptance_rate"] == pytest.approx(0.5, abs=0.02)  # 2 of 4 drafts per round
+    assert row["request_acceptance_rate"] == pytest.approx(20 / 40)
+    obs = {o["signal"]: o for o in s["observability"]}
+    assert obs["acceptance_rate"]["engine"] == "llama.cpp" and obs["kv_cache_usage"]["exposed"]
+    assert obs["acceptance_rate"]["per_request_records_count"] == len([r for r in read_records(tmp_path / "run")
+                                                                       if r.get("spec_decode")])
+    assert not obs["queue_wait"]["exposed"]
