@@ -29,12 +29,9 @@ source plus its ``gpu`` / ``gpu_id`` label (``UUID`` when present). Functions he
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
-
-from analysis.loader.lines import _iter_json
 
 #: field -> ((metric name in upper case, scale to the field's unit, vendor), ...), first found wins.
 GPU_METRICS: dict[str, tuple[tuple[str, float, str], ...]] = {
@@ -171,13 +168,6 @@ def gpu_metrics_from_lines(lines: Iterable[dict[str, Any]]) -> GpuMetrics | None
             values={f: np.array([g.get(f, np.nan) for _, g in readings], dtype=np.float64) for f in GPU_FIELDS},
         ))
     return GpuMetrics(gpus=gpus, metric_names=sorted(names), sources=sorted({g.source for g in gpus}))
-
-
-def read_gpu_metrics(path: Path, warnings: list[str]) -> GpuMetrics | None:
-    """GPU series of a run's ``server_metrics.jsonl`` (``None``: no file or no GPU exporter)."""
-    if not path.is_file():
-        return None
-    return gpu_metrics_from_lines(obj for _lineno, obj in _iter_json(path, warnings))
 
 
 def window_stats(g: GpuSeries, start_s: float, end_s: float) -> dict[str, float | None]:

@@ -148,6 +148,7 @@ FIELD_DOCS: dict[str, str] = {
     "connect_ms": "Time to establish the request's new connection (TCP, plus TLS); for a connection that failed, the time until it failed; null when the connection was reused.",
     "send_delay_ms": "The generator's own delay: from the moment the request was due to the moment its last byte was handed to the kernel, minus connect_ms; null when never sent.",
     "headers_ms": "Response headers received (time to first byte), ms after sent_at.",
+    "chunk_tokens_inferred": "True when chunk_tokens were not sent by the server but proven: as many content events as usage.completion_tokens, so one token per event.",
 }
 
 _FIELDS = dataclasses.fields(RequestRecord)

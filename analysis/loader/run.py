@@ -17,7 +17,8 @@ import numpy as np
 import orjson
 
 from analysis.errors import RunInputError
-from analysis.gpu import read_gpu_metrics
+from analysis.gpu import GpuMetrics, gpu_metrics_from_lines
+from analysis.loader.lines import _iter_json
 from analysis.loader.records import _release_free_memory, read_records
 from analysis.loader.server_metrics import ServerMetrics, read_server_metrics
 from tokenswarm.record import FORMAT_VERSION
@@ -172,3 +173,10 @@ def load_run(path: str | os.PathLike, keep_text: bool = False) -> Run:
         files=[str(f) for f in files],
         gpu_metrics=read_gpu_metrics(run_dir / "server_metrics.jsonl", warnings),
     )
+
+
+def read_gpu_metrics(path: Path, warnings: list[str]) -> GpuMetrics | None:
+    """GPU series of a run's ``server_metrics.jsonl`` (``None``: no file or no GPU exporter)."""
+    if not path.is_file():
+        return None
+    return gpu_metrics_from_lines(obj for _lineno, obj in _iter_json(path, warnings))
