@@ -1,0 +1,143 @@
+"""The analysis of a Parquet store: the same tables as the exact JSONL path, chunk percentiles
+within the histogram's stated precision, and a store cut short by a killed writer."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import orjson
+import pytest
+
+from analysis import analyse, load_run
+from analysis.chunkhist import RELATIVE_PRECISION
+from analysis.stats import PERCENTILE_KEYS
+from tests.analysis.runfactory import T0, failed, manifest, record, step, write_run
+from tokenswarm.collect.parquet_store import ParquetRecordsWriter
+from tokenswarm.record import RequestRecord
+
+
+def _records(n: int = 3000, seed: int = 1) -> list[dict]:
+    """Two steps with warm-up, three tasks, 1..4 tokens per chunk, some zero-token and
+    token-less streams, and failures."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        st = 0 if i < n // 2 else 1
+        sent = T0 + st * 100 + (i % (n // 2)) * 90 / (n // 2)
+        phase = "warmup" if (i % (n // 2)) < n // 20 else "steady"
+        task = ("qa", "code", "chat")[int(rng.integers(0, 3))]
+        if rng.random() < 0.03:
+            out.append(failed(i, step=st, phase=phase, task=task, sent_at=sent))
+            continue
+        k = int(rng.integers(2, 60))
+        gaps = rng.gamma(2.0, 4.0 + 3 * st, k - 1) * (rng.random(k - 1) > 0.02)  # a few glued chunks (0 ms)
+        offs = np.round(50 + rng.gamma(3, 20) + np.concatenate([[0.0], np.cumsum(gaps)]), 3).tolist()
+        toks = rng.integers(0 if i % 7 == 0 else 1, 5, k).tolist()
+        if i % 11 == 0:
+            toks = None  # no per-chunk counts: per-chunk ITL samples
+        out.append(record(i, step=st, phase=phase, task=task, sent_at=sent, chunk_offsets_ms=offs,
+                          chunk_tokens=toks, output_tokens=sum(toks) if toks else k))
+    return out
+
+
+def _steps():
+    return [step(0, "concurrency", 4, T0, T0 + 4.5, T0 + 95), step(1, "concurrency", 8, T0 + 100, T0 + 104.5, T0 + 195)]
+
+
+def _both(tmp_path, records, row_group_records=700):
+    exact = write_run(tmp_path / "jsonl", records, steps=_steps())
+    store = tmp_path / "parquet"
+    store.mkdir()
+    (store / "manifest.json").write_bytes(orjson.dumps(manifest(steps=_steps())))
+    w = ParquetRecordsWriter(store, row_group_records=row_group_records)
+    for r in records:
+        w.write_lines(RequestRecord(**r).to_json() + b"\n", 1)
+    w.close()
+    return exact, store
+
+
+def _bracket(values: np.ndarray, weights: np.ndarray, p: float) -> tuple[float, float]:
+    """The two samples between which numpy's linear percentile of the expanded values interpolates."""
+    order = np.argsort(values, kind="stable")
+    v, cw = values[order], np.cumsum(weights[order])
+    h = p / 100 * (cw[-1] - 1)
+    lo = v[np.searchsorted(cw, math.floor(h), side="right")]
+    hi = v[np.searchsorted(cw, min(math.floor(h) + 1, cw[-1] - 1), side="right")]
+    return float(lo), float(hi)
+
+
+def test_the_store_gives_the_same_tables_as_jsonl_and_chunk_percentiles_within_the_stated_precision(tmp_path):
+    exact_dir, store_dir = _both(tmp_path, _records())
+    exact_run, store_run = load_run(exact_dir), load_run(store_dir)
+    assert len(store_run.files) > 1 and store_run.chunk_hists is not None
+    a, b = analyse(exact_run), analyse(store_run)
+    assert len(a["steps"]) == len(b["steps"]) == 2 * 4
+    chunk_pct = {f"{m}_{k}_ms" for m in ("itl", "inter_chunk") for k in PERCENTILE_KEYS}
+    for ra, rb in zip(a["steps"], b["steps"]):
+        for key, va in ra.items():
+            vb = rb[key]
+            if key in chunk_pct or key.endswith("_percentile_precision_share"):
+                continue
+            if isinstance(va, float):
+                assert vb == pytest.approx(va, rel=1e-9, abs=1e-12), key
+            else:
+                assert vb == va, key
+        assert rb["itl_percentile_precision_share"] == RELATIVE_PRECISION and ra["itl_percentile_precision_share"] == 0
+    # Against the raw per-token samples of one row: every histogram percentile is within the
+    # precision of one of the two samples the exact percentile interpolates between.
+    for r_exact, r_store in zip(a["steps"], b["steps"]):
+        for m in ("itl", "inter_chunk"):
+            for k in PERCENTILE_KEYS:
+                e, h = r_exact[f"{m}_{k}_ms"], r_store[f"{m}_{k}_ms"]
+                assert h == pytest.approx(e, rel=0.03, abs=1e-3), (r_exact["step_index"], r_exact["task"], m, k)
+    assert a["spec_decode"] == b["spec_decode"]
+    assert a["soak"] == b["soak"]
+
+
+def test_histogram_percentiles_bracket_the_exact_samples_within_the_precision(tmp_path):
+    recs = _records(4000, seed=3)
+    exact_dir, store_dir = _both(tmp_path, recs)
+    b = analyse(load_run(store_dir))
+    row = next(r for r in b["steps"] if r["step_index"] == 1 and r["task"] == "code")
+    values, weights = [], []
+    for r in recs:
+        if r["step"] != 1 or r["phase"] != "steady" or r["task"] != "code" or r["outcome"] != "ok":
+            continue
+        offs = np.array(r["chunk_offsets_ms"])
+        gaps = np.diff(offs).astype(np.float32)
+        toks = np.array(r["chunk_tokens"][1:]) if r["chunk_tokens"] else np.ones(gaps.size, dtype=int)
+        values.append(gaps / np.maximum(toks, 1).astype(np.float32))
+        weights.append(toks)
+    v, w = np.concatenate(values), np.concatenate(weights)
+    keep = w > 0
+    v, w = v[keep], w[keep]
+    assert row["itl_count"] == int(w.sum())
+    assert row["itl_mean_ms"] == pytest.approx(float(np.dot(v.astype(np.float64), w) / w.sum()), rel=1e-9)
+    assert (row["itl_min_ms"], row["itl_max_ms"]) == (float(v.min()), float(v.max()))
+    eps = RELATIVE_PRECISION * (1 + 1e-5)
+    for p, k in zip((50, 90, 95, 99, 99.9), PERCENTILE_KEYS):
+        lo, hi = _bracket(v, w, p)
+        got = row[f"itl_{k}_ms"]
+        ok_low = got == 0.0 and lo < 1e-3 or got >= lo * (1 - eps)
+        assert ok_low and got <= hi * (1 + eps), (p, lo, got, hi)
+
+
+def test_a_store_cut_by_a_killed_writer_is_analysed_from_its_finished_parts(tmp_path):
+    recs = _records(1200)
+    _, store_dir = _both(tmp_path, recs, row_group_records=500)
+    (store_dir / "records-000003.parquet").rename(store_dir / "records-000003.parquet.tmp")  # unfinished part
+    run = load_run(store_dir)
+    assert len(run) == 1000
+    assert any("records-000003.parquet.tmp" in w and "unfinished" in w for w in run.warnings)
+    summary = analyse(run)
+    assert summary["run"]["records_count"] == 1000
+
+
+def test_request_keys_are_read_on_first_use(tmp_path):
+    recs = _records(300)
+    exact_dir, store_dir = _both(tmp_path, recs, row_group_records=100)
+    a, b = load_run(exact_dir), load_run(store_dir)
+    assert "request_key" not in b.columns
+    np.testing.assert_array_equal(a["request_key"], b["request_key"])
+    np.testing.assert_array_equal(a["output_sha256"], b["output_sha256"])
