@@ -149,12 +149,15 @@ class ChunkAccumulator:
         self.groups: list[np.ndarray] = []
 
     def _group_ids(self, ok: np.ndarray, step: np.ndarray, phase: np.ndarray, task: np.ndarray) -> np.ndarray:
-        combo = np.stack([step.astype(np.int64), phase.astype(np.int64), task.astype(np.int64)], axis=1)
         gid = np.full(ok.size, -1, dtype=np.int32)
         if ok.any():
-            uniq, inv = np.unique(combo[ok], axis=0, return_inverse=True)
-            ids = np.array([self.keys.setdefault((int(u[0]), int(u[1]), int(u[2])), len(self.keys)) for u in uniq],
-                           dtype=np.int32)
+            # one int64 key per request (codes are small: 21 bits each), a 1-D unique instead of axis=0
+            combo = ((step[ok].astype(np.int64) + 1) << 42) | ((phase[ok].astype(np.int64) + 1) << 21) \
+                | (task[ok].astype(np.int64) + 1)
+            uniq, inv = np.unique(combo, return_inverse=True)
+            mask21 = (1 << 21) - 1
+            ids = np.array([self.keys.setdefault(((u >> 42) - 1, ((u >> 21) & mask21) - 1, (u & mask21) - 1),
+                                                 len(self.keys)) for u in uniq.tolist()], dtype=np.int32)
             gid[ok] = ids[inv.reshape(-1)]
         n = len(self.keys)
         self.itl.grow(n)
@@ -191,23 +194,29 @@ class ChunkAccumulator:
         seg_gid = gid_req[has]
         self.inter.add(gid, gaps, None, n_groups, seg_starts, seg_gid)
         tok = tokens[1:]
-        exact_c = np.repeat(exact, n_chunks)[1:]
-        n = np.where(exact_c, tok, 1).astype(np.int64)
-        np.maximum(n, 0, out=n)
+        all_exact = bool((exact | (n_chunks == 0)).all())  # requests without chunks add no gaps
+        exact_c = None if all_exact else np.repeat(exact, n_chunks)[1:]
+        n = np.maximum(tok if exact_c is None else np.where(exact_c, tok, 1), 0)  # unknown counts: 1 sample per chunk
         with np.errstate(divide="ignore", invalid="ignore"):
-            itl = (gaps / np.maximum(n, 1).astype(np.float32)).astype(np.float32)
+            itl = gaps / np.maximum(n, 1).astype(np.float32)
         self.itl.add(gid, itl, n, n_groups, seg_starts, seg_gid)
         del itl, n
-        in_group = gid < n_groups
-        self.gaps[:n_groups] += np.bincount(gid, minlength=n_groups + 1)[:n_groups]
-        sel = in_group & exact_c
-        self.exact_gaps[:n_groups] += np.bincount(gid[sel], minlength=n_groups + 1)[:n_groups]
-        t = np.maximum(tok[sel], 0).astype(np.intp)
+        gap_counts = np.bincount(gid, minlength=n_groups + 1)[:n_groups]
+        self.gaps[:n_groups] += gap_counts
+        if exact_c is None:
+            self.exact_gaps[:n_groups] += gap_counts
+            g_sel, t = gid, tok
+        else:
+            sel = (gid < n_groups) & exact_c
+            g_sel, t = gid[sel], tok[sel]
+            self.exact_gaps[:n_groups] += np.bincount(g_sel, minlength=n_groups + 1)[:n_groups]
+        t = np.maximum(t, 0).astype(np.intp)
         width = max(self.tok.shape[1], int(t.max()) + 1 if t.size else 1)
         if width > self.tok.shape[1]:
             self.tok = np.hstack([self.tok, np.zeros((self.tok.shape[0], width - self.tok.shape[1]), dtype=np.int64)])
-        self.tok += np.bincount(gid[sel].astype(np.intp) * width + t,
-                                minlength=n_groups * width).reshape(n_groups, width)
+        # the dump group (n_groups) is counted too and dropped
+        self.tok[:n_groups] += np.bincount(g_sel.astype(np.intp) * width + t,
+                                           minlength=(n_groups + 1) * width)[: n_groups * width].reshape(n_groups, width)
 
     def finish(self) -> ChunkHistograms:
         keys = [k for k, _ in sorted(self.keys.items(), key=lambda kv: kv[1])]

@@ -112,7 +112,7 @@ class ParquetRecordsWriter:
     """
 
     def __init__(self, run_dir: str | os.PathLike, *, row_group_records: int = 65536, max_age_s: float = 60.0,
-                 compression: str = "zstd", clock: Callable[[], float] = time.monotonic) -> None:
+                 compression: str = "lz4", clock: Callable[[], float] = time.monotonic) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.row_group_records = row_group_records
@@ -161,11 +161,7 @@ class ParquetRecordsWriter:
             self._reject(data, exc)
             return
         self._part += 1
-        path = self.run_dir / f"records-{self._part:06d}.parquet"
-        tmp = path.with_name(path.name + ".tmp")
-        pq.write_table(table, tmp, compression=self.compression, row_group_size=max(len(rows), 1),
-                       use_dictionary=_DICTIONARY_COLUMNS, write_statistics=_STATS_COLUMNS)
-        os.replace(tmp, path)  # the part appears whole or not at all
+        path = write_part(table, self.run_dir, self._part, self.compression)
         self.paths.append(path)
         self.bytes_written += path.stat().st_size
 
@@ -206,6 +202,16 @@ _DICTIONARY_COLUMNS = [n for n in ("run_id", "worker_id", "task", "user_class", 
                                    "finish_reason", "error") if n in FIELD_NAMES]
 #: Min/max statistics where they help a query engine skip row groups.
 _STATS_COLUMNS = [n for n in ("seq", "scheduled_at", "sent_at", "step", "ttft_ms", "e2e_ms") if n in FIELD_NAMES]
+
+
+def write_part(table: pa.Table, run_dir: Path, number: int, compression: str = "lz4") -> Path:
+    """Write ``table`` as part ``number`` (one row group), via a ``.tmp`` name so it appears whole."""
+    path = run_dir / f"records-{number:06d}.parquet"
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp, compression=compression, row_group_size=max(table.num_rows, 1),
+                   use_dictionary=_DICTIONARY_COLUMNS, write_statistics=_STATS_COLUMNS)
+    os.replace(tmp, path)
+    return path
 
 
 def write_records(run_dir: str | os.PathLike, records: list[RequestRecord], **kw: Any) -> ParquetRecordsWriter:
