@@ -5,148 +5,199 @@ each row group is read, :class:`ChunkAccumulator` adds its chunk gaps to histogr
 *chunk group*, the successful requests of one (load step, phase, task). Any table row is a
 union of whole groups, and histograms merge by adding counts.
 
+What is kept
+    Per group, the gaps between consecutive chunks are counted by (tokens of the chunk that ends
+    the gap, gap bucket), with the live statistics' 1 %-wide buckets
+    (:class:`~tokenswarm.load.livestats.LogHistogram`, ``BUCKET_BASE``): one ``bincount`` per
+    row group gives the inter-chunk histogram (summed over tokens), the per-token ITL (a chunk
+    of ``n`` tokens after a gap in bucket ``b`` is ``n`` samples of ``middle(b) / n``) and the
+    tokens-per-chunk histogram. Sums, counts, minima and maxima are kept exactly beside them.
 Precision contract
-    The histograms are the live statistics' :class:`~tokenswarm.load.livestats.LogHistogram`
-    buckets (1 %-wide, :func:`~tokenswarm.load.livestats.bucket_keys`). A percentile is the
-    nearest-rank sample's bucket middle, clamped to the exact min/max, so it lies within
-    :data:`RELATIVE_PRECISION` (just under 0.5 %) of one of the two samples between which the
-    exact method (numpy ``linear``) interpolates -- or is 0 when that sample is below 1 us.
-    Counts, means, minima and maxima are exact. The samples are the same float32 values the
-    exact path uses (gap = float64 offset difference narrowed to float32; ITL = gap / tokens).
+    Every sample is represented by a value within :data:`PRECISION_SHARE` (0.5 %: the bucket
+    half-width ``sqrt(1.01) - 1``, rounded up for float32 keys) of itself, or by 0 when below
+    1 us; so each reported percentile -- the nearest-rank representative, clamped to the exact
+    min/max -- is within 0.5 % of the sample at that rank, which is one of the two samples
+    between which the exact method (numpy ``linear``) interpolates. Counts, minima and maxima
+    are exact; means are exact up to the float32 rounding of the samples (~1e-7 relative). The
+    samples are the exact path's (gap = float64 offset difference narrowed to float32).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
 from analysis.stats import PERCENTILES
-from tokenswarm.load.livestats import RELATIVE_PRECISION, LogHistogram, bucket_keys
+from tokenswarm.load.livestats import BUCKET_BASE, RELATIVE_PRECISION, bucket_value_ms
 
-__all__ = ["RELATIVE_PRECISION", "ChunkAccumulator", "ChunkHistograms", "HistogramParts"]
+__all__ = ["PRECISION_SHARE", "RELATIVE_PRECISION", "ChunkAccumulator", "ChunkHistograms", "HistogramParts"]
 
-#: Dense key range of the accumulators: -1 (below 1 us) .. KEY_MAX (1.01**3000 us, far beyond any gap).
-KEY_MIN, KEY_MAX = -1, 3000
+#: Key range of the accumulators: -1 (below 1 us) .. KEY_MAX (1.01**2400 us, about 6 hours).
+KEY_MIN, KEY_MAX = -1, 2400
 _NKEYS = KEY_MAX - KEY_MIN + 1
-METHOD = (f"log-bucketed histogram (1 % buckets, shared with the live statistics); every percentile is within "
-          f"{RELATIVE_PRECISION * 100:.2f} % of a sample adjacent to the exact one; count, mean, min, max exact")
+#: Exact token counts kept per chunk in the cube; chunks of more tokens take a slower exact path.
+TOKENS_CAP = 32
+#: The stated precision: the bucket half-width (sqrt(1.01) - 1 = 0.499 %) rounded up for float32 keys.
+PRECISION_SHARE = 0.005
+METHOD = (f"mergeable log-bucketed histograms (the live statistics' 1 % buckets); each percentile is within "
+          f"{PRECISION_SHARE * 100:.1f} % of the sample at its nearest rank, so within "
+          f"{PRECISION_SHARE * 100:.1f} % of a sample adjacent to the exact value; count, mean, min, max exact")
+#: Value each bucket offset (key - KEY_MIN) reports: the bucket's geometric middle (0 below 1 us).
+_MID = np.array([bucket_value_ms(k) for k in range(KEY_MIN, KEY_MAX + 1)])
+#: float32 position on the log scale: trunc(log(v_ms) * _A + _B) = key - KEY_MIN for v >= 1 us, and values
+#: below 1 us (or negative: step between two requests) are clamped to _CLAMP, which lands in key -1.
+_A = np.float32(1.0 / math.log(BUCKET_BASE))
+_B = np.float32(math.log(1000.0) / math.log(BUCKET_BASE) - KEY_MIN)
+_CLAMP = np.float32(1e-3 / math.sqrt(BUCKET_BASE))
+
+
+def _positions(values: np.ndarray) -> np.ndarray:
+    """Bucket offsets (key - KEY_MIN, int32) of float32 values: the live histogram's keys, fewer passes."""
+    lg = np.maximum(values, _CLAMP)
+    np.log(lg, out=lg)
+    lg *= _A
+    lg += _B
+    pos = lg.astype(np.int32)
+    np.minimum(pos, _NKEYS - 1, out=pos)
+    return pos
 
 
 class HistogramParts:
-    """A union of histograms with the interface :func:`analysis.stats.describe_parts` reads."""
+    """Weighted representative values of a union of chunk groups, with exact count, sum, min and max.
 
-    precision_share = RELATIVE_PRECISION
+    Each sample is represented by a value within :data:`PRECISION_SHARE` of itself (its bucket's
+    middle, or the gap bucket's middle divided by the chunk's tokens for ITL), so every
+    nearest-rank order statistic is too. The interface is the one
+    :func:`analysis.stats.describe_parts` reads; percentiles are nearest-rank and clamped to the
+    exact min/max, as :meth:`~tokenswarm.load.livestats.LogHistogram.quantile` does.
+    """
 
-    def __init__(self, hist: LogHistogram) -> None:
-        self.hist = hist
+    precision_share = PRECISION_SHARE
+
+    def __init__(self, values: np.ndarray, weights: np.ndarray, total: float, lo: float, hi: float) -> None:
+        keep = weights > 0
+        self.values, self.weights = values[keep], weights[keep].astype(np.int64)
+        self.total, self.lo, self.hi = total, lo, hi
 
     @classmethod
     def union(cls, groups: list["HistogramParts"]) -> "HistogramParts":
-        out = LogHistogram()
-        for g in groups:
-            out.merge(g.hist)
-        return cls(out)
+        if not groups:
+            return cls(np.zeros(0), np.zeros(0, dtype=np.int64), 0.0, math.inf, -math.inf)
+        return cls(np.concatenate([g.values for g in groups]), np.concatenate([g.weights for g in groups]),
+                   sum(g.total for g in groups), min(g.lo for g in groups), max(g.hi for g in groups))
 
     @property
     def count(self) -> int:
-        return int(self.hist.count)
+        return int(self.weights.sum())
 
     def sum(self) -> float:
-        return float(self.hist.total)
+        return float(self.total)
 
     def min(self) -> float:
-        return float(self.hist.min)  # type: ignore[arg-type]
+        return float(self.lo)
 
     def max(self) -> float:
-        return float(self.hist.max)  # type: ignore[arg-type]
+        return float(self.hi)
 
     def percentiles(self, ps: Sequence[float] = PERCENTILES) -> np.ndarray:
-        return np.array([self.hist.quantile(p / 100.0) for p in ps], dtype=np.float64)
-
-
-@dataclass
-class _Dense:
-    """Counts per (group, bucket) plus exact count, sum, min and max per group."""
-
-    counts: np.ndarray = field(default_factory=lambda: np.zeros((0, _NKEYS), dtype=np.int64))
-    total: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    lo: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    hi: np.ndarray = field(default_factory=lambda: np.zeros(0))
-
-    def grow(self, n_groups: int) -> None:
-        extra = n_groups - self.counts.shape[0]
-        if extra > 0:
-            self.counts = np.vstack([self.counts, np.zeros((extra, _NKEYS), dtype=np.int64)])
-            self.total = np.concatenate([self.total, np.zeros(extra)])
-            self.lo = np.concatenate([self.lo, np.full(extra, np.inf)])
-            self.hi = np.concatenate([self.hi, np.full(extra, -np.inf)])
-
-    def add(self, gid: np.ndarray, values: np.ndarray, weights: np.ndarray | None, n_groups: int,
-            seg_starts: np.ndarray, seg_gid: np.ndarray) -> None:
-        """Add ``values`` (weight 0 = not a sample) of chunk groups ``gid`` (``n_groups`` = dump group).
-
-        ``seg_starts``/``seg_gid``: start index and group of every request's samples, for the
-        per-request min/max (one ``reduceat`` pass instead of a per-sample scatter).
-        """
-        keys = bucket_keys(values)
-        np.clip(keys, KEY_MIN, KEY_MAX, out=keys)
-        idx = gid.astype(np.intp) * _NKEYS + (keys - KEY_MIN)
-        del keys
-        flat = np.bincount(idx, weights=weights, minlength=(n_groups + 1) * _NKEYS)
-        del idx
-        self.counts[:n_groups] += flat[: n_groups * _NKEYS].reshape(n_groups, _NKEYS).astype(np.int64)
-        v64 = values.astype(np.float64)
-        self.total[:n_groups] += np.bincount(gid, weights=v64 if weights is None else v64 * weights,
-                                             minlength=n_groups + 1)[:n_groups]
-        del v64
-        if seg_starts.size:
-            valid = gid < n_groups if weights is None else (gid < n_groups) & (weights > 0)
-            lo = np.minimum.reduceat(np.where(valid, values, np.inf), seg_starts)
-            hi = np.maximum.reduceat(np.where(valid, values, -np.inf), seg_starts)
-            np.minimum.at(self.lo, seg_gid, lo.astype(np.float64))
-            np.maximum.at(self.hi, seg_gid, hi.astype(np.float64))
-
-    def histogram(self, g: int) -> LogHistogram:
-        row = self.counts[g]
-        nz = np.flatnonzero(row)
-        n = int(row.sum())
-        return LogHistogram.from_dict({"b": dict(zip((nz + KEY_MIN).tolist(), row[nz].tolist())), "n": n,
-                                       "s": float(self.total[g]), "lo": float(self.lo[g]) if n else None,
-                                       "hi": float(self.hi[g]) if n else None})
+        order = np.argsort(self.values, kind="stable")
+        v, cw = self.values[order], np.cumsum(self.weights[order])
+        n = int(cw[-1])
+        ranks = np.maximum(1, np.ceil(np.asarray(ps, dtype=np.float64) / 100.0 * n)).astype(np.int64)
+        return np.clip(v[np.searchsorted(cw, ranks, side="left")], self.lo, self.hi)
 
 
 @dataclass
 class ChunkHistograms:
-    """Result of a pass: per chunk group, ITL and inter-chunk histograms and token counts.
+    """Result of a pass: per chunk group, gap-bucket counts by tokens per chunk, and exact sums.
 
     ``request_group[i]`` is the chunk group of request ``i`` (-1: not a successful request);
-    ``keys[g]`` is ``(step, phase code, task code)`` of group ``g``.
+    ``keys[g]`` is ``(step, phase code, task code)`` of group ``g``. ``cube[g, t, b]`` counts the
+    gaps of bucket offset ``b`` whose chunk has ``t`` tokens; ``unknown[g, b]`` those without
+    exact counts; ``big[g, b]`` those of ``>= TOKENS_CAP`` tokens, whose ITL is ``big_itl[g, b]``
+    (weighted by tokens) and token counts ``big_tokens[g]``.
     """
 
     keys: list[tuple[int, int, int]]
     request_group: np.ndarray
-    itl: list[LogHistogram]
-    inter_chunk: list[LogHistogram]
-    token_hist: list[np.ndarray]
-    exact_gaps: np.ndarray
+    cube: np.ndarray
+    unknown: np.ndarray
+    big: np.ndarray
+    big_itl: np.ndarray
+    big_tokens: dict[int, np.ndarray]
+    gap_sum: np.ndarray
+    itl_sum: np.ndarray
+    gap_lo: np.ndarray
+    gap_hi: np.ndarray
+    itl_lo: np.ndarray
+    itl_hi: np.ndarray
     gaps: np.ndarray
     requests: np.ndarray
 
+    @property
+    def exact_gaps(self) -> np.ndarray:
+        return self.gaps - self.unknown.sum(axis=1)
+
+    def inter_chunk(self, gs: list[int]) -> HistogramParts:
+        w = self.cube[gs].sum(axis=(0, 1)) + self.unknown[gs].sum(axis=0) + self.big[gs].sum(axis=0)
+        return HistogramParts(_MID, w, float(self.gap_sum[gs].sum()), _lo(self.gap_lo[gs]), _hi(self.gap_hi[gs]))
+
+    def itl(self, gs: list[int]) -> HistogramParts:
+        cube = self.cube[gs].sum(axis=0)  # (tokens, buckets)
+        values = [_MID / n for n in range(1, cube.shape[0])] + [_MID, _MID]
+        weights = [cube[n] * n for n in range(1, cube.shape[0])] + [self.unknown[gs].sum(axis=0),
+                                                                    self.big_itl[gs].sum(axis=0)]
+        return HistogramParts(np.concatenate(values), np.concatenate(weights), float(self.itl_sum[gs].sum()),
+                              _lo(self.itl_lo[gs]), _hi(self.itl_hi[gs]))
+
+    def token_hist(self, gs: list[int]) -> np.ndarray:
+        tok = self.cube[gs].sum(axis=(0, 2))
+        for g in gs:
+            extra = self.big_tokens.get(g)
+            if extra is not None:
+                tok = np.concatenate([tok, np.zeros(max(0, extra.size - tok.size), dtype=np.int64)])
+                tok[: extra.size] += extra
+        nz = np.flatnonzero(tok)
+        return tok[: nz[-1] + 1] if nz.size else np.zeros(0, dtype=np.int64)
+
+
+def _lo(a: np.ndarray) -> float:
+    return float(np.min(a)) if a.size else math.inf
+
+
+def _hi(a: np.ndarray) -> float:
+    return float(np.max(a)) if a.size else -math.inf
+
 
 class ChunkAccumulator:
-    """Adds row groups' chunk lists to per-group histograms (see the module docstring)."""
+    """Adds row groups' chunk lists to per-group bucket counts (see the module docstring)."""
 
     def __init__(self) -> None:
         self.keys: dict[tuple[int, int, int], int] = {}
-        self.itl = _Dense()
-        self.inter = _Dense()
-        self.tok: np.ndarray = np.zeros((0, 1), dtype=np.int64)
-        self.exact_gaps = np.zeros(0, dtype=np.int64)
-        self.gaps = np.zeros(0, dtype=np.int64)
-        self.requests = np.zeros(0, dtype=np.int64)
+        self.cube = np.zeros((0, 1, _NKEYS), dtype=np.int64)
+        self.unknown = np.zeros((0, _NKEYS), dtype=np.int64)
+        self.big = np.zeros((0, _NKEYS), dtype=np.int64)
+        self.big_itl = np.zeros((0, _NKEYS), dtype=np.int64)
+        self.big_tokens: dict[int, np.ndarray] = {}
+        self.vec = {name: np.zeros(0) for name in ("gap_sum", "itl_sum", "gaps", "requests")}
+        self.vec.update({name: np.zeros(0) for name in ("gap_lo", "itl_lo", "gap_hi", "itl_hi")})
         self.groups: list[np.ndarray] = []
+
+    def _grow(self, n: int, tokens: int) -> None:
+        g0, t0 = self.cube.shape[0], self.cube.shape[1]
+        if n > g0 or tokens > t0:
+            cube = np.zeros((max(n, g0), max(tokens, t0), _NKEYS), dtype=np.int64)
+            cube[:g0, :t0] = self.cube
+            self.cube = cube
+        if n > g0:
+            pad = ((0, n - g0), (0, 0))
+            self.unknown, self.big, self.big_itl = (np.pad(a, pad) for a in (self.unknown, self.big, self.big_itl))
+            for name, a in self.vec.items():
+                fill = math.inf if name.endswith("_lo") else -math.inf if name.endswith("_hi") else 0.0
+                self.vec[name] = np.concatenate([a, np.full(n - g0, fill)])
 
     def _group_ids(self, ok: np.ndarray, step: np.ndarray, phase: np.ndarray, task: np.ndarray) -> np.ndarray:
         gid = np.full(ok.size, -1, dtype=np.int32)
@@ -159,14 +210,6 @@ class ChunkAccumulator:
             ids = np.array([self.keys.setdefault(((u >> 42) - 1, ((u >> 21) & mask21) - 1, (u & mask21) - 1),
                                                  len(self.keys)) for u in uniq.tolist()], dtype=np.int32)
             gid[ok] = ids[inv.reshape(-1)]
-        n = len(self.keys)
-        self.itl.grow(n)
-        self.inter.grow(n)
-        if self.tok.shape[0] < n:
-            self.tok = np.vstack([self.tok, np.zeros((n - self.tok.shape[0], self.tok.shape[1]), dtype=np.int64)])
-            for name in ("exact_gaps", "gaps", "requests"):
-                arr = getattr(self, name)
-                setattr(self, name, np.concatenate([arr, np.zeros(n - arr.size, dtype=np.int64)]))
         return gid
 
     def add(self, ok: np.ndarray, step: np.ndarray, phase: np.ndarray, task: np.ndarray,
@@ -175,64 +218,98 @@ class ChunkAccumulator:
         (aligned with the offsets, 0 where unknown) and per-request ``exact`` token counts."""
         gid_req = self._group_ids(ok, step, phase, task)
         self.groups.append(gid_req)
-        n_groups = len(self.keys)
-        np.add.at(self.requests, gid_req[gid_req >= 0], 1)
+        G = len(self.keys)
         total = offsets.size
+        tok = tokens[1:]
+        tmax = int(tok.max()) if tok.size else 0
+        width = min(tmax, TOKENS_CAP - 1) + 1  # exact token slots of this batch
+        self._grow(G, width)
+        v = self.vec
+        v["requests"][:G] += np.bincount(gid_req[gid_req >= 0], minlength=G)[:G]
         if total < 2:
             return
         gaps = np.diff(offsets).astype(np.float32)  # gap j ends at chunk j + 1
         ptr = np.zeros(n_chunks.size + 1, dtype=np.int64)
         np.cumsum(n_chunks, out=ptr[1:])
-        dump = np.where(gid_req >= 0, gid_req, n_groups).astype(np.int32)
-        gid = np.repeat(dump, n_chunks)[1:]
+        gid = np.repeat(np.where(gid_req >= 0, gid_req, G).astype(np.int32), n_chunks)[1:]
         starts = ptr[1:-1]
         starts = starts[(starts > 0) & (starts < total)]
-        gid[starts - 1] = n_groups  # the step from one request's last chunk to the next's first
-        # Requests with at least one gap, and where their gaps start in the gap array.
-        has = (n_chunks >= 2) & (gid_req >= 0)
-        seg_starts = ptr[:-1][has]
-        seg_gid = gid_req[has]
-        self.inter.add(gid, gaps, None, n_groups, seg_starts, seg_gid)
-        tok = tokens[1:]
+        gid[starts - 1] = G  # the step from one request's last chunk to the next's first: the dump group G
         all_exact = bool((exact | (n_chunks == 0)).all())  # requests without chunks add no gaps
         exact_c = None if all_exact else np.repeat(exact, n_chunks)[1:]
-        n = np.maximum(tok if exact_c is None else np.where(exact_c, tok, 1), 0)  # unknown counts: 1 sample per chunk
-        with np.errstate(divide="ignore", invalid="ignore"):
-            itl = gaps / np.maximum(n, 1).astype(np.float32)
-        self.itl.add(gid, itl, n, n_groups, seg_starts, seg_gid)
-        del itl, n
-        gap_counts = np.bincount(gid, minlength=n_groups + 1)[:n_groups]
-        self.gaps[:n_groups] += gap_counts
-        if exact_c is None:
-            self.exact_gaps[:n_groups] += gap_counts
-            g_sel, t = gid, tok
+        big = tok >= TOKENS_CAP if tmax >= TOKENS_CAP else None
+        # Slots: 0..width-1 exact token counts, width = no exact count, width + 1 = >= TOKENS_CAP tokens.
+        if exact_c is None and big is None and (tok.size == 0 or tok.min() >= 0):
+            slot = tok
         else:
-            sel = (gid < n_groups) & exact_c
-            g_sel, t = gid[sel], tok[sel]
-            self.exact_gaps[:n_groups] += np.bincount(g_sel, minlength=n_groups + 1)[:n_groups]
-        t = np.maximum(t, 0).astype(np.intp)
-        width = max(self.tok.shape[1], int(t.max()) + 1 if t.size else 1)
-        if width > self.tok.shape[1]:
-            self.tok = np.hstack([self.tok, np.zeros((self.tok.shape[0], width - self.tok.shape[1]), dtype=np.int64)])
-        # the dump group (n_groups) is counted too and dropped
-        self.tok[:n_groups] += np.bincount(g_sel.astype(np.intp) * width + t,
-                                           minlength=(n_groups + 1) * width)[: n_groups * width].reshape(n_groups, width)
+            slot = np.maximum(tok, 0).astype(np.int32)
+            if exact_c is not None:
+                slot[~exact_c] = width
+            if big is not None:
+                slot[big & (slot != width)] = width + 1
+        n_slots = width + 2
+        idx = gid.astype(np.intp)
+        idx *= n_slots
+        idx += slot
+        idx *= _NKEYS
+        idx += _positions(gaps)
+        cells = np.bincount(idx, minlength=(G + 1) * n_slots * _NKEYS)[: G * n_slots * _NKEYS]
+        del idx
+        cells = cells.reshape(G, n_slots, _NKEYS)
+        self.cube[:G, :width] += cells[:, :width]
+        self.unknown[:G] += cells[:, width]
+        self.big[:G] += cells[:, width + 1]
+        del cells
+        # Exact sums and counts. ITL sum = sum of gaps of chunks with >= 1 token (gap/n * n samples).
+        gap_sum = np.bincount(gid, weights=gaps, minlength=G + 1)[:G]
+        v["gap_sum"][:G] += gap_sum
+        v["gaps"][:G] += np.bincount(gid, minlength=G + 1)[:G]
+        n_f = slot.astype(np.float32)
+        if exact_c is not None or big is not None:
+            n_f[slot == width] = 1.0  # no exact count: one sample per chunk
+            if big is not None:
+                n_f[big] = tok[big]
+        if tok.size and (n_f.min() < 1):
+            n_f[n_f < 1] = np.nan  # zero-token chunks give no ITL sample
+            v["itl_sum"][:G] += np.bincount(gid, weights=np.where(np.isnan(n_f), 0.0, gaps), minlength=G + 1)[:G]
+        else:
+            v["itl_sum"][:G] += gap_sum
+        if big is not None:
+            self._add_big(gid, gaps, tok, big & (slot == width + 1), G)
+        # Exact min/max: the dump group's gaps become NaN, then one fmin/fmax per request and group.
+        gaps[gid == G] = np.nan
+        has = (n_chunks >= 2) & (gid_req >= 0)
+        seg_starts, seg_gid = ptr[:-1][has], gid_req[has]
+        if seg_starts.size:
+            for values, lo, hi in ((gaps, "gap_lo", "gap_hi"), (gaps / n_f, "itl_lo", "itl_hi")):
+                np.fmin.at(v[lo], seg_gid, np.fmin.reduceat(values, seg_starts).astype(np.float64))
+                np.fmax.at(v[hi], seg_gid, np.fmax.reduceat(values, seg_starts).astype(np.float64))
+
+    def _add_big(self, gid: np.ndarray, gaps: np.ndarray, tok: np.ndarray, sel: np.ndarray, G: int) -> None:
+        """Chunks of >= TOKENS_CAP tokens (rare): ITL bucketed one by one, token counts per group."""
+        g, t = gid[sel], tok[sel].astype(np.int64)
+        keep = g < G
+        g, t, itl = g[keep], t[keep], (gaps[sel][keep] / t.astype(np.float32)).astype(np.float32)
+        if not g.size:
+            return
+        self.big_itl[:G] += np.bincount(g.astype(np.intp) * _NKEYS + _positions(itl), weights=t,
+                                        minlength=G * _NKEYS)[: G * _NKEYS].reshape(G, _NKEYS).astype(np.int64)
+        for gg in np.unique(g).tolist():
+            counts = np.bincount(t[g == gg])
+            prev = self.big_tokens.get(gg, np.zeros(0, dtype=np.int64))
+            size = max(prev.size, counts.size)
+            self.big_tokens[gg] = np.pad(prev, (0, size - prev.size)) + np.pad(counts, (0, size - counts.size))
 
     def finish(self) -> ChunkHistograms:
         keys = [k for k, _ in sorted(self.keys.items(), key=lambda kv: kv[1])]
         groups = np.concatenate(self.groups) if self.groups else np.zeros(0, dtype=np.int32)
         self.groups = []
-        tok_rows = []
-        for g in range(len(keys)):
-            row = self.tok[g]
-            nz = np.flatnonzero(row)
-            tok_rows.append(row[: nz[-1] + 1].copy() if nz.size else np.zeros(0, dtype=np.int64))
+        v = self.vec
         return ChunkHistograms(
-            keys=keys, request_group=groups,
-            itl=[self.itl.histogram(g) for g in range(len(keys))],
-            inter_chunk=[self.inter.histogram(g) for g in range(len(keys))],
-            token_hist=tok_rows, exact_gaps=self.exact_gaps.copy(), gaps=self.gaps.copy(),
-            requests=self.requests.copy(),
+            keys=keys, request_group=groups, cube=self.cube, unknown=self.unknown, big=self.big,
+            big_itl=self.big_itl, big_tokens=self.big_tokens, gap_sum=v["gap_sum"], itl_sum=v["itl_sum"],
+            gap_lo=v["gap_lo"], gap_hi=v["gap_hi"], itl_lo=v["itl_lo"], itl_hi=v["itl_hi"],
+            gaps=v["gaps"].astype(np.int64), requests=v["requests"].astype(np.int64),
         )
 
 
@@ -256,13 +333,7 @@ def window_hist_parts(run: Any, req: np.ndarray, task_codes: Sequence[int]
     present = np.flatnonzero(counts)
     for code in task_codes:
         gs = [int(g) for g in present if ch.keys[g][2] == int(code)]
-        itl = HistogramParts.union([HistogramParts(ch.itl[g]) for g in gs])
-        inter = HistogramParts.union([HistogramParts(ch.inter_chunk[g]) for g in gs])
-        gaps = int(sum(ch.gaps[g] for g in gs))
-        inexact = None if gaps == 0 else 1.0 - sum(int(ch.exact_gaps[g]) for g in gs) / gaps
-        size = max([ch.token_hist[g].size for g in gs] + [0])
-        tok = np.zeros(size, dtype=np.int64)
-        for g in gs:
-            tok[: ch.token_hist[g].size] += ch.token_hist[g]
-        out.append((itl, inter, inexact, tok))
+        gaps = int(ch.gaps[gs].sum())
+        inexact = None if gaps == 0 else 1.0 - int(ch.exact_gaps[gs].sum()) / gaps
+        out.append((ch.itl(gs), ch.inter_chunk(gs), inexact, ch.token_hist(gs)))
     return out

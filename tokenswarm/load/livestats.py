@@ -25,6 +25,8 @@ _ZERO_BUCKET = -1  # values below 1 us
 #: Largest relative distance of a bucket's reported value (its geometric middle) from any value
 #: in the bucket: ``sqrt(1.01) - 1``, just under 0.5 % (values below 1 us are reported as 0).
 RELATIVE_PRECISION = math.sqrt(_BASE) - 1.0
+#: Ratio between consecutive bucket bounds (public for the analysis' histograms of the same buckets).
+BUCKET_BASE = _BASE
 
 
 def bucket_keys(values_ms: np.ndarray) -> np.ndarray:
