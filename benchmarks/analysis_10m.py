@@ -32,7 +32,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.analysis_1m import STEPS, T0, TASKS  # noqa: E402  (same run layout)
+from benchmarks.analysis_1m import STEPS, T0, TASKS
 
 GROUP = 65536  # records per row group / part (the writer's default)
 STEP_LEN_S = 900.0

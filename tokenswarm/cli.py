@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "report": ("analysis.cli", "analyse a run directory into HTML/Markdown/JSON/CSV"),
     "compare": ("analysis.cli", "compare a baseline run with a candidate run (e.g. speculative decoding)"),
     "make-test-model": ("tokenswarm.testmodel.cli", "build a tiny local Llama model for real-vLLM tests"),
+    "export": ("tokenswarm.commands.export", "export a run's Parquet records store as JSON lines"),
 }
 
 

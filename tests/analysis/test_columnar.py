@@ -11,10 +11,10 @@ import pytest
 
 from analysis import analyse, load_run
 from analysis.chunkhist import PRECISION_SHARE, _positions
-from tokenswarm.load.livestats import bucket_keys, bucket_value_ms
 from analysis.stats import PERCENTILE_KEYS
 from tests.analysis.runfactory import T0, failed, manifest, record, step, write_run
 from tokenswarm.collect.parquet_store import ParquetRecordsWriter
+from tokenswarm.load.livestats import bucket_keys, bucket_value_ms
 from tokenswarm.record import RequestRecord
 
 

@@ -142,3 +142,37 @@ def test_a_batch_that_does_not_fit_the_schema_is_kept_as_json_and_the_error_name
     kept = (tmp_path / "records-rejected.jsonl").read_bytes()
     assert kept == good + bad
     assert "field 'ttft_ms' = 'fast'" in caplog.text and "records-rejected.jsonl" in caplog.text
+
+
+def test_export_writes_the_json_lines_a_jsonl_run_would_have(tmp_path, capsys):
+    from tokenswarm.cli import main
+
+    recs = [_full(i) for i in range(3)] + [_sparse(3)]
+    write_records(tmp_path, recs, row_group_records=2)
+    assert main(["export", str(tmp_path), "--jsonl"]) == 0
+    assert (tmp_path / "records.jsonl").read_bytes() == b"".join(r.to_json() + b"\n" for r in recs)
+    assert main(["export", str(tmp_path), "--jsonl"]) == 2  # refuses to overwrite
+    assert "exists" in capsys.readouterr().err
+
+
+def test_export_of_a_directory_without_parts_says_so(tmp_path, capsys):
+    from tokenswarm.cli import main
+
+    assert main(["export", str(tmp_path), "--jsonl"]) == 2
+    assert "no records-NNNNNN.parquet parts" in capsys.readouterr().err
+
+
+def test_auto_format_is_parquet_for_soak_runs_and_jsonl_otherwise():
+    from types import SimpleNamespace
+
+    from tokenswarm.collect.parquet_store import choose_format
+
+    short = SimpleNamespace(steps=(1, 2), warmup_s=5, step_duration_s=60, report_interval_s=None)
+    day = SimpleNamespace(steps=(16,), warmup_s=60, step_duration_s=86400, report_interval_s=None)
+    live = SimpleNamespace(steps=(4,), warmup_s=5, step_duration_s=600, report_interval_s=60)
+    assert choose_format("auto", short) == "jsonl"
+    assert choose_format("auto", day) == "parquet" and choose_format("auto", live) == "parquet"
+    assert choose_format("auto", day, jsonl_options=True) == "jsonl"
+    assert choose_format("parquet", short) == "parquet" and choose_format("jsonl", day) == "jsonl"
+    with pytest.raises(ValueError, match="records-format"):
+        choose_format("csv", short)

@@ -262,3 +262,24 @@ def iter_records(run_dir: str | os.PathLike, batch_rows: int = 8192) -> typing.I
 
 
 _FIELD_SET = frozenset(FIELD_NAMES)
+
+
+#: Planned runs at least this long are soak runs: ``--records-format auto`` stores them as Parquet.
+SOAK_MIN_S = 3600.0
+
+
+def choose_format(option: str, load: Any, jsonl_options: bool = False) -> str:
+    """``parquet`` or ``jsonl`` for ``--records-format`` (``auto``, ``jsonl``, ``parquet``).
+
+    ``auto`` picks Parquet for soak runs -- a scenario with live window summaries
+    (``load.report_interval_s``) or one whose planned steps last ``SOAK_MIN_S`` or more -- unless
+    a JSONL-only option (``--records-gzip``, ``--records-rotate-mb``) was given.
+    """
+    if option in ("jsonl", "parquet"):
+        return option
+    if option != "auto":
+        raise ValueError(f"--records-format: {option!r} is not one of auto, jsonl, parquet")
+    planned = len(getattr(load, "steps", ()) or ()) * (float(getattr(load, "warmup_s", 0) or 0)
+                                                       + float(getattr(load, "step_duration_s", 0) or 0))
+    soak = bool(getattr(load, "report_interval_s", None)) or planned >= SOAK_MIN_S
+    return "parquet" if soak and not jsonl_options else "jsonl"
