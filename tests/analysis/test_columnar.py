@@ -157,3 +157,14 @@ def test_the_fast_bucket_positions_are_the_live_histograms_buckets_within_the_pr
     tiny = v < 1e-3
     assert (mid[tiny] == 0).all()
     assert (np.abs(mid[~tiny] / v[~tiny] - 1) <= PRECISION_SHARE).all()
+
+
+def test_the_report_prints_the_precision_next_to_histogram_percentiles_only(tmp_path):
+    from analysis.report import write_report
+
+    exact_dir, store_dir = _both(tmp_path, _records(600), row_group_records=200)
+    for run_dir, expected in ((store_dir, True), (exact_dir, False)):
+        run = load_run(run_dir)
+        write_report(run, analyse(run), tmp_path / f"report-{run_dir.name}", with_plots=False)
+        md = (tmp_path / f"report-{run_dir.name}" / "report.md").read_text()
+        assert ("p99 (±0.5 %)" in md) is expected
