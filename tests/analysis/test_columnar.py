@@ -168,3 +168,16 @@ def test_the_report_prints_the_precision_next_to_histogram_percentiles_only(tmp_
         write_report(run, analyse(run), tmp_path / f"report-{run_dir.name}", with_plots=False)
         md = (tmp_path / f"report-{run_dir.name}" / "report.md").read_text()
         assert ("p99 (±0.5 %)" in md) is expected
+
+
+def test_two_store_runs_compare_like_their_jsonl_copies(tmp_path):
+    from analysis.summary import compare_summary
+
+    base_jsonl, base_store = _both(tmp_path / "a", _records(800, seed=1), row_group_records=300)
+    cand_jsonl, cand_store = _both(tmp_path / "b", _records(800, seed=2), row_group_records=300)
+    exact = compare_summary(load_run(base_jsonl), load_run(cand_jsonl), n_boot=50)
+    store = compare_summary(load_run(base_store), load_run(cand_store), n_boot=50)
+    assert exact["consistency"] == store["consistency"]
+    for ra, rb in zip(exact["rows"], store["rows"]):
+        assert ra["ttft_p50_ratio"] == pytest.approx(rb["ttft_p50_ratio"], rel=1e-12)
+        assert ra["request_output_tps_p50_speedup_ratio"] == pytest.approx(rb["request_output_tps_p50_speedup_ratio"], rel=1e-12)
