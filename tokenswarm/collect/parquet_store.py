@@ -24,6 +24,7 @@ manifest's ``records_store``); the record's own version is the manifest ``format
 from __future__ import annotations
 
 import dataclasses
+import io
 import logging
 import os
 import time
@@ -34,6 +35,7 @@ from typing import Any, Callable, Union
 
 import orjson
 import pyarrow as pa
+import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from tokenswarm.record import FIELD_NAMES, FORMAT_VERSION, RequestRecord
@@ -97,6 +99,36 @@ def records_table(rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=SCHEMA)
 
 
+_SCALAR_SCHEMA = pa.schema([f for f in SCHEMA if f.name not in JSON_FIELDS])
+_JSON_PARSE = pajson.ParseOptions(explicit_schema=_SCALAR_SCHEMA, unexpected_field_behavior="ignore")
+
+
+def lines_table(data: bytes) -> pa.Table:
+    """JSON record lines as one table of :data:`SCHEMA`.
+
+    Arrow's C++ JSON reader converts the typed columns (about twice as fast as decoding every
+    line in Python); the JSON-text fields are taken from the few lines that carry a value. If
+    the reader refuses the batch, the line-by-line path decides (and names a bad field).
+    """
+    try:
+        typed = pajson.read_json(io.BytesIO(data), parse_options=_JSON_PARSE,
+                                 read_options=pajson.ReadOptions(use_threads=False, block_size=len(data) + 1))
+    except pa.ArrowInvalid:
+        return records_table([orjson.loads(line) for line in data.split(b"\n") if line.strip()])
+    lines = [line for line in data.split(b"\n") if line.strip()]
+    if len(lines) != typed.num_rows:
+        return records_table([orjson.loads(line) for line in lines])
+    cols = {name: typed.column(name) for name in typed.column_names}
+    for name in JSON_FIELDS:
+        key, null = f'"{name}":'.encode(), f'"{name}":null'.encode()
+        values: list[Any] = [None] * len(lines)
+        for i, line in enumerate(lines):
+            if key in line and null not in line:
+                values[i] = orjson.loads(line).get(name)
+        cols[name] = records_table_column(SCHEMA.field(name), values)  # type: ignore[assignment]
+    return pa.Table.from_arrays([cols[f.name] for f in SCHEMA], schema=SCHEMA)
+
+
 def records_table_column(f: pa.Field, values: list[Any]) -> pa.Array:
     """One column of :func:`records_table` (JSON-text fields are encoded here)."""
     if f.name in JSON_FIELDS:
@@ -155,8 +187,7 @@ class ParquetRecordsWriter:
         data = b"".join(self._lines)
         self._lines, self._buffered, self._oldest = [], 0, None
         try:
-            rows = [orjson.loads(line) for line in data.split(b"\n") if line.strip()]
-            table = records_table(rows)
+            table = lines_table(data)
         except (orjson.JSONDecodeError, pa.ArrowException, TypeError, ValueError) as exc:
             self._reject(data, exc)
             return
