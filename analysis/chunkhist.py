@@ -33,6 +33,11 @@ import numpy as np
 from analysis.stats import PERCENTILES
 from tokenswarm.load.livestats import BUCKET_BASE, RELATIVE_PRECISION, bucket_value_ms
 
+try:  # the C fast path of ChunkAccumulator.add (setup.py builds it; optional)
+    from analysis import _chunkhist as _kernel  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - no compiler at install time: the numpy path
+    _kernel = None
+
 __all__ = ["PRECISION_SHARE", "RELATIVE_PRECISION", "ChunkAccumulator", "ChunkHistograms", "HistogramParts"]
 
 #: Key range of the accumulators: -1 (below 1 us) .. KEY_MAX (1.01**2400 us, about 6 hours).
@@ -175,7 +180,8 @@ def _hi(a: np.ndarray) -> float:
 class ChunkAccumulator:
     """Adds row groups' chunk lists to per-group bucket counts (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, use_kernel: bool = True) -> None:
+        self.use_kernel = use_kernel  # False: the numpy path (tests compare the two)
         self.keys: dict[tuple[int, int, int], int] = {}
         self.cube = np.zeros((0, 1, _NKEYS), dtype=np.int64)
         self.unknown = np.zeros((0, _NKEYS), dtype=np.int64)
@@ -226,7 +232,10 @@ class ChunkAccumulator:
         self._grow(G, width)
         v = self.vec
         v["requests"][:G] += np.bincount(gid_req[gid_req >= 0], minlength=G)[:G]
-        if total < 2:
+        if total < 2 or G == 0:
+            return
+        if _kernel is not None and tmax < TOKENS_CAP and self.use_kernel:
+            self._add_kernel(gid_req, offsets, n_chunks, tokens, exact, width, G)
             return
         gaps = np.diff(offsets).astype(np.float32)  # gap j ends at chunk j + 1
         ptr = np.zeros(n_chunks.size + 1, dtype=np.int64)
@@ -284,6 +293,26 @@ class ChunkAccumulator:
             for values, lo, hi in ((gaps, "gap_lo", "gap_hi"), (gaps / n_f, "itl_lo", "itl_hi")):
                 np.fmin.at(v[lo], seg_gid, np.fmin.reduceat(values, seg_starts).astype(np.float64))
                 np.fmax.at(v[hi], seg_gid, np.fmax.reduceat(values, seg_starts).astype(np.float64))
+
+    def _add_kernel(self, gid_req: np.ndarray, offsets: np.ndarray, n_chunks: np.ndarray, tokens: np.ndarray,
+                    exact: np.ndarray, width: int, G: int) -> None:
+        """The same counts as the numpy path in one C pass (``analysis._chunkhist``)."""
+        cells = np.zeros((G, width + 2, _NKEYS), dtype=np.int64)
+        big_itl = np.zeros((G, _NKEYS), dtype=np.int64)
+        v = self.vec
+        part = {name: np.ascontiguousarray(v[name][:G]) for name in v}
+        gaps = np.zeros(G, dtype=np.int64)
+        assert _kernel is not None
+        _kernel.accumulate(np.ascontiguousarray(offsets, dtype=np.float64), np.ascontiguousarray(n_chunks, dtype=np.int64),
+                           np.ascontiguousarray(tokens, dtype=np.int32), np.ascontiguousarray(gid_req, dtype=np.int32),
+                           np.ascontiguousarray(exact, dtype=np.uint8), width, cells, big_itl, part["gap_sum"],
+                           part["itl_sum"], part["gap_lo"], part["gap_hi"], part["itl_lo"], part["itl_hi"], gaps,
+                           float(_A), float(_B), float(_CLAMP))
+        for name in ("gap_sum", "itl_sum", "gap_lo", "gap_hi", "itl_lo", "itl_hi"):
+            v[name][:G] = part[name]
+        v["gaps"][:G] += gaps
+        self.cube[:G, :width] += cells[:, :width]
+        self.unknown[:G] += cells[:, width]
 
     def _add_big(self, gid: np.ndarray, gaps: np.ndarray, tok: np.ndarray, sel: np.ndarray, G: int) -> None:
         """Chunks of >= TOKENS_CAP tokens (rare): ITL bucketed one by one, token counts per group."""

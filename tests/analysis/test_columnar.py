@@ -181,3 +181,33 @@ def test_two_store_runs_compare_like_their_jsonl_copies(tmp_path):
     for ra, rb in zip(exact["rows"], store["rows"]):
         assert ra["ttft_p50_ratio"] == pytest.approx(rb["ttft_p50_ratio"], rel=1e-12)
         assert ra["request_output_tps_p50_speedup_ratio"] == pytest.approx(rb["request_output_tps_p50_speedup_ratio"], rel=1e-12)
+
+
+def test_the_c_pass_counts_exactly_what_the_numpy_pass_counts(tmp_path):
+    import pyarrow.parquet as pq
+
+    from analysis import chunkhist
+    from analysis.loader.columnar import _chunk_columns
+
+    if chunkhist._kernel is None:
+        pytest.skip("analysis._chunkhist not built (no C compiler): the numpy path is the only one")
+    _, store_dir = _both(tmp_path, _records(2000, seed=4), row_group_records=700)
+    accs = [chunkhist.ChunkAccumulator(use_kernel=k) for k in (True, False)]
+    for part in sorted(store_dir.glob("records-*.parquet")):
+        t = pq.read_table(part).combine_chunks()
+        ch = _chunk_columns(t.column("chunk_offsets_ms").chunk(0), t.column("chunk_tokens").chunk(0))
+        outcome = t.column("outcome").to_numpy(zero_copy_only=False)
+        step = t.column("step").to_numpy(zero_copy_only=False).astype(np.int32)
+        phase = (t.column("phase").to_numpy(zero_copy_only=False) == "steady").astype(np.int32)
+        task = np.unique(t.column("task").to_numpy(zero_copy_only=False), return_inverse=True)[1].astype(np.int32)
+        for acc in accs:
+            acc.add(outcome == "ok", step, phase, task, ch["flat"], ch["n"], ch["tok"], ch["exact"])
+    c, p = (a.finish() for a in accs)
+    assert c.keys == p.keys and c.cube.sum() > 10_000
+    moved = np.abs(c.cube - p.cube).sum() / c.cube.sum()
+    assert moved < 1e-4  # libm and numpy's float32 log may put a value on a bucket edge one bucket apart
+    np.testing.assert_array_equal(c.cube.sum(axis=2), p.cube.sum(axis=2))
+    np.testing.assert_array_equal(c.unknown.sum(axis=1), p.unknown.sum(axis=1))
+    np.testing.assert_array_equal(c.gaps, p.gaps)
+    for name in ("gap_sum", "itl_sum", "gap_lo", "gap_hi", "itl_lo", "itl_hi"):
+        np.testing.assert_allclose(getattr(c, name), getattr(p, name), rtol=1e-9, err_msg=name)
