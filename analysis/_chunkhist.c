@@ -15,6 +15,7 @@
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #define NKEYS 2402
 #define TOKENS_CAP 32
@@ -33,6 +34,51 @@ static inline int position(float v, float a, float b, float clamp) {
     float lg = v > clamp ? v : clamp;
     int pos = (int)(logf(lg) * a + b);
     return pos < NKEYS - 1 ? pos : NKEYS - 1;
+}
+
+/* position() without a logf per value: positive floats are cut into cells by their top 18 bits
+ * (exponent + 10 mantissa bits, 0.1 % wide, narrower than a 1 % bucket, so a cell holds at most
+ * one bucket edge); a cell stores its first value's position and the smallest value of the next
+ * one, found once by bisection with position() itself, so both give the same answer. */
+#define CELL_SHIFT 13
+#define N_CELLS (1u << (31 - CELL_SHIFT))
+static int16_t *cell_base;
+static float *cell_edge;
+static float cell_params[3];
+
+static inline float from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint32_t to_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+static int build_cells(float a, float b, float clamp) {
+    if (cell_base && cell_params[0] == a && cell_params[1] == b && cell_params[2] == clamp) return 0;
+    if (!cell_base) {
+        cell_base = PyMem_RawMalloc(N_CELLS * sizeof(int16_t));
+        cell_edge = PyMem_RawMalloc(N_CELLS * sizeof(float));
+        if (!cell_base || !cell_edge) return -1;
+    }
+    for (uint32_t c = 0; c < N_CELLS; c++) {
+        uint32_t lo = c << CELL_SHIFT, hi = lo + (1u << CELL_SHIFT) - 1;
+        int base = position(from_bits(lo), a, b, clamp);
+        cell_base[c] = (int16_t)base;
+        if (position(from_bits(hi), a, b, clamp) == base || isnan(from_bits(hi))) {
+            cell_edge[c] = INFINITY;
+            continue;
+        }
+        while (lo < hi) { /* first bit pattern whose position exceeds base */
+            uint32_t mid = lo + (hi - lo) / 2;
+            if (position(from_bits(mid), a, b, clamp) > base) hi = mid; else lo = mid + 1;
+        }
+        cell_edge[c] = from_bits(lo);
+    }
+    cell_params[0] = a; cell_params[1] = b; cell_params[2] = clamp;
+    return 0;
+}
+
+static inline int position_fast(float v, int clamp_pos, float clamp) {
+    if (!(v > clamp)) return clamp_pos; /* also NaN */
+    uint32_t c = to_bits(v) >> CELL_SHIFT;
+    if (c >= N_CELLS) return NKEYS - 1; /* +inf */
+    return cell_base[c] + (v >= cell_edge[c]);
 }
 
 static PyObject *accumulate(PyObject *self, PyObject *args) {
@@ -65,6 +111,11 @@ static PyObject *accumulate(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "accumulate: array sizes do not match");
         goto done;
     }
+    if (build_cells(a, b, clamp) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const int clamp_pos = position(clamp, a, b, clamp);
     Py_BEGIN_ALLOW_THREADS
     Py_ssize_t start = 0;
     for (Py_ssize_t r = 0; r < n_req; start += nch[r], r++) {
@@ -76,7 +127,7 @@ static PyObject *accumulate(PyObject *self, PyObject *args) {
         const int ex = exact[r] != 0;
         for (Py_ssize_t i = start + 1; i < start + n; i++) {
             const float gap = (float)(off[i] - off[i - 1]);
-            const int pos = position(gap, a, b, clamp);
+            const int pos = position_fast(gap, clamp_pos, clamp);
             int t = ex ? tok[i] : 1;
             if (t < 0) t = 0;
             const int slot = !ex ? width : (t >= TOKENS_CAP ? width + 1 : (t < width ? t : width - 1));
@@ -89,7 +140,7 @@ static PyObject *accumulate(PyObject *self, PyObject *args) {
                 is += gap;
                 if (itl < ilo) ilo = itl;
                 if (itl > ihi) ihi = itl;
-                if (slot == width + 1) big_itl[(Py_ssize_t)g * NKEYS + position(itl, a, b, clamp)] += t;
+                if (slot == width + 1) big_itl[(Py_ssize_t)g * NKEYS + position_fast(itl, clamp_pos, clamp)] += t;
             }
         }
         gap_sum[g] += gs;
