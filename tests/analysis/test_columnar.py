@@ -211,3 +211,18 @@ def test_the_c_pass_counts_exactly_what_the_numpy_pass_counts(tmp_path):
     np.testing.assert_array_equal(c.gaps, p.gaps)
     for name in ("gap_sum", "itl_sum", "gap_lo", "gap_hi", "itl_lo", "itl_hi"):
         np.testing.assert_allclose(getattr(c, name), getattr(p, name), rtol=1e-9, err_msg=name)
+
+
+def test_per_request_percentiles_at_soak_scale_equal_numpys_on_the_raw_values():
+    from analysis.stats import describe
+
+    rng = np.random.default_rng(9)
+    v = rng.lognormal(4.0, 1.0, 300_000)
+    out = describe(v, "ttft", "ms", n_failed=600)
+    for p, k in zip((50, 90, 95, 99, 99.9), PERCENTILE_KEYS):
+        assert out[f"ttft_{k}_ms"] == np.percentile(v, p)
+        with np.errstate(invalid="ignore"):  # numpy interpolates finite and infinite values to NaN
+            with_inf = np.percentile(np.concatenate([v, np.full(600, np.inf)]), p)
+        assert out[f"ttft_{k}_failed_as_inf_ms"] == (None if not np.isfinite(with_inf) else with_inf)
+    assert (out["ttft_min_ms"], out["ttft_max_ms"]) == (v.min(), v.max())
+    assert out["ttft_mean_ms"] == pytest.approx(v.mean(), rel=1e-12)
