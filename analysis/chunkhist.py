@@ -8,8 +8,9 @@ union of whole groups, and histograms merge by adding counts.
 What is kept
     Per group, the gaps between consecutive chunks are counted by (tokens of the chunk that ends
     the gap, gap bucket), with the live statistics' 1 %-wide buckets
-    (:class:`~tokenswarm.load.livestats.LogHistogram`, ``BUCKET_BASE``): one ``bincount`` per
-    row group gives the inter-chunk histogram (summed over tokens), the per-token ITL (a chunk
+    (:class:`~tokenswarm.load.livestats.LogHistogram`, ``BUCKET_BASE``): one pass per row group
+    (the C extension ``analysis._chunkhist``, or one numpy ``bincount`` where it is not built:
+    the same counts) gives the inter-chunk histogram (summed over tokens), the per-token ITL (a chunk
     of ``n`` tokens after a gap in bucket ``b`` is ``n`` samples of ``middle(b) / n``) and the
     tokens-per-chunk histogram. Sums, counts, minima and maxima are kept exactly beside them.
 Precision contract
