@@ -196,6 +196,9 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
         b.append(("h3", f"{title} ({unit.replace('_per_s', '/s')})"))
         # mean and min are in the CSV tables; the page keeps the tail
         hdr = ["step", "task", "count", "failed share", "p50", "p90", "p95", "p99", "p99.9", "max"]
+        prec = max((r.get(f"{metric}_percentile_precision_share") or 0.0) for r in rows)
+        if prec:  # percentiles from the store's histograms: the precision goes next to each number
+            hdr[4:9] = [f"{h} (±{prec * 100:.1f} %)" for h in hdr[4:9]]
         with_inf = f"{metric}_p99_failed_as_inf_{unit}" in rows[0]
         if with_inf:
             hdr.append("p99 failures=inf")

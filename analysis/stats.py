@@ -139,7 +139,7 @@ def describe(
                 out[f"{prefix}_{k}_failed_as_inf{suffix}"] = None
         return out
     if weights is None:
-        xs = np.sort(values)
+        xs = _order_statistics(values, n_failed)
         pct = percentiles_sorted(xs, PERCENTILES)
         mean = float(np.mean(xs, dtype=np.float64))
     else:
@@ -164,6 +164,25 @@ def describe(
             for k, v in zip(PERCENTILE_KEYS, percentiles_failed_as_inf(xs, n_failed, PERCENTILES)):
                 out[f"{prefix}_{k}_failed_as_inf{suffix}"] = v
     return out
+
+
+def _order_statistics(values: np.ndarray, n_failed: int | None) -> np.ndarray:
+    """``values`` arranged so that every index :func:`describe` reads holds the sorted array's value.
+
+    The percentiles (also with failures as infinite), min and max read a few ranks only:
+    ``np.partition`` on those ranks is O(n), a full sort O(n log n) -- the difference at
+    soak scale (10 million requests). Small arrays are simply sorted.
+    """
+    n = values.shape[0]
+    if n < 100_000:
+        return np.sort(values)
+    ranks = {0, n - 1}
+    for total in {n, n + (n_failed or 0)}:
+        h = np.asarray(PERCENTILES) / 100.0 * (total - 1)
+        for r in np.concatenate([np.floor(h), np.minimum(np.floor(h) + 1, total - 1)]).astype(np.int64).tolist():
+            if r < n:
+                ranks.add(r)
+    return np.partition(values, sorted(ranks))
 
 
 def sort_weighted(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from analysis import cost as cost_mod
+from analysis.chunkhist import METHOD as CHUNK_HIST_METHOD
 from analysis.curves import curves
 from analysis.errors import NoSuccessError
 from analysis.health import generator_health
@@ -97,13 +98,14 @@ def analyse(
     tables = step_table(run, slo=slo)
     price = cost_mod.price(run.manifest, gpu_hour_usd, gpus)
     spec = spec_decode_tables(run, tables.windows, spec_k)
+    methods = METHODS if run.chunk_hists is None else {**METHODS, "chunk_percentiles": CHUNK_HIST_METHOD}
     summary = {
         "summary_version": SUMMARY_VERSION,
         "kind": "report",
         "run": run_info(run),
         "generator_health": generator_health(run.manifest, tables.rows, run.warnings),
         "notes": tables.notes,
-        "methods": METHODS,
+        "methods": methods,
         "slo": tables.slo.to_dict(),
         "steps": tables.rows,
         "errors": tables.errors,

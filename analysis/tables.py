@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from analysis.chunkhist import METHOD as CHUNK_HIST_METHOD
+from analysis.chunkhist import HistogramParts, window_hist_parts
 from analysis.loader import Run
 from analysis.slo import ALL_TASKS, SloResult, SloSpec, evaluate_rows, parse_slos, scenario_slos
 from analysis.stats import SortedParts, describe, describe_parts
@@ -274,18 +276,21 @@ def chunk_parts(chunks: dict[str, np.ndarray]) -> tuple[SortedParts, SortedParts
     return itl, inter, inexact
 
 
-def _chunk_stats(parts: tuple[SortedParts, SortedParts, float | None], failed_share: float | None) -> dict[str, Any]:
+def _chunk_stats(parts: tuple[Any, Any, float | None], failed_share: float | None) -> dict[str, Any]:
     itl, inter, inexact = parts
     out: dict[str, Any] = {}
     out.update(describe_parts(itl, "itl", "ms", failed_share=failed_share))
     out["itl_per_chunk_samples_share"] = inexact
     out.update(describe_parts(inter, "inter_chunk", "ms", failed_share=failed_share))
+    # 0 = exact percentiles; else the histogram's relative precision (see analysis.chunkhist)
+    out["itl_percentile_precision_share"] = getattr(itl, "precision_share", 0.0)
+    out["inter_chunk_percentile_precision_share"] = getattr(inter, "precision_share", 0.0)
     return out
 
 
 def _latency_block(
     run: Run, d: dict[str, np.ndarray], req: np.ndarray,
-    parts: tuple[SortedParts, SortedParts, float | None], open_loop: bool,
+    parts: tuple[Any, Any, float | None], open_loop: bool,
 ) -> dict[str, Any]:
     ok = req & d["ok"]
     n_failed = int((req & d["failed"]).sum())
@@ -454,21 +459,31 @@ def step_table(run: Run, slo: Any = None, use_scenario_slo: bool = True) -> Step
     rows: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
     tasks = run.categories["task"]
+    if run.chunk_hists is not None:
+        notes.append("ITL and inter-chunk percentiles: " + CHUNK_HIST_METHOD + ".")
     for w in wins:
-        step_chunks = chunk_subset(run, w.mask & d["ok"])
         open_loop = w.kind == "rate"
         present = sorted(np.unique(run["task"][w.mask]), key=lambda c: tasks[c])
-        task_parts = []
         hists = run.cache.setdefault("token_histograms", {})
-        for code in present:
-            sel = step_chunks["task"] == code
-            sub = {k: v[sel] for k, v in step_chunks.items()}
-            hists[(w.index, int(code))] = token_histogram(sub)  # reused by the spec-decode tables
-            task_parts.append(chunk_parts(sub))
-            del sub
-        del step_chunks
+        union: Any = SortedParts.union
+        task_parts: list[tuple[Any, Any, float | None]] = []
+        if run.chunk_hists is not None:
+            for code, (itl_h, inter_h, inexact, tok_h) in zip(present, window_hist_parts(run, w.mask & d["ok"], present)):
+                hists[(w.index, int(code))] = tok_h
+                task_parts.append((itl_h, inter_h, inexact))
+            union = HistogramParts.union
+        else:
+            step_chunks = chunk_subset(run, w.mask & d["ok"])
+            for code in present:
+                sel = step_chunks["task"] == code
+                sub = {k: v[sel] for k, v in step_chunks.items()}
+                hists[(w.index, int(code))] = token_histogram(sub)  # reused by the spec-decode tables
+                task_parts.append(chunk_parts(sub))
+                del sub
+            del step_chunks
         # The all-tasks row reuses the tasks' sorted samples (a union, no second sort).
-        all_parts = (SortedParts.union([p[0] for p in task_parts]), SortedParts.union([p[1] for p in task_parts]), None)
+        all_parts: tuple[Any, Any, float | None] = (union([p[0] for p in task_parts]),
+                                                    union([p[1] for p in task_parts]), None)
         sizes = [p[1].count for p in task_parts]
         if sum(sizes):
             inexact = sum((p[2] or 0.0) * n for p, n in zip(task_parts, sizes)) / sum(sizes)

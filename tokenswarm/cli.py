@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("analysis.cli", "compare a baseline run with a candidate run (e.g. speculative decoding)"),
     "study": ("tokenswarm.study.cli", "repeated, interleaved A/B study of server arms, with the verdict table"),
     "make-test-model": ("tokenswarm.testmodel.cli", "build a tiny local Llama model for real-vLLM tests"),
+    "export": ("tokenswarm.commands.export", "export a run's Parquet records store as JSON lines"),
 }
 
 

@@ -16,11 +16,14 @@ from typing import Any
 import numpy as np
 import orjson
 
+from analysis.chunkhist import ChunkHistograms
 from analysis.errors import RunInputError
 from analysis.gpu import GpuMetrics, gpu_metrics_from_lines
+from analysis.loader.columnar import read_store
 from analysis.loader.lines import _iter_json
 from analysis.loader.records import _release_free_memory, read_records
 from analysis.loader.server_metrics import ServerMetrics, read_server_metrics
+from tokenswarm.collect.parquet_store import PARTS_GLOB
 from tokenswarm.record import FORMAT_VERSION
 
 
@@ -50,6 +53,8 @@ class Run:
     cache: dict[str, Any] = field(default_factory=dict, repr=False)
     #: GPU exporter series from ``server_metrics.jsonl`` (any source), see :mod:`analysis.gpu`
     gpu_metrics: Any = None
+    #: a Parquet store's per-group chunk histograms (``gap_*`` are then empty: chunks are not kept)
+    chunk_hists: ChunkHistograms | None = None
 
     def __len__(self) -> int:
         return int(self.columns["sent_at"].shape[0])
@@ -148,6 +153,8 @@ def load_run(path: str | os.PathLike, keep_text: bool = False) -> Run:
     """
     run_dir = Path(path)
     manifest = read_manifest(run_dir)
+    if any(run_dir.glob(PARTS_GLOB)):
+        return _load_store(run_dir, manifest, keep_text)
     files = record_files(run_dir)
     cols, cats, warnings, texts = read_records(files, keep_text=keep_text)
     _release_free_memory()
@@ -180,3 +187,19 @@ def read_gpu_metrics(path: Path, warnings: list[str]) -> GpuMetrics | None:
     if not path.is_file():
         return None
     return gpu_metrics_from_lines(obj for _lineno, obj in _iter_json(path, warnings))
+
+
+def _load_store(run_dir: Path, manifest: dict[str, Any], keep_text: bool) -> Run:
+    """:func:`load_run` for a Parquet store: per-request columns, chunks as histograms."""
+    cols, cats, warnings, texts, hists, parts = read_store(run_dir, keep_text=keep_text)
+    _release_free_memory()
+    if not cols or cols["sent_at"].size == 0:
+        raise RunInputError(f"{run_dir}: records store contains no records ({', '.join(p.name for p in parts)})")
+    sm = read_server_metrics(run_dir / "server_metrics.jsonl", warnings)
+    return Run(
+        path=run_dir, manifest=manifest, columns=cols, categories=cats,
+        gap_ptr=np.zeros(len(cols["sent_at"]) + 1, dtype=np.int64), gap_ms=np.empty(0, dtype=np.float32),
+        gap_tokens=np.empty(0, dtype=np.int16), server_metrics=sm, texts=texts, warnings=warnings,
+        files=[str(p) for p in parts], chunk_hists=hists,
+        gpu_metrics=read_gpu_metrics(run_dir / "server_metrics.jsonl", warnings),
+    )

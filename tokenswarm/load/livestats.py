@@ -22,6 +22,30 @@ from tokenswarm.metrics import itl_samples, tpot_ms
 _BASE = 1.01
 _LOG_BASE = math.log(_BASE)
 _ZERO_BUCKET = -1  # values below 1 us
+#: Largest relative distance of a bucket's reported value (its geometric middle) from any value
+#: in the bucket: ``sqrt(1.01) - 1``, just under 0.5 % (values below 1 us are reported as 0).
+RELATIVE_PRECISION = math.sqrt(_BASE) - 1.0
+#: Ratio between consecutive bucket bounds (public for the analysis' histograms of the same buckets).
+BUCKET_BASE = _BASE
+
+
+def bucket_keys(values_ms: np.ndarray) -> np.ndarray:
+    """Bucket key of every value (ms), computed in the array's float type (float32 halves the cost).
+
+    Key ``k >= 0`` holds ``[1.01**k, 1.01**(k+1))`` microseconds; ``-1`` holds values below 1 us.
+    """
+    v = np.asarray(values_ms)
+    if v.dtype != np.float32:
+        v = v.astype(np.float64)
+    us = v * v.dtype.type(1000.0)
+    keys = (np.log(np.maximum(us, v.dtype.type(1.0))) * v.dtype.type(1.0 / _LOG_BASE)).astype(np.int64)
+    keys[us < 1.0] = _ZERO_BUCKET
+    return keys
+
+
+def bucket_value_ms(key: int) -> float:
+    """The value a bucket reports (ms): its geometric middle, 0 for the below-1-us bucket."""
+    return 0.0 if key == _ZERO_BUCKET else (_BASE ** (key + 0.5)) / 1000.0
 
 
 #: Deferred chunk gaps are bucketed once this many are pending (or when anything reads the
@@ -111,8 +135,7 @@ class LogHistogram:
 
         if len(values_ms) == 0:
             return
-        us = np.asarray(values_ms, dtype=np.float64) * 1000.0
-        keys = np.where(us >= 1.0, (np.log(np.maximum(us, 1.0)) / _LOG_BASE).astype(np.int64), _ZERO_BUCKET)
+        keys = bucket_keys(np.asarray(values_ms, dtype=np.float64))
         counts = np.asarray(counts, dtype=np.int64)
         # bincount over the (narrow) key range: no sort, unlike np.unique
         lo_key = int(keys.min())
@@ -164,7 +187,7 @@ class LogHistogram:
         for k in sorted(self.buckets):
             seen += self.buckets[k]
             if seen >= rank:
-                mid = 0.0 if k == _ZERO_BUCKET else (_BASE ** (k + 0.5)) / 1000.0
+                mid = bucket_value_ms(k)
                 assert self.min is not None and self.max is not None
                 return min(max(mid, self.min), self.max)
         return self.max

@@ -20,6 +20,7 @@ import gevent
 from locust.runners import MasterRunner
 
 from tokenswarm.collect.manifest import Manifest, command_line, default_run_dir, new_run_id
+from tokenswarm.collect.parquet_store import STORE_FORMAT_VERSION, ParquetRecordsWriter, choose_format
 from tokenswarm.collect.relay import Collector, FileSink
 from tokenswarm.collect.scrape import Scraper
 from tokenswarm.collect.writer import RecordsWriter
@@ -114,8 +115,14 @@ class RunController:
                                  command=command_line(), load_mode="fixed" if self.fixed_users else sc.load.mode)
         self.manifest.data["target"] = {"base_url": base_url, "api": sc.target.api, "model": model,
                                         "models_response": models_response, "server_headers": server_headers}
-        self.writer = RecordsWriter(out, gzip_output=bool(opts.records_gzip),
-                                    rotate_bytes=int(opts.records_rotate_mb * 1e6) or None)
+        records_format = choose_format(getattr(opts, "records_format", "auto") or "auto", sc.load,
+                                       bool(opts.records_gzip or opts.records_rotate_mb))
+        self.manifest.data["records_store"] = {"format": records_format, "format_version": STORE_FORMAT_VERSION}
+        if records_format == "parquet":
+            self.writer = ParquetRecordsWriter(out)  # type: ignore[assignment]  # same interface
+        else:
+            self.writer = RecordsWriter(out, gzip_output=bool(opts.records_gzip),
+                                        rotate_bytes=int(opts.records_rotate_mb * 1e6) or None)
         # Workers get everything they need through the spawn message's parsed options.
         opts.tokenswarm_scenario_data = json.dumps(sc_data(sc, self.overrides))
         opts.tokenswarm_run_id = run_id

@@ -71,6 +71,9 @@ def _add_options(parser: Any) -> None:
                        help="Write records.jsonl.gz")
     group.add_argument("--records-rotate-mb", type=float, default=0, include_in_web_ui=False,
                        help="Rotate records files at this size (0 = one file)")
+    group.add_argument("--records-format", choices=("auto", "jsonl", "parquet"), default="auto", include_in_web_ui=False,
+                       help="Records store: jsonl (records.jsonl), parquet (records-NNNNNN.parquet row groups), "
+                            "auto = parquet for soak runs (report_interval_s set or >= 1 h planned), else jsonl")
     group.add_argument("--slo", dest="tokenswarm_slo", action="append", default=[], include_in_web_ui=False,
                        help="SLO for the verdict, NAME=VALUE or TASK.NAME=VALUE (repeatable), e.g. ttft_p95_ms=800")
     group.add_argument("--max-run-time", dest="tokenswarm_max_run_time", type=float, default=0.0,

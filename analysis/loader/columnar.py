@@ -1,0 +1,173 @@
+"""The Parquet records store into numpy columns, one row group at a time, chunks as histograms.
+
+Per-request columns come out as :func:`analysis.loader.records.read_records` makes them (same
+names, dtypes and null conventions), so every per-request metric stays exact. Chunk lists are
+*not* kept: each row group's ``chunk_offsets_ms`` / ``chunk_tokens`` list columns are read as
+flat arrays and added to per-group histograms (:class:`analysis.chunkhist.ChunkAccumulator`),
+so memory does not grow with the number of chunks. ``request_key`` and ``output_sha256``
+(used only to pair runs in ``compare``) are read on first use.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from analysis.chunkhist import ChunkAccumulator, ChunkHistograms
+from analysis.errors import RunInputError
+from analysis.loader.records import CATEGORICAL_FIELDS, FLOAT_FIELDS, SPEC_FIELDS, _spec_fields
+from tokenswarm.collect.parquet_store import REJECTED_NAME, StoreFormatError, check_part, store_parts
+from tokenswarm.record import OUTCOMES
+
+#: Per-request columns read from every row group (chunk lists are handled apart).
+_SCALARS: tuple[str, ...] = FLOAT_FIELDS + CATEGORICAL_FIELDS + ("step", "seq", "tokens_estimated", "spec_decode")
+_LAZY_BYTES: tuple[str, ...] = ("request_key", "output_sha256")
+
+
+class LazyColumns(dict):
+    """Columns dict that reads ``request_key``/``output_sha256`` from the store on first access."""
+
+    def __init__(self, data: dict[str, np.ndarray], parts: list[Path]) -> None:
+        super().__init__(data)
+        self._parts = parts
+
+    def __missing__(self, name: str) -> np.ndarray:
+        if name not in _LAZY_BYTES:
+            raise KeyError(name)
+        chunks = [pq.read_table(p, columns=[name], memory_map=True, use_threads=False).column(name) for p in self._parts]
+        values = pa.chunked_array([c for ch in chunks for c in ch.chunks], type=pa.string()).fill_null("")
+        arr = np.array(values.to_pylist(), dtype="S64")
+        self[name] = arr
+        return arr
+
+
+def _floats(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    return pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False)  # null -> NaN
+
+
+class _Categories:
+    """Global dictionary codes of categorical columns across row groups (-1 = null)."""
+
+    def __init__(self) -> None:
+        self.maps: dict[str, dict[str, int]] = {c: {} for c in CATEGORICAL_FIELDS}
+
+    def codes(self, name: str, col: pa.Array) -> np.ndarray:
+        if not pa.types.is_dictionary(col.type):
+            col = pc.dictionary_encode(col)
+        m = self.maps[name]
+        labels = col.dictionary.to_pylist()
+        lut = np.array([m.setdefault(v, len(m)) for v in labels] + [-1], dtype=np.int32)
+        idx = pc.fill_null(col.indices, len(labels)).to_numpy(zero_copy_only=False)
+        return lut[idx]
+
+
+def _chunk_columns(offs: pa.Array, toks: pa.Array) -> dict[str, np.ndarray]:
+    """Flat offsets, aligned tokens (0 = unknown), per-request counts and exactness of one batch."""
+    n = pc.fill_null(pc.list_value_length(offs), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    flat = pc.list_flatten(offs).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    tn = pc.list_value_length(toks)
+    exact = pc.fill_null(pc.equal(tn, pa.array(n, type=tn.type)), False).to_numpy(zero_copy_only=False)
+    if (exact | (n == 0)).all():  # a request without chunks adds no tokens either way
+        tok = pc.list_flatten(toks).to_numpy(zero_copy_only=False)
+    else:
+        tok = np.zeros(flat.size, dtype=np.int32)
+        tok[np.repeat(exact, n)] = pc.list_flatten(toks.filter(pa.array(exact))).to_numpy(zero_copy_only=False)
+    return {"n": n, "flat": flat, "tok": tok, "exact": exact}
+
+
+def read_store(run_dir: Path, keep_text: bool = False) -> tuple[LazyColumns, dict[str, list[str]], list[str],
+                                                                 list[str | None] | None, ChunkHistograms, list[Path]]:
+    """Read every finished part; returns (columns, categories, warnings, texts, chunk histograms, parts)."""
+    parts, warnings = store_parts(run_dir)
+    if (run_dir / REJECTED_NAME).is_file():
+        warnings.append(f"{run_dir / REJECTED_NAME}: record lines that did not fit the store's schema "
+                        "(kept as JSON lines, not analysed)")
+    cats = _Categories()
+    acc = ChunkAccumulator()
+    pieces: dict[str, list[np.ndarray]] = {}
+    texts: list[str | None] | None = [] if keep_text else None
+    columns = list(_SCALARS) + ["chunk_offsets_ms", "chunk_tokens"] + (["output_text"] if keep_text else [])
+    ok_code = None
+    for path in parts:
+        try:
+            # memory-mapped, one thread: half the CPU of the defaults here (no copy, no thread hand-offs)
+            pf = pq.ParquetFile(path, memory_map=True, read_dictionary=[c for c in CATEGORICAL_FIELDS])
+            check_part(path, pf.schema_arrow)
+        except (pa.ArrowException, OSError) as exc:
+            raise RunInputError(f"{path}: not a readable Parquet records part ({exc})") from None
+        except StoreFormatError as exc:
+            raise RunInputError(str(exc)) from None
+        present = [c for c in columns if c in pf.schema_arrow.names]
+        for rg in range(pf.num_row_groups):
+            t = pf.read_row_group(rg, columns=present, use_threads=False).combine_chunks()
+            cols = _batch(t, cats, pieces)
+            if texts is not None and "output_text" in t.column_names:
+                texts.extend(t.column("output_text").to_pylist())
+            if "chunk_offsets_ms" not in t.column_names:
+                raise RunInputError(f"{path}: records part lacks the chunk_offsets_ms column")
+            ch = _chunk_columns(t.column("chunk_offsets_ms").chunk(0), t.column("chunk_tokens").chunk(0))
+            del t
+            _chunk_summaries(ch, pieces)
+            ok_code = cats.maps["outcome"].get("ok", -2)
+            acc.add(cols["outcome"] == ok_code, cols["step"], cols["phase"], cols["task"],
+                    ch["flat"], ch["n"], ch["tok"], ch["exact"])
+            del ch
+    out: dict[str, np.ndarray] = {}
+    for name in list(pieces):  # one column at a time, its pieces freed at once: peak ~1x, not 2x
+        out[name] = np.concatenate(pieces.pop(name))
+    categories = {name: list(m) for name, m in cats.maps.items()}
+    bad = [o for o in categories["outcome"] if o not in OUTCOMES]
+    if bad:
+        raise RunInputError(f"{run_dir}: records have unknown outcome(s) {bad}; expected one of {OUTCOMES}")
+    return LazyColumns(out, parts), categories, warnings, texts, acc.finish(), parts
+
+
+def _batch(t: pa.Table, cats: _Categories, pieces: dict[str, list[np.ndarray]]) -> dict[str, np.ndarray]:
+    """Per-request columns of one row group, appended to ``pieces``; returns this batch's columns."""
+    n = t.num_rows
+    cols: dict[str, np.ndarray] = {}
+    names = set(t.column_names)
+    for name in FLOAT_FIELDS:
+        cols[name] = _floats(t.column(name).chunk(0)) if name in names else np.full(n, np.nan)
+    for name in CATEGORICAL_FIELDS:
+        cols[name] = cats.codes(name, t.column(name).chunk(0)) if name in names else np.full(n, -1, dtype=np.int32)
+    step = pc.fill_null(t.column("step"), -1).to_numpy() if "step" in names else np.full(n, -1)
+    cols["step"] = step.astype(np.int32)
+    cols["seq"] = pc.fill_null(t.column("seq"), -1).to_numpy().astype(np.int64)
+    cols["tokens_estimated"] = (pc.fill_null(t.column("tokens_estimated"), False).to_numpy(zero_copy_only=False)
+                                if "tokens_estimated" in names else np.zeros(n, dtype=bool))
+    sd = t.column("spec_decode").chunk(0) if "spec_decode" in names else pa.nulls(n, pa.string())
+    spec = np.full((n, len(SPEC_FIELDS)), math.nan)
+    if sd.null_count < n:
+        for i, v in enumerate(sd.to_pylist()):
+            if v is not None:
+                spec[i] = _spec_fields(orjson.loads(v))
+    for j, name in enumerate(SPEC_FIELDS):
+        cols[name] = spec[:, j].copy()
+    for name, arr in cols.items():
+        pieces.setdefault(name, []).append(arr)
+    return cols
+
+
+def _chunk_summaries(ch: dict[str, Any], pieces: dict[str, list[np.ndarray]]) -> None:
+    """Per-request chunk columns the exact loader also makes (first/last offsets, counts)."""
+    n, flat, tok, exact = ch["n"], ch["flat"], ch["tok"], ch["exact"]
+    ptr = np.zeros(n.size + 1, dtype=np.int64)
+    np.cumsum(n, out=ptr[1:])
+    has = n > 0
+    first = np.full(n.size, np.nan)
+    last = np.full(n.size, np.nan)
+    first_tok = np.full(n.size, -1, dtype=np.int32)
+    first[has] = flat[ptr[:-1][has]]
+    last[has] = flat[ptr[1:][has] - 1]
+    first_tok[has] = np.where(exact[has], tok[ptr[:-1][has]], -1)
+    for name, arr in (("n_chunks", n.astype(np.int32)), ("first_chunk_ms", first), ("last_chunk_ms", last),
+                      ("first_chunk_tokens", first_tok), ("has_chunk_tokens", exact.astype(bool))):
+        pieces.setdefault(name, []).append(arr)
