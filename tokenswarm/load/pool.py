@@ -198,6 +198,9 @@ def send_request(http_client: Any, path: str, body: bytes, headers: dict[str, st
             raise
         # The server may have answered early (401 on a big body) and closed: read that
         # answer, as the library does; the response releases the socket either way.
+    except BaseException:  # a deadline or a kill inside a blocked send: free the pool slot
+        cpool.release_socket(sock)
+        raise
     response = HTTPSocketPoolResponse(sock, cpool, block_size=http_client.block_size, method="POST",
                                       headers_type=http_client.headers_type)
     timing.headers_s = _headers_time(sock, clock)
