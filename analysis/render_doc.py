@@ -90,6 +90,8 @@ def _health_blocks(h: dict[str, Any]) -> list[Block]:
     if h["messages"]:
         out.append(("banner", "yellow", "Generator health and input warnings:"))
         out.append(("list", h["messages"]))
+    if h.get("timing_paths"):
+        out.append(("p", "Timing path (how arrival times were taken): " + "; ".join(h["timing_paths"]) + "."))
     return out
 
 

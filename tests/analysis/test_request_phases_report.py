@@ -69,3 +69,36 @@ def test_records_without_request_phases_report_none_and_flag_nothing(tmp_path):
     assert row["connect_p99_ms"] is None and row["conn_reused_share"] is None
     health = generator_health({}, [row])
     assert not health["overloaded"] and health["late_send_steps"] == []
+
+
+def _worker(wid: str, **timing) -> dict:
+    t = {"reader": "hub", "native_fast_path": True, "kernel_stamps": True, "arrival_watcher": True,
+         "overrides": {}, "counters": {"reads_count": 100, "one_stamp_many_chunks_reads_count": 0,
+                                       "notes_dropped_count": 0, "notes_over_cap_count": 0}}
+    t.update(timing)
+    return {"worker_id": wid, "timing": t}
+
+
+def test_generator_health_names_the_timing_paths_and_every_fallback_that_happened():
+    quiet = generator_health({"workers": [_worker("w0"), _worker("w1")]})
+    assert quiet["timing_paths"] == ["hub reader, native fast path, kernel stamps, arrival watcher"]
+    assert quiet["timing_counters"]["reads_count"] == 200 and quiet["messages"] == []
+    counters = {"reads_count": 5, "one_stamp_many_chunks_reads_count": 2, "notes_dropped_count": 3}
+    noisy = generator_health({"workers": [
+        _worker("w0", counters=counters),
+        _worker("w1", kernel_stamps=False, native_fast_path=False, overrides={"TOKENSWARM_NATIVE": "0"}),
+    ]})
+    assert len(noisy["timing_paths"]) == 2
+    assert "Python parsers, no kernel stamps" in noisy["timing_paths"][1]
+    assert "TOKENSWARM_NATIVE=0" in noisy["timing_paths"][1]
+    text = " ".join(noisy["messages"])
+    assert "Worker w1: no kernel receive stamps" in text
+    assert "Timing: 2 read(s) held more chunks" in text and "Timing: 3 arrival note(s) were dropped" in text
+    blocks = report_doc_health(noisy)
+    assert any(b[0] == "p" and b[1].startswith("Timing path") for b in blocks)
+
+
+def report_doc_health(h):
+    from analysis.render_doc import _health_blocks
+
+    return _health_blocks(h)
