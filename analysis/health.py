@@ -13,6 +13,9 @@ from typing import Any, Mapping
 LOOP_LAG_LIMIT_MS = 100.0
 #: p99 schedule lag of an open-loop step above which sends were late.
 SCHEDULE_LAG_P99_LIMIT_MS = 100.0
+#: p99 of a step's send_delay_ms (the generator's own delay before a send) above which the
+#: generator was late: the load it offered was not the load planned.
+SEND_DELAY_P99_LIMIT_MS = 1.0
 
 
 def generator_health(manifest: Mapping[str, Any], rows: list[Mapping[str, Any]] | None = None,
@@ -52,7 +55,63 @@ def generator_health(manifest: Mapping[str, Any], rows: list[Mapping[str, Any]] 
                     f"Step {r['step_name']}: p99 schedule lag {p99:.0f} ms - the generator sent requests late; "
                     "see the schedule-inclusive TTFT/E2E."
                 )
+    late_sends = []
+    for r in rows or []:
+        p99 = r.get("send_delay_p99_ms") if r.get("task") == "all" else None
+        if p99 is not None and p99 > SEND_DELAY_P99_LIMIT_MS:
+            overloaded = True
+            late_sends.append(r.get("step_name"))
+            messages.append(
+                f"Step {r.get('step_name')}: p99 send delay {p99:.1f} ms (> {SEND_DELAY_P99_LIMIT_MS:g} ms) - the "
+                "generator was late sending requests there (its own delay, not in TTFT; see send_delay_ms)."
+            )
+    timing = timing_summary(manifest)
+    messages += timing["messages"]
     for w in load_warnings or []:
         messages.append(f"Input: {w}")
     return {"overloaded": overloaded, "messages": messages,
-            "cpu_warning": bool(gh.get("cpu_warning")), "max_loop_lag_ms": lag, "late_dispatches_count": late}
+            "cpu_warning": bool(gh.get("cpu_warning")), "max_loop_lag_ms": lag, "late_dispatches_count": late,
+            "late_send_steps": late_sends, "timing_paths": timing["paths"], "timing_counters": timing["counters"]}
+
+
+#: Counters of ``workers[].timing`` that mean some arrival times were coarser than the path
+#: promises, and what to say about them.
+_TIMING_FALLBACKS = {
+    "one_stamp_many_chunks_reads_count": "read(s) held more chunks than the fast path dates apart and kept one "
+                                         "arrival time for all of them",
+    "notes_dropped_count": "arrival note(s) were dropped (a stream's note buffer was full): those bytes were "
+                           "dated by a later note",
+    "notes_over_cap_count": "arrival note(s) fell in reads that held more notes than are used: those bytes were "
+                            "dated by a later note",
+}
+
+
+def timing_summary(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The timing paths the workers ran (``manifest.workers[].timing``), their summed counters,
+    and messages for paths without kernel stamps and for every fallback that happened."""
+    paths: list[str] = []
+    counters: dict[str, int] = {}
+    messages: list[str] = []
+    for w in manifest.get("workers") or []:
+        t = w.get("timing")
+        if not isinstance(t, dict):
+            continue
+        parts = [f"{t.get('reader', '?')} reader"]
+        parts.append("native fast path" if t.get("native_fast_path") else "Python parsers")
+        parts.append("kernel stamps" if t.get("kernel_stamps") else "no kernel stamps")
+        parts.append("arrival watcher" if t.get("arrival_watcher") else "no arrival watcher")
+        if t.get("overrides"):
+            parts.append("overrides " + ", ".join(f"{k}={v}" for k, v in sorted(t["overrides"].items())))
+        desc = ", ".join(parts)
+        if desc not in paths:
+            paths.append(desc)
+        if not t.get("kernel_stamps"):
+            messages.append(f"Worker {w.get('worker_id')}: no kernel receive stamps - arrival times are when "
+                            "reads returned, so they include the generator's own delays.")
+        for k, v in (t.get("counters") or {}).items():
+            if isinstance(v, int):
+                counters[k] = counters.get(k, 0) + v
+    for k, text in _TIMING_FALLBACKS.items():
+        if counters.get(k):
+            messages.append(f"Timing: {counters[k]} {text}.")
+    return {"paths": paths, "counters": counters, "messages": messages}

@@ -320,6 +320,24 @@ def _latency_block(
     return out
 
 
+def phase_block(run: Run, req: np.ndarray) -> dict[str, Any]:
+    """The request phases of the selected requests (all outcomes: a connect is a connect).
+
+    ``connect_*`` over the requests that opened a connection, ``conn_reused_share`` of those
+    that say whether they reused one, ``send_delay_*`` (the generator's own delay) and
+    ``headers_*`` (time to first byte). Records written before these fields existed give
+    counts of 0 and nulls.
+    """
+    out: dict[str, Any] = {}
+    for name in ("connect", "send_delay", "headers"):
+        v = run[f"{name}_ms"][req] if f"{name}_ms" in run.columns else np.empty(0)
+        out.update(describe(v[~np.isnan(v)], name, "ms"))
+    reused = run["conn_reused"][req] if "conn_reused" in run.columns else np.empty(0)
+    reused = reused[~np.isnan(reused)]
+    out["conn_reused_share"] = float(reused.mean()) if reused.size else None
+    return out
+
+
 def _counts_block(run: Run, d: dict[str, np.ndarray], req: np.ndarray, duration: float | None,
                   good: np.ndarray | None) -> dict[str, Any]:
     outcome = run["outcome"][req]
@@ -464,6 +482,7 @@ def step_table(run: Run, slo: Any = None, use_scenario_slo: bool = True) -> Step
             row["duration_source"] = w.duration_source
             row.update(_counts_block(run, d, req, w.duration_s, good))
             row.update(_latency_block(run, d, req, parts, open_loop))
+            row.update(phase_block(run, req))
             rows.append(row)
             errors.extend(_error_rows(run, w, task_name, req, row["requests_count"] - row["cancelled_count"]))
     return StepTables(rows=rows, errors=errors, windows=wins, slo=spec, slo_results=evaluate_rows(rows, spec), notes=notes)

@@ -35,3 +35,21 @@ def test_with_seq_changes_only_the_sequence_number_and_leaves_the_original_alone
     assert s.seq == 42 and r.seq == -1
     assert s == dataclasses.replace(r, seq=42)
     assert all(getattr(s, f) is getattr(r, f) for f in FIELD_NAMES if f != "seq")
+
+
+def test_every_field_has_a_one_line_description_for_the_record_reference():
+    from tokenswarm.record import FIELD_DOCS
+
+    assert list(FIELD_DOCS) == list(FIELD_NAMES)  # every field, in schema order, nothing else
+    assert all(text.strip() and "\n" not in text for text in FIELD_DOCS.values())
+
+
+def test_the_request_phase_fields_are_optional_appended_and_unobserved_by_default():
+    from tokenswarm.record import FORMAT_VERSION, REQUIRED_FIELDS, record_from_dict
+
+    phases = ("conn_reused", "connect_ms", "send_delay_ms", "headers_ms")
+    assert FIELD_NAMES[-len(phases):] == phases and FORMAT_VERSION == 1
+    assert not set(phases) & set(REQUIRED_FIELDS)
+    older = {k: v for k, v in _record().to_dict().items() if k not in phases}  # written before they existed
+    r = record_from_dict(older)
+    assert all(getattr(r, f) is None for f in phases)

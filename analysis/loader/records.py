@@ -42,6 +42,11 @@ FLOAT_FIELDS: tuple[str, ...] = (
     "temperature",
     "http_status",
     "turn",
+    # request phases (optional fields; conn_reused as 1.0 / 0.0 / NaN)
+    "conn_reused",
+    "connect_ms",
+    "send_delay_ms",
+    "headers_ms",
 )
 #: Low-cardinality string fields, dictionary-encoded as int32 codes (-1 = null).
 CATEGORICAL_FIELDS: tuple[str, ...] = (

@@ -58,6 +58,7 @@ def test_master_collects_every_record_from_two_workers(tmp_path):
     assert m["totals"]["records_received"] == len(records) and m["totals"]["records_lost"] == 0
     assert {w["worker_id"] for w in m["workers"]} == set(by_worker)
     assert all(not w["missing_seqs"] and w["final_received"] for w in m["workers"])
+    assert all("kernel_stamps" in w["timing"] for w in m["workers"]), "each worker's timing paths"
     assert {r["step"] for r in records} == {0, 1}
     # server metrics: the counter delta over the run equals the tokens the records say were served
     lines = [json.loads(x) for x in (run / "server_metrics.jsonl").read_text().splitlines()]

@@ -144,7 +144,10 @@ def test_with_keep_alive_off_every_request_opens_its_own_connection_and_says_so(
     assert res.returncode == 0, res.stderr[-3000:]
     records = read_records(tmp_path / "run")
     check_against_truth(records, truth)
-    assert read_manifest(tmp_path / "run")["scenario"]["target"]["keep_alive"] is False
+    m = read_manifest(tmp_path / "run")
+    assert m["scenario"]["target"]["keep_alive"] is False
+    timing = m["workers"][0]["timing"]  # which timing paths this worker ran
+    assert {"native_fast_path", "kernel_stamps", "arrival_watcher", "overrides", "counters"} <= set(timing)
     assert all(r["conn_reused"] is False and r["connect_ms"] is not None for r in records)
     for r in records:  # the lag comes from the send's own reading, for every record
         assert abs(r["schedule_lag_ms"] - (r["sent_at"] - r["scheduled_at"]) * 1000) < 0.0021

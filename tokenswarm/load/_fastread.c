@@ -37,6 +37,12 @@ static int n_chunks;       /* recorded (at most CHUNKS_MAX) */
 static int chunks_overflow; /* the split had more: its chunks cannot all be dated */
 #define NOTES_PER_READ 256
 
+/* What the reads did (under the GIL: plain counters), for the run's timing provenance. */
+static unsigned long long n_reads;            /* read_events calls that read bytes or EOF */
+static unsigned long long n_general_reads;    /* bytes handed back to the Python parsers */
+static unsigned long long n_dated_reads;      /* reads cut by the watcher's notes */
+static unsigned long long n_chunk_cap_reads;  /* noted reads of > CHUNKS_MAX chunks: one stamp kept */
+
 /* Append (None, payload) for every event if [p, end) is nothing but whole "data: X\n\n"
  * events without CR; 1 = done, 0 = not the simple framing, -1 = Python error. */
 static int split_events(const char *p, const char *end, PyObject *out)
@@ -145,13 +151,15 @@ static int split_chunks(const char *p, const char *end, PyObject *out, const cha
  * each offset had arrived by that time. Else None.
  * Errors raise OSError (BlockingIOError when nothing was there).
  */
-static PyObject *dated_groups(PyObject *events, const watch_note *notes, int k, unsigned long long rx0,
-                              double arrival, double offset, double now, double max_age);
+static PyObject *dated_groups(PyObject *events, const Py_ssize_t *ends, const Py_ssize_t *counts, int n,
+                              const watch_note *notes, int k, unsigned long long rx0, double arrival,
+                              double offset, double now, double max_age);
 static PyObject *dated_cuts(const watch_note *notes, int k, unsigned long long rx0, Py_ssize_t total,
                             double arrival, double offset, double now, double max_age);
 
 static PyObject *read_events(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    (void)self;
     if (nargs != 8) {
         PyErr_SetString(PyExc_TypeError, "read_events takes 8 arguments");
         return NULL;
@@ -223,6 +231,7 @@ static PyObject *read_events(PyObject *self, PyObject *const *args, Py_ssize_t n
         k = watch_after_read((int)fd, n, &before, notes, NOTES_PER_READ);
 
     Py_ssize_t total = head + n;
+    n_reads++;
     if (n > 0 && chunked) {
         PyObject *events = PyList_New(0);
         if (events == NULL)
@@ -237,15 +246,19 @@ static PyObject *read_events(PyObject *self, PyObject *const *args, Py_ssize_t n
         if (rc == 1 && tail_len <= TAIL_MAX) {
             PyObject *groups = Py_None;
             Py_INCREF(groups);
+            if (k > 0 && chunks_overflow)
+                n_chunk_cap_reads++;
             if (k > 0 && n_chunks > 0 && !chunks_overflow) {
                 /* buffer offset 0 is rx offset before - head (the tail came from the last read) */
                 Py_DECREF(groups);
-                groups = dated_groups(events, notes, k, before - (unsigned long long)head, arrival, offset, now,
-                                      max_age);
+                groups = dated_groups(events, chunk_end, chunk_events, n_chunks, notes, k,
+                                      before - (unsigned long long)head, arrival, offset, now, max_age);
                 if (groups == NULL) {
                     Py_DECREF(events);
                     return NULL;
                 }
+                if (groups != Py_None)
+                    n_dated_reads++;
             }
             return Py_BuildValue("(dNOy#N)", arrival, events, Py_None, tail, tail_len, groups);
         }
@@ -253,11 +266,14 @@ static PyObject *read_events(PyObject *self, PyObject *const *args, Py_ssize_t n
     }
     PyObject *cuts = Py_None;
     Py_INCREF(cuts);
+    n_general_reads++;
     if (k > 0) {
         Py_DECREF(cuts);
         cuts = dated_cuts(notes, k, before - (unsigned long long)head, total, arrival, offset, now, max_age);
         if (cuts == NULL)
             return NULL;
+        if (cuts != Py_None)
+            n_dated_reads++;
     }
     return Py_BuildValue("(dOy#yN)", arrival, Py_None, read_buf, total, "", cuts);
 }
@@ -300,15 +316,15 @@ static PyObject *dated_cuts(const watch_note *notes, int k, unsigned long long r
     return cuts;
 }
 
-/* The chunks of the latest split, dated by the notes (sorted by rx) and grouped by date:
- * [(arrival_s, events), ...], or None when every chunk gets the read's own stamp. */
-static PyObject *dated_groups(PyObject *events, const watch_note *notes, int k, unsigned long long rx0,
-                              double arrival, double offset, double now, double max_age)
+/* The date of each of ``n`` chunks ending at buffer offsets ``ends`` (buffer offset 0 is rx
+ * offset ``rx0``): the first note (sorted by rx) that covers the chunk's last byte, else the
+ * read's own ``arrival``. Returns 1 when some chunk got an earlier date than ``arrival``. */
+static int chunk_dates(const Py_ssize_t *ends, int n, const watch_note *notes, int k, unsigned long long rx0,
+                       double arrival, double offset, double now, double max_age, double *dates)
 {
-    double dates[CHUNKS_MAX];
     int ni = 0, distinct = 0;
-    for (int c = 0; c < n_chunks; c++) {
-        unsigned long long rx_end = rx0 + (unsigned long long)chunk_end[c];
+    for (int c = 0; c < n; c++) {
+        unsigned long long rx_end = rx0 + (unsigned long long)ends[c];
         while (ni < k && notes[ni].rx < rx_end)
             ni++;
         double t = ni < k ? note_date(&notes[ni], arrival, offset, now, max_age) : arrival;
@@ -316,16 +332,27 @@ static PyObject *dated_groups(PyObject *events, const watch_note *notes, int k, 
         if (t != arrival)
             distinct = 1;
     }
-    if (!distinct)
+    return distinct;
+}
+
+/* The ``n`` chunks of a split (``ends``: where each ended, ``counts``: events in the list after
+ * it), dated by the notes and grouped by date: [(arrival_s, events), ...], or None when every
+ * chunk gets the read's own stamp. */
+static PyObject *dated_groups(PyObject *events, const Py_ssize_t *ends, const Py_ssize_t *counts, int n,
+                              const watch_note *notes, int k, unsigned long long rx0, double arrival,
+                              double offset, double now, double max_age)
+{
+    double dates[CHUNKS_MAX];
+    if (!chunk_dates(ends, n, notes, k, rx0, arrival, offset, now, max_age, dates))
         Py_RETURN_NONE;
     PyObject *groups = PyList_New(0);
     if (groups == NULL)
         return NULL;
     Py_ssize_t start = 0;
-    for (int c = 0; c < n_chunks; c++) {
-        if (c + 1 < n_chunks && dates[c + 1] == dates[c])
+    for (int c = 0; c < n; c++) {
+        if (c + 1 < n && dates[c + 1] == dates[c])
             continue;
-        PyObject *part = PyList_GetSlice(events, start, chunk_events[c]);
+        PyObject *part = PyList_GetSlice(events, start, counts[c]);
         PyObject *group = part == NULL ? NULL : Py_BuildValue("(dN)", dates[c], part);
         if (group == NULL || PyList_Append(groups, group) < 0) {
             Py_XDECREF(group);
@@ -333,15 +360,116 @@ static PyObject *dated_groups(PyObject *events, const watch_note *notes, int k, 
             return NULL;
         }
         Py_DECREF(group);
-        start = chunk_events[c];
+        start = counts[c];
     }
     return groups;
+}
+
+/* --- The dating functions, exposed for table tests (tests/load/test_fastread.py) ----------- */
+
+/* notes from a Python list of (rx, realtime stamp) tuples, sorted by rx as the watcher keeps
+ * them; -1 = error (set) */
+static int notes_from_list(PyObject *list, watch_note *out, int cap)
+{
+    if (!PyList_Check(list)) {
+        PyErr_SetString(PyExc_TypeError, "notes must be a list of (rx, stamp) tuples");
+        return -1;
+    }
+    Py_ssize_t k = PyList_GET_SIZE(list);
+    if (k > cap) {
+        PyErr_SetString(PyExc_ValueError, "too many notes");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < k; i++) {
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(list, i), "Kd", &out[i].rx, &out[i].stamp))
+            return -1;
+    }
+    return (int)k;
+}
+
+/* note_date(stamp, arrival_s, real_minus_mono_s, now_s, max_age_s) -> the note's date */
+static PyObject *py_note_date(PyObject *self, PyObject *args)
+{
+    (void)self;
+    watch_note note = {0, 0.0};
+    double arrival, offset, now, max_age;
+    if (!PyArg_ParseTuple(args, "ddddd", &note.stamp, &arrival, &offset, &now, &max_age))
+        return NULL;
+    return PyFloat_FromDouble(note_date(&note, arrival, offset, now, max_age));
+}
+
+/* date_cuts(notes, rx0, total, arrival_s, real_minus_mono_s, now_s, max_age_s) -> cuts | None */
+static PyObject *py_date_cuts(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *list;
+    unsigned long long rx0;
+    Py_ssize_t total;
+    double arrival, offset, now, max_age;
+    if (!PyArg_ParseTuple(args, "OKndddd", &list, &rx0, &total, &arrival, &offset, &now, &max_age))
+        return NULL;
+    watch_note notes[NOTES_PER_READ];
+    int k = notes_from_list(list, notes, NOTES_PER_READ);
+    if (k < 0)
+        return NULL;
+    return dated_cuts(notes, k, rx0, total, arrival, offset, now, max_age);
+}
+
+/* date_chunks(chunk_ends, notes, rx0, arrival_s, real_minus_mono_s, now_s, max_age_s) -> dates */
+static PyObject *py_date_chunks(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *ends_list, *list;
+    unsigned long long rx0;
+    double arrival, offset, now, max_age;
+    if (!PyArg_ParseTuple(args, "O!O!Kdddd", &PyList_Type, &ends_list, &PyList_Type, &list, &rx0, &arrival,
+                          &offset, &now, &max_age))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(ends_list);
+    if (n > CHUNKS_MAX) {
+        PyErr_SetString(PyExc_ValueError, "more chunks than CHUNKS_MAX");
+        return NULL;
+    }
+    Py_ssize_t ends[CHUNKS_MAX];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        ends[i] = PyLong_AsSsize_t(PyList_GET_ITEM(ends_list, i));
+        if (ends[i] == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    watch_note notes[NOTES_PER_READ];
+    int k = notes_from_list(list, notes, NOTES_PER_READ);
+    if (k < 0)
+        return NULL;
+    double dates[CHUNKS_MAX];
+    chunk_dates(ends, (int)n, notes, k, rx0, arrival, offset, now, max_age, dates);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *d = PyFloat_FromDouble(dates[i]);
+        if (d == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, d);
+    }
+    return out;
+}
+
+/* read_stats() -> counters of read_events in this process (see n_reads...) */
+static PyObject *read_stats(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return Py_BuildValue("{s:K,s:K,s:K,s:K}", "reads", n_reads, "general_reads", n_general_reads,
+                         "dated_reads", n_dated_reads, "chunk_cap_reads", n_chunk_cap_reads);
 }
 
 /* split(data, chunked, allow_tail=False) -> events | (events, tail) | None: the parsing
  * half of read_events, for tests. With allow_tail, returns (events, tail bytes). */
 static PyObject *split(PyObject *self, PyObject *args)
 {
+    (void)self;
     Py_buffer view;
     int chunked, allow_tail = 0;
     if (!PyArg_ParseTuple(args, "y*p|p", &view, &chunked, &allow_tail))
@@ -375,10 +503,16 @@ static PyMethodDef methods[] = {
     {"alive", watch_py_alive, METH_NOARGS, "alive(): the event loop swept its sockets just now"},
     {"watch_stats", watch_py_stats, METH_NOARGS, "watch_stats() -> dict of the watcher thread's counters"},
     {"split", split, METH_VARARGS, "split(data, chunked, allow_tail=False) -> events, (events, tail) or None"},
+    {"note_date", py_note_date, METH_VARARGS, "note_date(stamp, arrival_s, real_minus_mono_s, now_s, max_age_s) -> date"},
+    {"date_cuts", py_date_cuts, METH_VARARGS,
+     "date_cuts(notes, rx0, total, arrival_s, real_minus_mono_s, now_s, max_age_s) -> [(end, date), ...] | None"},
+    {"date_chunks", py_date_chunks, METH_VARARGS,
+     "date_chunks(chunk_ends, notes, rx0, arrival_s, real_minus_mono_s, now_s, max_age_s) -> [date, ...]"},
+    {"read_stats", read_stats, METH_NOARGS, "read_stats() -> dict of read_events' counters in this process"},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastread", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastread", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__fastread(void)
 {

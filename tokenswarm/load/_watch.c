@@ -30,6 +30,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -40,7 +41,7 @@
 #include <unistd.h>
 
 #define NOTE_MAX 64               /* notes kept per socket; when full the newest is overwritten */
-#define STALL_S 0.002             /* the loop counts as stalled when it has not swept for this long */
+#define STALL_NS 2000000LL        /* the loop counts as stalled when it has not swept for this long */
 #define NAP_ALIVE_NS 1000000L     /* the thread's period while the loop keeps up */
 #define NAP_STALLED_NS 500000L    /* and while it is stalled: the notes' resolution */
 #define PEEK_SPAN (64L << 20)     /* longer than any receive queue: the peek reaches the newest segment */
@@ -62,15 +63,19 @@ static int n_watched;
 static unsigned int next_gen = 1;
 static int epfd = -1;
 static pid_t owner_pid;
-static volatile double last_alive; /* CLOCK_MONOTONIC of the loop's latest sweep */
-static unsigned long long n_notes_total, n_stalled_sweeps;
+/* Shared between the interpreter's thread and the watcher's: atomics (relaxed order is
+ * enough -- each is one independent number; the slots are guarded by ``lock``). */
+static atomic_llong last_alive_ns; /* CLOCK_MONOTONIC of the loop's latest sweep */
+static atomic_ullong n_notes_total, n_stalled_sweeps;
+static atomic_ullong n_notes_dropped;  /* a socket's notes were full: the newest was overwritten */
+static atomic_ullong n_notes_over_cap; /* a read covered more notes than read_events takes: the rest unused */
 static char *peek_area; /* PEEK_SPAN of reserved, never-touched memory (MSG_TRUNC copies nothing) */
 
-static double mono_now(void)
+static long long mono_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return (long long)ts.tv_sec * 1000000000LL + (long long)ts.tv_nsec;
 }
 
 /* Bytes the connection has received in total (0 = ok). */
@@ -112,15 +117,18 @@ static void add_note(watch_slot *s, unsigned long long rx, double stamp)
 {
     if (s->n > 0 && rx <= s->notes[s->n - 1].rx)
         return; /* nothing new since the last note */
-    int i = s->n < NOTE_MAX ? s->n++ : NOTE_MAX - 1;
+    int full = s->n == NOTE_MAX;
+    int i = full ? NOTE_MAX - 1 : s->n++;
+    if (full) /* the newest note gives way: its bytes are dated by a later one */
+        atomic_fetch_add_explicit(&n_notes_dropped, 1, memory_order_relaxed);
     s->notes[i].rx = rx;
     s->notes[i].stamp = stamp;
-    n_notes_total++;
+    atomic_fetch_add_explicit(&n_notes_total, 1, memory_order_relaxed);
 }
 
 static void sweep(struct epoll_event *evs)
 {
-    n_stalled_sweeps++;
+    atomic_fetch_add_explicit(&n_stalled_sweeps, 1, memory_order_relaxed);
     for (;;) {
         int n = epoll_wait(epfd, evs, EVENTS_PER_WAIT, 0);
         for (int i = 0; i < n; i++) {
@@ -150,7 +158,7 @@ static void *watch_main(void *arg)
         while (n_watched == 0)
             pthread_cond_wait(&wake, &lock);
         pthread_mutex_unlock(&lock);
-        int stalled = mono_now() - last_alive > STALL_S;
+        int stalled = mono_ns() - atomic_load_explicit(&last_alive_ns, memory_order_relaxed) > STALL_NS;
         if (stalled)
             sweep(evs);
         struct timespec nap = {0, stalled ? NAP_STALLED_NS : NAP_ALIVE_NS};
@@ -237,6 +245,8 @@ int watch_after_read(int fd, Py_ssize_t n, unsigned long long *before, watch_not
             if (note.rx <= after) {
                 if (k < cap)
                     out[k++] = note;
+                else
+                    atomic_fetch_add_explicit(&n_notes_over_cap, 1, memory_order_relaxed);
             } else {
                 s->notes[kept++] = note; /* about bytes still queued */
             }
@@ -353,20 +363,24 @@ PyObject *watch_py_alive(PyObject *self, PyObject *unused)
 {
     (void)self;
     (void)unused;
-    last_alive = mono_now();
+    atomic_store_explicit(&last_alive_ns, mono_ns(), memory_order_relaxed);
     Py_RETURN_NONE;
 }
 
-/* stats() -> {"watched", "notes", "stalled_sweeps"}: what the thread has done in this process */
+/* stats() -> {"watched", "notes", "stalled_sweeps", "notes_dropped", "notes_over_cap"}: what the
+ * thread has done in this process */
 PyObject *watch_py_stats(PyObject *self, PyObject *unused)
 {
     (void)self;
     (void)unused;
     pthread_mutex_lock(&lock);
     int watched = owner_pid == getpid() ? n_watched : 0;
-    unsigned long long notes = n_notes_total, sweeps = n_stalled_sweeps;
     pthread_mutex_unlock(&lock);
-    return Py_BuildValue("{s:i,s:K,s:K}", "watched", watched, "notes", notes, "stalled_sweeps", sweeps);
+    return Py_BuildValue("{s:i,s:K,s:K,s:K,s:K}", "watched", watched,
+                         "notes", (unsigned long long)atomic_load(&n_notes_total),
+                         "stalled_sweeps", (unsigned long long)atomic_load(&n_stalled_sweeps),
+                         "notes_dropped", (unsigned long long)atomic_load(&n_notes_dropped),
+                         "notes_over_cap", (unsigned long long)atomic_load(&n_notes_over_cap));
 }
 
 #else /* not Linux: no epoll, no TCP_INFO byte counter. The reader keeps one stamp per read. */
@@ -404,7 +418,8 @@ PyObject *watch_py_alive(PyObject *self, PyObject *unused)
 PyObject *watch_py_stats(PyObject *self, PyObject *unused)
 {
     (void)self, (void)unused;
-    return Py_BuildValue("{s:i,s:K,s:K}", "watched", 0, "notes", 0ULL, "stalled_sweeps", 0ULL);
+    return Py_BuildValue("{s:i,s:K,s:K,s:K,s:K}", "watched", 0, "notes", 0ULL, "stalled_sweeps", 0ULL,
+                         "notes_dropped", 0ULL, "notes_over_cap", 0ULL);
 }
 
 #endif

@@ -7,8 +7,9 @@ geventhttpclient connection (FastHttpUser's pool, timeouts and TLS settings), an
 *whatever the socket has* with one read, split the SSE lines in bulk and take ONE timestamp
 per read: the kernel's receive stamp where there is one (plain TCP on Linux, see
 :mod:`tokenswarm.load.reader` and :mod:`tokenswarm.load.pool`), else the time the read
-returned, before any parsing. Events that came in one read share that timestamp. Plain-TCP
-streams without per-chunk hooks are read from the event loop (:class:`HubReader`); TLS and
+returned, before any parsing. Events that came in one read share that timestamp. The body
+is read through one seam, :class:`tokenswarm.load.timing.BodyReader` (its module lists where
+every time is taken): plain-TCP streams without per-chunk hooks from the event loop, TLS and
 hooked streams by this greenlet.
 
 The request's phases are timed apart (:func:`tokenswarm.load.pool.send_request`): a new
@@ -33,10 +34,11 @@ import orjson
 from gevent import GreenletExit
 
 from tokenswarm.load import pool
-from tokenswarm.load.pool import RequestTiming, library_read_time, send_request
-from tokenswarm.load.reader import HubReader, can_watch, stream_poller
+from tokenswarm.load.pool import RequestTiming, send_request
+from tokenswarm.load.reader import stream_poller
 from tokenswarm.load.sse import SSEParser
 from tokenswarm.load.stream import StreamState, WallAnchor, error_from_body
+from tokenswarm.load.timing import BodyReader, read_available  # noqa: F401  (read_available: public here too)
 from tokenswarm.record import Outcome, RequestRecord
 
 RECV_BYTES = 65536
@@ -52,39 +54,6 @@ class _Deadline(Exception):
     def __init__(self, kind: str) -> None:
         super().__init__(kind)
         self.kind = kind
-
-
-def read_available(resp: Any) -> bytes:
-    """Return body bytes the connection has now, blocking only if it has none.
-
-    ``b""`` means the message is complete (or the peer closed). Works on geventhttpclient's
-    ``HTTPSocketResponse``: ``feed`` runs its C parser (de-chunking) into ``_body_buffer``.
-    """
-    buf = resp._body_buffer
-    while not buf:
-        if resp.message_complete:
-            return b""
-        sock = resp._sock
-        if sock is None:
-            return b""
-        data = sock.recv(RECV_BYTES)
-        if not data:
-            if _close_delimited(resp):
-                return b""  # EOF is the end of such a body; [DONE] tells if it was complete
-            raise ConnectionError("connection closed mid-stream")
-        resp.feed(data)
-    out = bytes(buf)
-    del buf[:]
-    return out
-
-
-def _check_eof(resp: Any) -> None:
-    if not _close_delimited(resp):
-        raise ConnectionError("connection closed mid-stream")
-
-
-def _close_delimited(resp: Any) -> bool:
-    return resp.get("content-length") is None and "chunked" not in str(resp.get("transfer-encoding") or "").lower()
 
 
 def discard_connection(resp: Any) -> None:
@@ -178,7 +147,7 @@ def stream_call(
             on_first = hooks.on_first_token if hooks else None
             on_chunks = hooks.on_chunks if hooks else None
 
-            hub_reader: HubReader | None = None
+            body_reader: BodyReader | None = None
 
             def on_events(now: float, events: list) -> bool:
                 """The events of one read, all arrived at ``now``; True = stop reading."""
@@ -193,8 +162,8 @@ def stream_call(
                         if cancel_after_first_token:  # a client that goes away mid-answer
                             outcome, error = Outcome.CANCELLED, "client disconnected after first token"
                             return True
-                        if hub_reader is not None and on_chunks is None:
-                            hub_reader.steady = state.on_events  # nothing left to decide per read
+                        if body_reader is not None and on_chunks is None:
+                            body_reader.go_steady(state.on_events)  # nothing left to decide per read
                     if on_chunks is not None:
                         on_chunks(base, (now - sent) * 1000.0, added)
                 return False
@@ -204,24 +173,12 @@ def stream_call(
                 events = parser.feed(data) if data else parser.close()
                 return on_events(now, events) if events else False
 
-            if hooks is None and USE_HUB_READER and can_watch(resp):
-                hub_reader = HubReader(resp, clock, parser, on_events, lambda: _check_eof(resp))
-                try:
-                    hub_reader.run()
-                finally:
-                    # on_events refers to the reader and the reader to on_events: without this
-                    # every request left a cycle (~40 objects) for the garbage collector, whose
-                    # young-generation passes then stalled the loop for 20-35 ms at 256 streams.
-                    hub_reader = None
-                stopped = outcome is Outcome.CANCELLED
-            else:
-                stopped = False
-                while not stopped:
-                    data = read_available(resp)
-                    now = library_read_time(resp, clock)  # the read's kernel stamp, else now
-                    stopped = process(now, data)
-                    if not data:
-                        break
+            # Hooked streams are read by this greenlet: the hooks may block or switch.
+            body_reader = BodyReader(resp, clock, parser, on_events, hub=hooks is None and USE_HUB_READER)
+            try:
+                stopped = body_reader.run()
+            finally:
+                body_reader = None  # the reader and on_events refer to each other
             if not stopped:
                 process(clock(), b"")  # end of body: flush an unterminated last event
             if not resp.message_complete:

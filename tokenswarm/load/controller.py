@@ -35,6 +35,7 @@ from tokenswarm.load.setup import (
     set_class_weights,
 )
 from tokenswarm.load.steps import StepMachine, plan_steps
+from tokenswarm.load.timing import provenance as timing_provenance
 
 log = logging.getLogger("tokenswarm")
 
@@ -476,6 +477,10 @@ class RunController:
                 st["ended_at"] = d["ended_at"]
         if self.collector is not None:
             d["workers"] = [a.to_dict() for a in self.collector.workers.values()]
+            for w in d["workers"]:  # each worker's timing paths, from its last report
+                t = self.worker_status.get(w.get("worker_id"), {}).get("timing")
+                if t is not None:
+                    w["timing"] = t
             d["totals"] = self.collector.totals()
             for a in self.collector.workers.values():
                 if a.lost_reason:
@@ -485,7 +490,8 @@ class RunController:
             ctx = self.ctx
             d["workers"] = [{"worker_id": ctx.worker_id, "host": os.uname().nodename, "pid": os.getpid(),
                              "clock_offset_s": 0.0, "records_received": ctx._next_seq,
-                             "last_seq": ctx.last_seq, "missing_seqs": [], "lost_reason": None}]
+                             "last_seq": ctx.last_seq, "missing_seqs": [], "lost_reason": None,
+                             "timing": timing_provenance()}]
             d["totals"] = {"requests_started": ctx.requests_started, "records_received": ctx._next_seq,
                            "records_lost": 0}
             health = {"late_dispatches": ctx.late_dispatches, "max_schedule_lag_ms": round(ctx.max_schedule_lag_ms, 3)}

@@ -36,6 +36,7 @@ from tokenswarm.load.setup import (  # noqa: F401  (planned_duration_s, scenario
     scenario_slos,
     set_class_weights,
 )
+from tokenswarm.load.timing import provenance as timing_provenance
 
 log = logging.getLogger("tokenswarm")
 
@@ -237,6 +238,7 @@ def _init_worker(environment: Any) -> None:
             "late_dispatches": ctx.late_dispatches, "max_schedule_lag_ms": round(ctx.max_schedule_lag_ms, 3),
             "cpu_warning": bool(getattr(runner, "cpu_warning_emitted", False)), "live": ctx.live.take_delta(),
             "health": state.get("health_samples", [])[-20:],
+            "timing": timing_provenance(),  # which timing paths ran, and their fallback counters
         }
         state["health_samples"] = []
 
