@@ -205,7 +205,8 @@ class TruthServer:
         events = Events(rid, req, int(time.time()))
         if not req.stream:
             done_at = received + plan.first_delay_s + (len(plan.chunk_tokens) - 1) * plan.step_s
-            await asyncio.sleep(max(0.0, done_at - monotonic()))
+            while (delay := done_at - monotonic()) > 0:
+                await asyncio.sleep(delay)
             await Response(orjson.dumps(events.whole(rid, plan)), media_type="application/json")(scope, receive, send)
             self.record(rid, endpoint, 200, received, req, plan.output_tokens, plan.finish_reason, "ok", [], read_delay)
             return
@@ -226,8 +227,8 @@ class TruthServer:
             due = received + plan.first_delay_s
             first, last = 0, len(plan.chunk_tokens) - 1
             for i, k in enumerate(plan.chunk_tokens):
-                delay = due - monotonic()
-                if delay > 0:
+                # uvloop's timers count whole ms and may fire up to 1 ms early: sleep until due, never write early
+                while (delay := due - monotonic()) > 0:
                     await asyncio.sleep(delay)
                 self.emission_lag.add(monotonic() - due)
                 if i == 0 and (role := events.role()) is not None:
