@@ -47,6 +47,34 @@ def enable(sock: socket.socket) -> bool:
         return False
 
 
+#: A realtime reading bracketed by two monotonic readings further apart than this (the process
+#: was preempted between them) is taken again: its offset could be off by the gap.
+OFFSET_BRACKET_S = 20e-6
+
+
+def real_minus_mono(clock: Callable[[], float] = time.perf_counter,
+                    real: Callable[[], float] = time.time, attempts: int = 3) -> float:
+    """``real() - clock()`` with the realtime reading bracketed by two of ``clock``.
+
+    Read as ``real() - now`` after ``now = clock()``, a preemption between the two readings
+    (milliseconds on a busy machine) moves every stamp converted with the offset earlier by
+    that long. Here the pair is taken up to ``attempts`` times and the narrowest bracket is
+    used, with the realtime reading paired with the bracket's midpoint.
+    """
+    best_width = best = None
+    for _ in range(attempts):
+        before = clock()
+        r = real()
+        after = clock()
+        width = after - before
+        if best_width is None or width < best_width:
+            best_width, best = width, r - (before + after) / 2.0
+        if width <= OFFSET_BRACKET_S:
+            break
+    assert best is not None
+    return best
+
+
 def stamp_of(anc: list, real_minus_mono_s: float, now_s: float) -> float:
     """The arrival time in ``recvmsg``'s ancillary data on the monotonic timeline, else ``now_s``.
 

@@ -152,3 +152,18 @@ def test_a_refused_connection_is_a_record_with_what_was_observed():
     assert rec.conn_reused is False and rec.connect_ms is not None  # the attempt, until refused
     assert rec.send_delay_ms is None and rec.headers_ms is None and rec.ttft_ms is None  # nothing was sent
     assert rec.schedule_lag_ms == pytest.approx((rec.sent_at - rec.scheduled_at) * 1000.0, abs=ROUNDING_MS)
+
+
+def test_a_request_sent_whose_headers_never_came_counts_from_its_send(server):
+    clock = ScriptedClock()
+    anchor = WallAnchor(1_700_000_000.0, clock())
+    client = _client(server)
+    due = clock()
+    base = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="U", request_key="k",
+                scheduled_at=anchor.epoch(due))
+    rec, _ = stream_call(client, "/slow_headers/v1/chat/completions?delay_s=5", BODY, {}, base=base, anchor=anchor,
+                         first_token_timeout_s=0.2, total_timeout_s=1, clock=clock, scheduled_s=due)
+    assert rec.outcome == "timeout" and rec.headers_ms is None and rec.ttft_ms is None
+    assert rec.send_delay_ms is not None and rec.conn_reused is False  # it was sent, on a new connection
+    assert rec.schedule_lag_ms == pytest.approx((rec.sent_at - rec.scheduled_at) * 1000.0, abs=ROUNDING_MS)
+    assert rec.schedule_lag_ms == pytest.approx(rec.connect_ms + rec.send_delay_ms, abs=ROUNDING_MS)

@@ -108,3 +108,30 @@ def test_the_c_code_compiles_with_all_warnings_as_errors(source):
            "-c", str(LOAD / source), "-o", "/dev/null"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
+
+
+class _Readings:
+    """A clock that returns the given readings in turn."""
+
+    def __init__(self, values):
+        self.values = list(values)
+
+    def __call__(self):
+        return self.values.pop(0)
+
+
+def test_a_preempted_realtime_reading_is_taken_again_and_paired_with_its_brackets_midpoint():
+    from tokenswarm import kstamp
+
+    # first bracket 5 ms wide (preempted between the readings), second 10 µs wide
+    mono = _Readings([1.000, 1.005, 2.000, 2.00001])
+    real = _Readings([101.004, 102.000005])
+    assert kstamp.real_minus_mono(mono, real) == pytest.approx(100.0, abs=1e-9)
+
+
+def test_the_narrowest_bracket_wins_when_every_reading_was_preempted():
+    from tokenswarm import kstamp
+
+    mono = _Readings([1.0, 1.004, 2.0, 2.001, 3.0, 3.003])
+    real = _Readings([101.0035, 102.0005, 103.0025])
+    assert kstamp.real_minus_mono(mono, real) == pytest.approx(100.0, abs=1e-9)

@@ -192,6 +192,7 @@ def stream_call(
             discard_connection(resp)
         first.cancel()
         total.cancel()
+        state.sent_s = start if timing.sent_s is None else timing.sent_s  # sent, even if the headers never came
         record = state.finish(
             clock(), outcome=Outcome.CANCELLED, http_status=status, error="cancelled by generator",
             anchor=anchor, base={**base, **phase_fields(timing, start, due)}, keep_output=keep_output,
@@ -215,6 +216,7 @@ def stream_call(
     end = clock()
     if poller is not None:
         poller.sweep_if_due()  # before this request's record work: other streams first (bursts of ends)
+    state.sent_s = start if timing.sent_s is None else timing.sent_s  # sent, even if the headers never came
     record = state.finish(
         end, outcome=outcome, http_status=status, error=error, anchor=anchor,
         base={**base, **phase_fields(timing, start, due)}, keep_output=keep_output,

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import errno
 import socket
-import time
 from typing import Any, Callable
 
 import gevent.socket
@@ -198,6 +197,9 @@ def send_request(http_client: Any, path: str, body: bytes, headers: dict[str, st
             raise
         # The server may have answered early (401 on a big body) and closed: read that
         # answer, as the library does; the response releases the socket either way.
+    except BaseException:  # a deadline or a kill inside a blocked send: free the pool slot
+        cpool.release_socket(sock)
+        raise
     response = HTTPSocketPoolResponse(sock, cpool, block_size=http_client.block_size, method="POST",
                                       headers_type=http_client.headers_type)
     timing.headers_s = _headers_time(sock, clock)
@@ -219,7 +221,7 @@ def _headers_time(sock: Any, clock: Callable[[], float]) -> float:
             for mark_end, stamp in marks:
                 if mark_end >= end:
                     now = clock()
-                    return _mark_time(stamp, time.time() - now, now)
+                    return _mark_time(stamp, kstamp.real_minus_mono(clock), now)
     return _read_time(sock, clock)
 
 
@@ -227,7 +229,7 @@ def _read_time(sock: Any, clock: Callable[[], float]) -> float:
     now = clock()
     anc = getattr(sock, "last_anc", None) if sock is not None else None
     if anc and kstamp.maps_onto(clock):
-        now = kstamp.stamp_of(anc, time.time() - now, now)
+        now = kstamp.stamp_of(anc, kstamp.real_minus_mono(clock), now)
     return now
 
 
@@ -261,7 +263,7 @@ def library_read_pieces(resp: Any, body: bytes, clock: Callable[[], float],
                     else _plain_cuts(len(raw) - head_end - 4, raw_start, marks))
             if cuts and cuts[-1][0] == len(body):
                 now = clock()
-                offset = time.time() - now
+                offset = kstamp.real_minus_mono(clock)
                 out, pos = [], 0
                 for end, anc in cuts:
                     if end > pos:

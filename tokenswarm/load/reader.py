@@ -33,7 +33,6 @@ Without ``epoll`` (non-Linux) each socket gets its own libev watcher instead.
 from __future__ import annotations
 
 import os
-import time
 from typing import Any, Callable
 
 import gevent
@@ -138,7 +137,7 @@ class StreamPoller:
         self.last_sweep_s = now
         if self.kernel_stamps and watch.ENABLED:
             watch.alive()  # the watcher thread stays idle while the loop sweeps
-        offset = time.time() - now if self.kernel_stamps else 0.0  # realtime -> our timeline
+        offset = kstamp.real_minus_mono(self.clock) if self.kernel_stamps else 0.0  # realtime -> our timeline
         handlers = self.handlers
         ready = self.ep.poll(0, MAX_READY)
         for fd, _mask in ready:
