@@ -72,6 +72,8 @@ GAP_GOAL_MS = 1.0
 GENERATOR_CPU_LIMIT_PCT = 90.0
 #: a server later than one step is not offering the nominal load
 SERVER_LATE_MS = 10.0
+#: the truth server's read delay comes from TCP_INFO, counted in jiffies (4 ms at HZ=250)
+READ_DELAY_RESOLUTION_MS = 4.0
 
 
 def goal_ms(streams: int) -> float:
@@ -197,6 +199,7 @@ def analyse(run: Path, truth_path: Path, goal: float) -> dict:
     req_side: list[float] = []
     resp_side: list[float] = []
     over_flags: list[bool] = []
+    read_delays: list[float] = []
     phases_known = any(r.get("conn_reused") is not None for r in records)
     for r in records:
         if r["outcome"] != "ok":
@@ -216,6 +219,8 @@ def analyse(run: Path, truth_path: Path, goal: float) -> dict:
         req_side.append((t["received"] - r["sent_at"]) * 1000.0)
         resp_side.append((r["sent_at"] - t["chunks"][0][0]) * 1000.0 + r["ttft_ms"])
         over_flags.append(abs(err) > goal)
+        if t.get("read_delay_ms") is not None:
+            read_delays.append(float(t["read_delay_ms"]))
         if r.get("conn_reused") is not None:
             (reused_errs if r["conn_reused"] else first_errs).append(abs(err))
         if abs(err) > goal:
@@ -245,6 +250,7 @@ def analyse(run: Path, truth_path: Path, goal: float) -> dict:
         "over_goal": over, "over_goal_first_of_connection": over_first, "over_goal_late_send": over_late_send,
         "over_goal_request_side": over_req_side,
         "request_side_p99_ms": _q(req_late, .99), "response_side_p99_ms": _q(resp_late, .99),
+        "server_read_delay_p99_ms": _q(read_delays, .99),
     }
 
 
@@ -256,12 +262,13 @@ def late_sides(req_side: list[float], resp_side: list[float]) -> tuple[list[floa
     TTFT; the transfer; the server's delay before it noted the request), and *response side*,
     from the server's first write to the client's reading of it (the client's delay). Client
     and server read one machine's ``CLOCK_MONOTONIC`` through different anchors, so each half
-    is known up to a constant offset; the run's quickest request of each half sets that
-    half's zero, and what remains is how much later than the quickest each request was.
+    is known up to a constant offset; the run's median request sets each half's zero (the
+    quickest would let one odd request move every other), and what remains is how much later
+    than the median request each one was.
     """
     if not req_side:
         return [], []
-    a0, b0 = min(req_side), min(resp_side)
+    a0, b0 = float(np.median(req_side)), float(np.median(resp_side))
     return [a - a0 for a in req_side], [b - b0 for b in resp_side]
 
 
@@ -299,11 +306,11 @@ def causes(r: dict) -> list[str]:
         if req >= 0.5:
             out.append(f"request side: {req:.0%} of the TTFTs over the goal were late between the client's "
                        f"sent_at and the server noting the request (p99 {_f(r['request_side_p99_ms'])} ms over the "
-                       f"quickest; a client that times connect or its own send inside TTFT, or a server slow to read)")
+                       f"median; a client that times connect or its own send inside TTFT, or a server slow to read)")
         else:
             out.append(f"response side: {1 - req:.0%} of the TTFTs over the goal were late between the server's "
                        f"first write and the client reading it (p99 {_f(r['response_side_p99_ms'])} ms over the "
-                       f"quickest: the client read late)")
+                       f"median: the client read late)")
     if (r["client_cpu_max_pct"] or 0.0) >= GENERATOR_CPU_LIMIT_PCT:
         out.append(f"generator CPU {r['client_cpu_max_pct']:.0f} %")
     if (r["client_loop_lag_max_ms"] or 0.0) > 2 * goal:
@@ -316,6 +323,10 @@ def causes(r: dict) -> list[str]:
         late.append(f"event loop lag p99 {r['server_loop_lag_p99_ms']:.1f} ms (it notes 'received' when its loop "
                     f"reads the request, after accepting a new connection, so its own delay counts against the "
                     f"client)")
+    if (r.get("server_read_delay_p99_ms") or 0.0) > goal + READ_DELAY_RESOLUTION_MS:
+        late.append(f"it read requests late (kernel: p99 {r['server_read_delay_p99_ms']:.0f} ms after their last "
+                    f"segment arrived, {READ_DELAY_RESOLUTION_MS:.0f} ms resolution), which its 'received' leaves "
+                    f"out and the client's TTFT rightly keeps")
     if late:
         out.append("server lateness: " + "; ".join(late))
     if not out:
@@ -353,7 +364,7 @@ def table(rows: list[dict]) -> list[str]:
     hdr = (f"{'client':<8}{'server':<7}{'case':<12}{'streams':>7}{'reqs':>6}{'fail':>5}{'1st':>5}{'ev/req':>7}{'join%':>7}"
            f"{'exact%':>7}{'TTFT p50':>9}{'p99':>7}{'req p99':>8}{'resp p99':>9}{'gap p50':>8}{'p99':>6}{'conn p99':>9}"
            f"{'send p99':>9}"
-           f"{'CPU%':>5}{'loop':>6}{'srv lag':>8}{'srv loop':>9}")
+           f"{'CPU%':>5}{'loop':>6}{'srv lag':>8}{'srv loop':>9}{'srv read':>9}")
     out = [hdr]
     for r in rows:
         if r.get("skipped"):
@@ -367,7 +378,8 @@ def table(rows: list[dict]) -> list[str]:
                    f"{_f(r['gap_err_p50_ms'], '.3f'):>8}{_f(r['gap_err_p99_ms']):>6}"
                    f"{_f(r['connect_p99_ms']):>9}{_f(r['send_delay_p99_ms']):>9}"
                    f"{_f(r['client_cpu_max_pct'], '.0f'):>5}{_f(r['client_loop_lag_max_ms'], '.1f'):>6}"
-                   f"{_f(r['server_lag_p99_ms'], '.1f'):>8}{_f(r.get('server_loop_lag_p99_ms'), '.1f'):>9}")
+                   f"{_f(r['server_lag_p99_ms'], '.1f'):>8}{_f(r.get('server_loop_lag_p99_ms'), '.1f'):>9}"
+                   f"{_f(r.get('server_read_delay_p99_ms'), '.0f'):>9}")
     return out
 
 
@@ -412,9 +424,10 @@ def main() -> int:
         print(line)
     print("errors are |client - server| in ms over EVERY request; 'req'/'resp': the TTFT error's request side "
           "(client sent_at to server received) and response side (server's first write to client read), each "
-          "over the run's quickest; '1st': requests that opened their connection ('-': not recorded by this "
+          "over the run's median request; '1st': requests that opened their connection ('-': not recorded by this "
           "client); 'loop': the generator's worst loop lag; 'srv lag': the server's emission lag p99; 'srv loop': "
-          "the truth server's loop lag p99")
+          "the truth server's loop lag p99; 'srv read': how late the truth server read requests, p99, from the "
+          "kernel (4 ms resolution)")
     print()
     for line in verdict(rows):
         print(line)

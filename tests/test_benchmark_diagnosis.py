@@ -49,11 +49,18 @@ def test_the_late_half_of_the_ttft_errors_over_the_goal_is_named():
     assert resp[0].startswith("response side: 70% of the TTFTs over the goal") and "client read late" in resp[0]
 
 
-def test_each_halfs_lateness_is_measured_from_the_runs_quickest_request():
-    # the client's epoch and the server's monotonic clock differ by a constant (here 1000 s)
-    req, resp = accuracy.late_sides([1000.2, 1000.1, 1003.1], [-999.8, -995.9, -999.9])
-    assert [round(x, 6) for x in req] == [0.1, 0.0, 3.0] and [round(x, 6) for x in resp] == [0.1, 4.0, 0.0]
+def test_each_halfs_lateness_is_measured_from_the_runs_median_request():
+    # the client's epoch and the server's monotonic clock differ by a constant (here 1000 s); one odd
+    # request far on the early side does not move the others
+    req, resp = accuracy.late_sides([1000.1, 1000.1, 1003.1, 900.0], [-999.9, -995.9, -999.9, -999.9])
+    assert [round(x, 6) for x in req] == [0.0, 0.0, 3.0, -100.1] and [round(x, 6) for x in resp] == [0.0, 4.0, 0.0, 0.0]
     assert accuracy.late_sides([], []) == ([], [])
+
+
+def test_a_server_that_read_requests_late_by_the_kernels_count_is_named():
+    (late,) = accuracy.causes(row(ttft=4, server_read_delay_p99_ms=40.0))
+    assert late.startswith("server lateness: it read requests late (kernel: p99 40 ms")
+    assert accuracy.causes(row(ttft=4, server_read_delay_p99_ms=4.0))[0].startswith("no measured cause")
 
 
 def test_each_measured_cause_is_named_and_an_unexplained_miss_says_so():
@@ -130,4 +137,5 @@ def test_every_record_is_analysed_and_a_late_server_read_shows_on_the_request_si
     assert a["chunk_tokens_exact_pct"] == 100.0 and a["output_tokens_exact_pct"] == 100.0
     assert a["over_goal"] == 1 and a["over_goal_request_side"] == 1 and a["first_requests"] == 1
     assert abs(a["request_side_p99_ms"] - 5.0 * 0.98) < 0.2 and a["response_side_p99_ms"] < 0.01
+    assert a["server_read_delay_p99_ms"] is None  # this log has no kernel read delays
     assert a["gap_err_p99_ms"] < 1e-6 and a["connect_p99_ms"] == 0.3

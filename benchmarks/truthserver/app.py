@@ -5,7 +5,9 @@ Where the truth is taken, and why there:
 * ``received``: when uvicorn's protocol was handed the bytes that completed the request
   (:class:`StampingProtocol`, the first thing its ``data_received`` does), on
   ``time.monotonic()`` like the simulator's log -- not when the app got round to reading
-  the body, which a busy event loop would move later;
+  the body, which a busy event loop would move later. A busy loop still reads the socket
+  late, so ``read_delay_ms`` adds the kernel's count of how long before that the request's
+  last segment arrived (``TCP_INFO``, jiffy resolution: 4 ms at HZ=250);
 * each content event: right after uvicorn's ``send`` returned, i.e. after its
   ``transport.write`` handed the chunked frame to the kernel (or to the transport's buffer
   when the socket was full). Writes are uvicorn's own: one chunked frame per ``data:``
@@ -21,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import socket
+import struct
 import time
 import uuid
 from collections import deque
@@ -43,6 +47,24 @@ monotonic = time.monotonic
 STAMP_KEY = "tokenswarm.truth"
 FLUSH_EVERY_S = 0.2
 LOOP_PROBE_S = 0.005
+#: ``struct tcp_info`` (linux/tcp.h): 8 one-byte fields, 9 u32s, then last_data_sent, last_ack_sent, last_data_recv
+_LAST_DATA_RECV_OFFSET = 8 + 9 * 4 + 2 * 4
+_TCP_INFO_BYTES = 104
+
+
+def read_delay_ms(sock: Any) -> int | None:
+    """How long ago (ms) the kernel received the connection's last data segment, from ``TCP_INFO``.
+
+    ``tcpi_last_data_recv`` counts in jiffies (4 ms at HZ=250), so this is coarse, but it is the
+    kernel's own account of how late the server read a request, which no user-space clock gives.
+    """
+    if sock is None or not hasattr(socket, "TCP_INFO"):
+        return None
+    try:
+        return int(struct.unpack_from("I", sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_BYTES),
+                                      _LAST_DATA_RECV_OFFSET)[0])
+    except (OSError, struct.error):
+        return None
 
 
 class StampingProtocol(HttpToolsProtocol):
@@ -50,6 +72,11 @@ class StampingProtocol(HttpToolsProtocol):
 
     _data_s = 0.0
     _stamp: dict[str, float]
+    _sock: Any = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._sock = transport.get_extra_info("socket")
 
     def data_received(self, data: bytes) -> None:
         self._data_s = monotonic()  # before parsing: the moment the loop handed us the bytes
@@ -63,6 +90,9 @@ class StampingProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._stamp["received_s"] = self._data_s
+        delay = read_delay_ms(self._sock)
+        if delay is not None:
+            self._stamp["read_delay_ms"] = delay
         super().on_message_complete()
 
 
@@ -118,12 +148,13 @@ class TruthServer:
 
     # -- truth -----------------------------------------------------------------------------
     def record(self, rid: str, endpoint: str, status: int, received: float, req: Completion | None,
-               output_tokens: int, finish_reason: str | None, outcome: str, chunks: list[list[float]]) -> None:
+               output_tokens: int, finish_reason: str | None, outcome: str, chunks: list[list[float]],
+               read_delay: float | None = None) -> None:
         if self.truth is not None:
             self.truth.add({"id": rid, "endpoint": endpoint, "status": status, "received": received,
                             "prompt_tokens": None if req is None else req.prompt_tokens,
                             "output_tokens": output_tokens, "finish_reason": finish_reason, "outcome": outcome,
-                            "chunks": chunks})
+                            "chunks": chunks, "read_delay_ms": read_delay})
 
     async def _flusher(self) -> None:
         while True:
@@ -154,7 +185,9 @@ class TruthServer:
     async def complete(self, endpoint: str, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one completion request (streamed or not) and log its truth."""
         raw = await Request(scope, receive).body()
-        received = scope.get("extensions", {}).get(STAMP_KEY, {}).get("received_s") or monotonic()
+        stamp = scope.get("extensions", {}).get(STAMP_KEY, {})
+        received = stamp.get("received_s") or monotonic()
+        read_delay = stamp.get("read_delay_ms")
         rid = f"{'chatcmpl' if endpoint == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
         try:
             try:
@@ -164,7 +197,7 @@ class TruthServer:
             req = parse_request(data, endpoint, self.opts)
         except BadRequest as e:
             await JSONResponse(e.body(), status_code=400)(scope, receive, send)
-            self.record(rid, endpoint, 400, received, None, 0, None, "error", [])
+            self.record(rid, endpoint, 400, received, None, 0, None, "error", [], read_delay)
             return
         rng = random.Random(f"{self.opts.seed}:{self.requests}")
         self.requests += 1
@@ -172,9 +205,10 @@ class TruthServer:
         events = Events(rid, req, int(time.time()))
         if not req.stream:
             done_at = received + plan.first_delay_s + (len(plan.chunk_tokens) - 1) * plan.step_s
-            await asyncio.sleep(max(0.0, done_at - monotonic()))
+            while (delay := done_at - monotonic()) > 0:
+                await asyncio.sleep(delay)
             await Response(orjson.dumps(events.whole(rid, plan)), media_type="application/json")(scope, receive, send)
-            self.record(rid, endpoint, 200, received, req, plan.output_tokens, plan.finish_reason, "ok", [])
+            self.record(rid, endpoint, 200, received, req, plan.output_tokens, plan.finish_reason, "ok", [], read_delay)
             return
 
         chunks: list[list[float]] = []  # [written_s, tokens] per content event
@@ -193,8 +227,8 @@ class TruthServer:
             due = received + plan.first_delay_s
             first, last = 0, len(plan.chunk_tokens) - 1
             for i, k in enumerate(plan.chunk_tokens):
-                delay = due - monotonic()
-                if delay > 0:
+                # uvloop's timers count whole ms and may fire up to 1 ms early: sleep until due, never write early
+                while (delay := due - monotonic()) > 0:
                     await asyncio.sleep(delay)
                 self.emission_lag.add(monotonic() - due)
                 if i == 0 and (role := events.role()) is not None:
@@ -215,7 +249,7 @@ class TruthServer:
             await StreamingResponse(body(), media_type="text/event-stream")(scope, receive, timed_send)
         finally:
             self.record(rid, endpoint, 200, received, req, sum(int(c[1]) for c in chunks),
-                        plan.finish_reason if finished else None, "ok" if finished else "aborted", chunks)
+                        plan.finish_reason if finished else None, "ok" if finished else "aborted", chunks, read_delay)
 
     # -- small endpoints --------------------------------------------------------------------
     async def models(self, _request: Request) -> JSONResponse:

@@ -139,3 +139,33 @@ def test_the_truth_server_shares_no_code_with_the_simulator():
                 imported.add(node.module or "")
     assert {"uvicorn", "starlette.applications"} <= imported | {m.split(".")[0] for m in imported}
     assert not [m for m in imported if m.startswith("tokenswarm")]
+
+
+@pytest.mark.timing
+@pytest.mark.skipif(not hasattr(socket, "TCP_INFO"), reason="TCP_INFO is Linux-only")
+def test_the_kernel_says_how_long_a_request_waited_before_the_server_read_it():
+    from benchmarks.truthserver.app import read_delay_ms
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(srv.getsockname())
+    conn, _ = srv.accept()
+    try:
+        client.sendall(b"x")
+        time.sleep(0.05)  # the data waits unread in the kernel for at least 50 ms
+        delay = read_delay_ms(conn)
+        assert delay is not None and delay >= 40, f"{delay} ms: expected >= 50 ms minus one 4 ms jiffy and rounding"
+    finally:
+        for s in (client, conn, srv):
+            s.close()
+    assert read_delay_ms(None) is None
+
+
+def test_every_truth_line_carries_the_kernels_read_delay_where_it_exists(tmp_path):
+    truth = tmp_path / "truth.jsonl"
+    with start_truth(truth, *ARGS) as srv:
+        read_sse(srv.port, "/v1/completions", {"prompt": "a", "max_tokens": 2, "stream": True})
+    delays = [t["read_delay_ms"] for t in load_truth(truth).values()]
+    if hasattr(socket, "TCP_INFO"):
+        assert len(delays) == 2 and all(isinstance(d, int) and d >= 0 for d in delays)
+    else:
+        assert delays == [None, None]
