@@ -339,6 +339,7 @@ def _counts_block(run: Run, d: dict[str, np.ndarray], req: np.ndarray, duration:
     out["output_tokens_missing_count"] = missing
     out["output_tokens_estimated_count"] = int((run["tokens_estimated"][ok]).sum())
     out["prompt_tokens_count"] = float(np.nansum(run["prompt_tokens"][ok]))
+    out.update(quality_shares(run, ok))
     out["window_duration_s"] = duration
     out["requests_per_s"] = _rate(n_ok, duration)
     out["output_tokens_per_s"] = _rate(out_tokens, duration)
@@ -352,6 +353,22 @@ def _counts_block(run: Run, d: dict[str, np.ndarray], req: np.ndarray, duration:
         out["good_count"] = n_good
         out["goodput_requests_per_s"] = _rate(n_good, duration)
         out["goodput_share"] = None if denom <= 0 else n_good / denom
+    return out
+
+
+def quality_shares(run: Run, ok: np.ndarray) -> dict[str, Any]:
+    """Structured-output quality of the successful requests that were checked (None if none were).
+
+    ``json_valid_share``: answers that parse as JSON; ``schema_valid_share``: answers that
+    validate against the requested JSON Schema (glossary: tokenswarm.metrics).
+    """
+    out: dict[str, Any] = {}
+    for name in ("json_valid", "schema_valid"):
+        col = run.columns.get(name)
+        v = col[ok] if col is not None else np.empty(0)
+        v = v[~np.isnan(v)]
+        out[f"{name}_checked_count"] = int(v.size)
+        out[f"{name}_share"] = float(v.mean()) if v.size else None
     return out
 
 

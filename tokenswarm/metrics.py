@@ -41,6 +41,16 @@ GLOSSARY: dict[str, tuple[str, str]] = {
         "tokens/s",
         "Output tokens per second of one request: output_tokens / (e2e_ms / 1000).",
     ),
+    "json_valid_share": (
+        "fraction",
+        "Successful checked requests (extraction) whose answer parses as JSON (one surrounding "
+        "Markdown code fence allowed), over all successful checked requests.",
+    ),
+    "schema_valid_share": (
+        "fraction",
+        "Successful checked requests whose answer validates against the JSON Schema the request "
+        "asked for (jsonschema, draft 2020-12), over all successful checked requests.",
+    ),
 }
 
 #: Step-level SLOs a scenario may set (``slo:``), defined once for the scenario loader and the

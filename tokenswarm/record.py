@@ -81,6 +81,9 @@ class RequestRecord:
     temperature: float | None = None
     spec_decode: dict[str, Any] | None = None
     extra: dict[str, Any] | None = field(default=None)
+    #: extraction: the answer parses as JSON / validates against the requested JSON Schema
+    json_valid: bool | None = None
+    schema_valid: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of all fields (``None`` kept, so absent and unobserved differ)."""

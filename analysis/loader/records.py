@@ -42,6 +42,8 @@ FLOAT_FIELDS: tuple[str, ...] = (
     "temperature",
     "http_status",
     "turn",
+    "json_valid",  # extraction quality: true/false -> 1/0, not checked -> NaN
+    "schema_valid",
 )
 #: Low-cardinality string fields, dictionary-encoded as int32 codes (-1 = null).
 CATEGORICAL_FIELDS: tuple[str, ...] = (

@@ -12,6 +12,7 @@ request's latency counts from its *scheduled* time; lag is recorded and counted.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import uuid
 from typing import Any
@@ -22,7 +23,7 @@ from geventhttpclient.url import URL
 from locust import FastHttpUser, constant, task
 from locust.exception import StopUser
 
-from tokenswarm.load import runtime
+from tokenswarm.load import quality, runtime
 from tokenswarm.load.arrivals import ArrivalProcess
 from tokenswarm.load.client import StreamHooks, stream_call
 from tokenswarm.load.context import RunContext, request_key
@@ -34,6 +35,7 @@ KIND_CLASSES: dict[str, str] = {
     "code": "CodeUser",
     "multi_turn": "MultiTurnUser",
     "abnormal": "AbnormalUser",
+    "extraction": "ExtractionUser",
 }
 
 
@@ -65,9 +67,12 @@ class Conversationalist:
 
     def send(self, task_cfg: Any, payload_key: str, payload: Any, max_tokens: int, scheduled_s: float,
              *, session_id: str | None = None, turn: int | None = None, extra: dict | None = None,
-             abnormal: str | None = None) -> tuple[Any, str]:
+             abnormal: str | None = None, check_json: bool = False,
+             schema: dict | None = None) -> tuple[Any, str]:
         ctx = self.ctx
         sampling = task_cfg.sampling.params()
+        if task_cfg.extra_body:  # extra request-body fields: sent, and part of the request key
+            sampling = {**task_cfg.extra_body, **sampling}
         if extra:
             sampling = {**sampling, **{k: v for k, v in extra.items() if k != "max_tokens"}}
             max_tokens = extra.get("max_tokens", max_tokens)
@@ -91,6 +96,9 @@ class Conversationalist:
             )
         finally:
             ctx.in_flight -= 1
+        if check_json and record.outcome == "ok":  # quality of structured output, judged per answer
+            json_ok, schema_ok = quality.check_json(text, schema)
+            record = dataclasses.replace(record, json_valid=json_ok, schema_valid=schema_ok)
         return ctx.emit(record, self.user), text
 
     def single(self, task_cfg: Any, rng: random.Random, scheduled_s: float) -> None:
@@ -101,7 +109,7 @@ class Conversationalist:
             payload_key, payload = "prompt", prompt.text
         extra = dict(prompt.params) if prompt.params else None
         self.send(task_cfg, payload_key, payload, prompt.max_tokens, scheduled_s, extra=extra,
-                  abnormal=prompt.abnormal)
+                  abnormal=prompt.abnormal, check_json=task_cfg.kind == "extraction", schema=prompt.schema)
 
     def conversation(self, task_cfg: Any, rng: random.Random, scheduled_s: float) -> None:
         """All turns of one conversation; each turn re-sends the history with the real replies."""
@@ -109,7 +117,7 @@ class Conversationalist:
         conv = ctx.prompt_sources[task_cfg.name].conversation(rng)
         session_id = uuid.UUID(int=rng.getrandbits(128)).hex[:16]
         history: list[dict[str, str]] = [{"role": "system", "content": conv.system}] if conv.system else []
-        prompt_text = ""
+        prompt_text = f"{conv.system}\n\n" if conv.system else ""
         for turn in range(conv.turns):
             if turn:
                 gevent.sleep(conv.think_time_s(turn))
@@ -215,6 +223,12 @@ class AbnormalUser(LLMUser):
     kind = "abnormal"
 
 
+class ExtractionUser(LLMUser):
+    """A document or record plus an instruction to return its fields as JSON (quality checked)."""
+
+    kind = "extraction"
+
+
 class OpenLoopUser(_TokenswarmUser):
     """One per worker: dispatches requests on the arrival schedule of the current rate step."""
 
@@ -270,4 +284,4 @@ class OpenLoopUser(_TokenswarmUser):
             conv.single(task_cfg, rng, scheduled_s)
 
 
-CLOSED_LOOP_USERS = (QAUser, SummarizationUser, CodeUser, MultiTurnUser, AbnormalUser)
+CLOSED_LOOP_USERS = (QAUser, SummarizationUser, CodeUser, MultiTurnUser, AbnormalUser, ExtractionUser)

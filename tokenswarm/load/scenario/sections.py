@@ -24,10 +24,14 @@ from tokenswarm.load.scenario.model import (
     DATASET_FORMATS,
     KINDS,
     LOAD_MODES,
+    PREFIX_POPULARITY,
+    RESERVED_BODY_FIELDS,
+    RESPONSE_FORMATS,
     SLO_NAMES,
     DatasetConfig,
     LoadConfig,
     Sampling,
+    SharedPrefix,
     SloConfig,
     TargetConfig,
     TaskConfig,
@@ -50,18 +54,24 @@ _TARGET = (
     "metrics_url",
     "scrape_interval_s",
     "extra_metrics",
+    "extra_body",
 )
 _TIMEOUTS = ("connect_s", "first_token_s", "total_s")
-_TRAFFIC = ("seed", "keep_outputs", "tokenizer", "sampling", "classes")
+_TRAFFIC = ("seed", "keep_outputs", "tokenizer", "sampling", "classes", "extra_body")
 _SAMPLING = ("temperature", "top_p", "seed", "stop", "ignore_eos")
-_TASK_COMMON = ("kind", "weight", "output_tokens", "think_time_s", "sampling", "dataset")
+_TASK_COMMON = ("kind", "weight", "output_tokens", "think_time_s", "sampling", "dataset", "extra_body",
+                "shared_prefix")
 _TASK_FIELDS = {
     "qa": _TASK_COMMON + ("prompt_tokens",),
     "summarization": _TASK_COMMON + ("document_tokens",),
     "code": _TASK_COMMON + ("prompt_tokens", "completion_share"),
     "multi_turn": _TASK_COMMON + ("prompt_tokens", "followup_tokens", "turns"),
-    "abnormal": ("kind", "weight", "prompt_tokens", "output_tokens", "think_time_s", "sampling", "cases"),
+    "abnormal": ("kind", "weight", "prompt_tokens", "output_tokens", "think_time_s", "sampling", "cases",
+                 "extra_body"),
+    "extraction": ("kind", "weight", "output_tokens", "think_time_s", "sampling", "extra_body", "shared_prefix",
+                   "document_tokens", "response_format"),
 }
+_SHARED_PREFIX = ("tokens", "count", "popularity", "zipf_s")
 _LOAD = (
     "mode",
     "steps",
@@ -101,7 +111,54 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "prompt_tokens": {"dist": "fixed", "value": 32},
         "output_tokens": {"dist": "fixed", "value": 16},
     },
+    "extraction": {
+        "document_tokens": {"dist": "uniform", "min": 200, "max": 1500},
+        "output_tokens": {"dist": "uniform", "min": 128, "max": 384},
+    },
 }
+
+
+def _parse_extra_body(sec: _Section, key: str = "extra_body") -> dict[str, Any]:
+    """``extra_body``: a JSON object of request-body fields passed through as given.
+
+    Fields tokenswarm sets itself (model, messages, max_tokens...) and the sampling fields
+    (one name per meaning: ``sampling.temperature``, not ``extra_body.temperature``) are refused.
+    """
+    import orjson
+
+    raw = sec.raw(key, {})
+    if not isinstance(raw, dict):
+        raise sec.err(key, "a mapping of request-body field -> JSON value (e.g. {top_k: 20})")
+    for name, value in raw.items():
+        at = sec.at(f"{key}.{name}")
+        if not isinstance(name, str) or not name:
+            raise ScenarioError(sec.file, at, "a field name (a non-empty string)", name)
+        if name in RESERVED_BODY_FIELDS:
+            raise ScenarioError(sec.file, at, "a field tokenswarm does not set itself", name,
+                                problem="set by tokenswarm (max_tokens comes from output_tokens)")
+        if name in _SAMPLING:
+            raise ScenarioError(sec.file, at, f"sampling.{name} (one place per field)", name,
+                                problem="a sampling field")
+        try:
+            orjson.dumps(value)
+        except TypeError:
+            raise ScenarioError(sec.file, at, "a JSON value (string, number, boolean, null, list, mapping)",
+                                value) from None
+    return dict(raw)
+
+
+def _parse_shared_prefix(s: _Section) -> SharedPrefix | None:
+    if not s.has("shared_prefix"):
+        return None
+    sp = s.section("shared_prefix", _SHARED_PREFIX)
+    if not sp.has("tokens"):
+        raise sp.err("tokens", "a prefix length in tokens (an integer >= 1)")
+    popularity = sp.str_("popularity", "uniform", PREFIX_POPULARITY)
+    zipf_s = sp.num("zipf_s", 1.0, gt=0)
+    if popularity != "zipf" and sp.has("zipf_s"):
+        raise sp.err("zipf_s", "no zipf_s unless popularity is zipf")
+    return SharedPrefix(tokens=sp.num("tokens", None, ge=1, integer=True),
+                        count=sp.num("count", 1, ge=1, integer=True), popularity=popularity, zipf_s=zipf_s)
 
 
 def _parse_target(top: _Section, file: str) -> TargetConfig:
@@ -184,6 +241,7 @@ def _parse_target(top: _Section, file: str) -> TargetConfig:
         scrape_interval_s=t.num("scrape_interval_s", 5.0, gt=0),
         extra_metrics=tuple(extra),
         metrics_auto=metrics_auto,
+        extra_body=_parse_extra_body(t),
     )
 
 
@@ -222,8 +280,11 @@ def _resolve_file(raw: str, base_dir: Path) -> str | None:
     return None
 
 
-def _parse_traffic(top: _Section, file: str, base_dir: Path) -> TrafficConfig:
+def _parse_traffic(top: _Section, file: str, base_dir: Path,
+                   target_extra: dict[str, Any] | None = None) -> TrafficConfig:
     tr = top.section("traffic", _TRAFFIC)
+    traffic_extra = _parse_extra_body(tr)
+    inherited = {**(target_extra or {}), **traffic_extra}
     seed = tr.num("seed", 0, integer=True)
     tokenizer = None
     if tr.has("tokenizer"):
@@ -246,18 +307,21 @@ def _parse_traffic(top: _Section, file: str, base_dir: Path) -> TrafficConfig:
         raise tr.err("classes", "a mapping of task name -> task config (at least one)")
     classes = []
     for cname, cfg in classes_raw.items():
-        classes.append(_parse_task(str(cname), cfg, tr.at(f"classes.{cname}"), file, base_dir, base_sampling))
+        classes.append(_parse_task(str(cname), cfg, tr.at(f"classes.{cname}"), file, base_dir, base_sampling,
+                                   inherited))
     if sum(c.weight for c in classes) <= 0:
         raise ScenarioError(
             file, tr.at("classes"), "at least one class with weight > 0", {c.name: c.weight for c in classes}
         )
     return TrafficConfig(
-        seed=seed, keep_outputs=tr.bool_("keep_outputs", False), tokenizer=tokenizer, classes=tuple(classes)
+        seed=seed, keep_outputs=tr.bool_("keep_outputs", False), tokenizer=tokenizer, classes=tuple(classes),
+        extra_body=traffic_extra,
     )
 
 
 def _parse_task(
-    name: str, cfg: Any, path: str, file: str, base_dir: Path, base_sampling: Sampling
+    name: str, cfg: Any, path: str, file: str, base_dir: Path, base_sampling: Sampling,
+    inherited_extra: dict[str, Any] | None = None,
 ) -> TaskConfig:
     if not _CLASS_NAME.match(name):
         raise ScenarioError(file, path, "a class name of letters, digits, '_' or '-'", name)
@@ -271,11 +335,11 @@ def _parse_task(
             "one of " + ", ".join(KINDS) + " (required when the class name is not a kind)",
             kind,
         )
-    if kind == "summarization" and "prompt_tokens" in cfg:
+    if kind in ("summarization", "extraction") and "prompt_tokens" in cfg:
         raise ScenarioError(
             file,
             f"{path}.prompt_tokens",
-            "document_tokens for summarization",
+            f"document_tokens for {kind}",
             cfg["prompt_tokens"],
             problem="not used by summarization",
         )
@@ -286,7 +350,7 @@ def _parse_task(
     document = s.dist("document_tokens", d.get("document_tokens"), floor=1, integer=True)
     prompt = (
         document
-        if kind == "summarization"
+        if kind in ("summarization", "extraction")
         else s.dist("prompt_tokens", d["prompt_tokens"], floor=0 if kind == "abnormal" else 1, integer=True)
     )
     turns = s.dist("turns", d.get("turns"), floor=1, integer=True)
@@ -304,6 +368,12 @@ def _parse_task(
             )
         dataset = DatasetConfig(resolved, ds.str_("format", "auto", DATASET_FORMATS))
     completion_share = s.num("completion_share", 0.5, ge=0, le=1)
+    class_extra = _parse_extra_body(s)
+    if kind == "extraction" and s.str_("response_format", "json_schema", RESPONSE_FORMATS) != "none":
+        for level in (class_extra, inherited_extra or {}):
+            if "response_format" in level:
+                raise s.err("response_format", "response_format: none when extra_body sets response_format",
+                            s.raw("response_format", "json_schema"))
     cases: tuple[tuple[str, float], ...] = ()
     if kind == "abnormal":
         raw_cases = s.raw("cases", {c: 1 for c in ABNORMAL_CASES})
@@ -327,6 +397,10 @@ def _parse_task(
         followup_tokens=followup,
         completion_share=completion_share,
         abnormal_cases=cases,
+        extra_body={**(inherited_extra or {}), **class_extra},
+        class_extra_body=class_extra,
+        response_format=s.str_("response_format", "json_schema", RESPONSE_FORMATS) if kind == "extraction" else "none",
+        shared_prefix=_parse_shared_prefix(s),
     )
 
 

@@ -1,0 +1,180 @@
+"""Workloads of today's deployments: extraction, extra request-body fields, shared prefixes."""
+
+from __future__ import annotations
+
+import random
+
+import orjson
+import pytest
+
+from tokenswarm.load.context import RunContext
+from tokenswarm.load.prompts import PromptSource
+from tokenswarm.load.quality import check_json, strip_fence
+from tokenswarm.load.scenario import ScenarioError, load_scenario, parse_scenario
+from tokenswarm.load.users import Conversationalist
+
+EXTRACTION = {"kind": "extraction", "document_tokens": {"dist": "fixed", "value": 300}}
+
+
+def scenario(classes: dict, **sections) -> object:
+    return parse_scenario({"traffic": {"classes": classes, **sections.pop("traffic", {})}, **sections}, "s.yaml")
+
+
+def error_of(data: dict) -> ScenarioError:
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(data, "s.yaml")
+    return info.value
+
+
+# ----------------------------------------------------------------------------- extraction
+
+def test_an_extraction_prompt_carries_a_shipped_schema_as_response_format_and_names_it_in_the_text():
+    task = scenario({"extraction": EXTRACTION}).traffic.task("extraction")
+    src = PromptSource(task, None, seed=3)
+    names = set()
+    for i in range(30):
+        p = src.next_prompt(random.Random(i))
+        rf = p.params["response_format"]
+        assert rf["type"] == "json_schema" and rf["json_schema"]["schema"] == p.schema
+        assert orjson.dumps(p.schema).decode() in p.messages[0]["content"].replace(" ", "")
+        names.add(rf["json_schema"]["name"])
+    assert names == {"topic_card", "module_card", "contact_record"}
+
+
+@pytest.mark.parametrize("fmt, expected", [("json_object", {"type": "json_object"}), ("none", None)])
+def test_response_format_json_object_or_none_is_sent_as_configured(fmt, expected):
+    task = scenario({"extraction": {**EXTRACTION, "response_format": fmt}}).traffic.task("extraction")
+    p = PromptSource(task, None, seed=3).next_prompt(random.Random(1))
+    assert p.params.get("response_format") == expected
+    assert p.schema is not None  # the schema is still checked: it is asked for in the instruction
+
+
+def test_extraction_prompts_grow_with_the_document_length():
+    short = scenario({"extraction": {**EXTRACTION, "document_tokens": {"dist": "fixed", "value": 200}}})
+    long = scenario({"extraction": {**EXTRACTION, "document_tokens": {"dist": "fixed", "value": 3000}}})
+    n_short = len(PromptSource(short.traffic.task("extraction"), None, 1).next_prompt(random.Random(0)).messages[0]["content"])
+    n_long = len(PromptSource(long.traffic.task("extraction"), None, 1).next_prompt(random.Random(0)).messages[0]["content"])
+    assert n_long > 5 * n_short
+
+
+def test_a_prompt_tokens_field_on_extraction_is_refused_naming_document_tokens():
+    e = error_of({"traffic": {"classes": {"extraction": {**EXTRACTION, "prompt_tokens": 30}}}})
+    assert e.field == "traffic.classes.extraction.prompt_tokens" and "document_tokens" in str(e)
+
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+          "required": ["name", "age"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('{"name": "Ada", "age": 36}', (True, True)),
+    ('```json\n{"name": "Ada", "age": 36}\n```', (True, True)),
+    ('{"name": "Ada", "age": "36"}', (True, False)),
+    ('{"name": "Ada"}', (True, False)),
+    ('{"name": "Ada", "age": 36, "x": 1}', (True, False)),
+    ('{"name": "Ada", "age": 3', (False, False)),
+    ("Sure! Here is the JSON: {}", (False, False)),
+])
+def test_quality_check_tells_json_validity_from_schema_validity(text, expected):
+    assert check_json(text, SCHEMA) == expected
+
+
+def test_without_a_schema_only_json_validity_is_judged():
+    assert check_json("[1, 2]", None) == (True, None)
+    assert check_json("nope", None) == (False, None)
+    assert strip_fence("```\n[1]\n```") == "[1]"
+
+
+# ----------------------------------------------------------------------------- extra_body
+
+def test_extra_body_merges_target_then_traffic_then_class_and_is_in_the_resolved_scenario():
+    sc = scenario({"qa": {"extra_body": {"top_k": 5, "min_p": 0.1}}, "code": {}},
+                  target={"extra_body": {"top_k": 50, "repetition_penalty": 1.1}},
+                  traffic={"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}})
+    qa, code = sc.traffic.task("qa"), sc.traffic.task("code")
+    assert qa.extra_body == {"top_k": 5, "min_p": 0.1, "repetition_penalty": 1.1,
+                             "chat_template_kwargs": {"enable_thinking": False}}
+    assert code.extra_body == {"top_k": 50, "repetition_penalty": 1.1, "chat_template_kwargs": {"enable_thinking": False}}
+    r = sc.resolved()
+    assert r["target"]["extra_body"] == {"top_k": 50, "repetition_penalty": 1.1}
+    assert r["traffic"]["extra_body"] == {"chat_template_kwargs": {"enable_thinking": False}}
+    assert r["traffic"]["classes"]["qa"]["extra_body"] == {"top_k": 5, "min_p": 0.1}
+    assert r["traffic"]["classes"]["qa"]["extra_body_sent"] == qa.extra_body
+
+
+@pytest.mark.parametrize("where, value, words", [
+    ("target.extra_body", [1, 2], "mapping"),
+    ("traffic.extra_body", {"max_tokens": 5}, "set by tokenswarm"),
+    ("traffic.classes.qa.extra_body", {"temperature": 0.5}, "sampling.temperature"),
+    ("traffic.classes.qa.extra_body", {"stream": False}, "set by tokenswarm"),
+])
+def test_a_bad_extra_body_is_an_error_naming_the_field(where, value, words):
+    data = {"traffic": {"classes": {"qa": {}}}}
+    node = data
+    *parents, last = where.split(".")
+    for p in parents:
+        node = node.setdefault(p, {})
+    node[last] = value
+    e = error_of(data)
+    assert e.field.startswith(where) and words in str(e)
+
+
+def test_extraction_refuses_two_response_formats():
+    e = error_of({"traffic": {"classes": {"extraction": {**EXTRACTION, "extra_body": {"response_format": {}}}}}})
+    assert e.field == "traffic.classes.extraction.response_format"
+
+
+class _Refused:
+    """An HTTP client that notes the body and refuses the connection (a record still results)."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict] = []
+
+    def request(self, method, path, body, headers):
+        self.bodies.append(orjson.loads(body))
+        raise ConnectionRefusedError()
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.records = []
+
+    def add(self, record) -> None:
+        self.records.append(record)
+
+
+def _send_one(sc, task_name: str):
+    sink, http = _Sink(), _Refused()
+    ctx = RunContext(scenario=sc, run_id="r", worker_id="w", base_url="http://127.0.0.1:9", model="m", sink=sink,
+                     role="local")
+    task = sc.traffic.task(task_name)
+    ctx.prompt_sources = {task_name: PromptSource(task, None, seed=1)}
+    Conversationalist(ctx, None, http, "X").single(task, random.Random(5), ctx.clock())
+    return http.bodies[0], sink.records[0]
+
+
+def test_extra_body_fields_are_sent_and_change_the_request_key():
+    plain = scenario({"qa": {}})
+    extra = scenario({"qa": {"extra_body": {"top_k": 20, "logprobs": True}}})
+    body_a, rec_a = _send_one(plain, "qa")
+    body_b, rec_b = _send_one(extra, "qa")
+    assert body_b["top_k"] == 20 and body_b["logprobs"] is True and "top_k" not in body_a
+    assert body_a["messages"] == body_b["messages"]
+    assert rec_a.request_key != rec_b.request_key
+    assert rec_a.outcome == "http_error" and rec_a.json_valid is None
+
+
+def test_an_extraction_request_sends_its_response_format():
+    body, rec = _send_one(scenario({"extraction": EXTRACTION}), "extraction")
+    assert body["response_format"]["type"] == "json_schema"
+    assert rec.json_valid is None and rec.schema_valid is None  # no answer: not observed
+
+
+# ----------------------------------------------------------------------------- shipped scenarios
+
+@pytest.mark.parametrize("name", ["mix", "spec-baseline", "spec-candidate"])
+def test_the_mixed_and_spec_ab_scenarios_include_extraction(name):
+    from tokenswarm.load.scenario import resolve_scenario_path
+
+    sc = load_scenario(resolve_scenario_path(name))
+    assert sc.traffic.task("extraction").kind == "extraction"

@@ -1,0 +1,37 @@
+"""Today's workloads against the simulator: short, bounded Locust runs, records and summary checked."""
+
+from __future__ import annotations
+
+import pytest
+
+from analysis import analyse, load_run
+from tests.helpers.runs import read_records, run_locust, scenario_file
+from tokenswarm.sim.testing import start_sim
+
+pytestmark = pytest.mark.slow
+
+SHORT = {"mode": "closed", "steps": [2], "warmup_s": 0.3, "step_duration_s": 3, "stop_timeout_s": 10}
+
+
+def test_extraction_answers_are_quality_checked_and_their_shares_reach_the_summary(tmp_path):
+    classes = {
+        "extraction": {"kind": "extraction", "weight": 1, "document_tokens": {"dist": "fixed", "value": 200},
+                       "output_tokens": {"dist": "fixed", "value": 24}, "extra_body": {"top_k": 10}},
+        "qa": {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 30},
+               "output_tokens": {"dist": "fixed", "value": 16}},
+    }
+    sc = scenario_file(tmp_path, traffic={"seed": 3, "classes": classes}, load=SHORT)
+    with start_sim("--profile", "tiny-fast") as sim:
+        res = run_locust(sc, sim.base_url, tmp_path / "run")
+    assert res.returncode == 0, res.stderr[-3000:]
+    records = read_records(tmp_path / "run")
+    ext = [r for r in records if r["task"] == "extraction" and r["outcome"] == "ok"]
+    qa = [r for r in records if r["task"] == "qa"]
+    assert ext and qa
+    # the simulator answers in prose, never JSON: every checked answer is invalid
+    assert all(r["json_valid"] is False and r["schema_valid"] is False for r in ext)
+    assert all(r["json_valid"] is None for r in qa)
+    rows = {r["task"]: r for r in analyse(load_run(tmp_path / "run"))["steps"]}
+    assert rows["extraction"]["json_valid_share"] == 0.0
+    assert rows["extraction"]["json_valid_checked_count"] == len([r for r in ext if r["phase"] == "steady"])
+    assert rows["qa"]["json_valid_share"] is None and rows["qa"]["json_valid_checked_count"] == 0
