@@ -16,6 +16,7 @@ from analysis.curves import curves
 from analysis.errors import NoSuccessError
 from analysis.health import generator_health
 from analysis.loader import Run
+from analysis.prefixcache import prefix_cache_rows
 from analysis.soak import soak
 from analysis.specdecode import spec_decode_tables
 from analysis.stats import PERCENTILE_METHOD
@@ -107,6 +108,7 @@ def analyse(
         "price": price,
         "cost": cost_mod.cost_rows(tables.rows, price),
         "soak": soak(run, window_s),
+        "prefix_cache": prefix_cache_rows(run, tables.windows),
     }
     return clean(summary)
 

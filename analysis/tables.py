@@ -446,6 +446,11 @@ def step_table(run: Run, slo: Any = None, use_scenario_slo: bool = True) -> Step
     good = good_mask(run, spec)
     if good is None:
         notes.append("No per-request SLO thresholds (ttft_ms/tpot_ms/e2e_ms or pNN SLOs): goodput not computed.")
+    from analysis.prefixcache import prefix_cache_rows
+    from analysis.reasoning import has_reasoning, reasoning_block  # here: they import this module
+
+    reasoning = has_reasoning(run)
+    cache_rates = {r["step_index"]: r["prefix_cache_hit_rate"] for r in prefix_cache_rows(run, wins)}
     rows: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
     tasks = run.categories["task"]
@@ -477,6 +482,10 @@ def step_table(run: Run, slo: Any = None, use_scenario_slo: bool = True) -> Step
             row["duration_source"] = w.duration_source
             row.update(_counts_block(run, d, req, w.duration_s, good))
             row.update(_latency_block(run, d, req, parts, open_loop))
+            if reasoning:
+                row.update(reasoning_block(run, req & d["ok"]))
+            if cache_rates:  # the server's counters cover all tasks: None on per-task rows
+                row["server_prefix_cache_hit_rate"] = cache_rates.get(w.index) if task_name == ALL_TASKS else None
             rows.append(row)
             errors.extend(_error_rows(run, w, task_name, req, row["requests_count"] - row["cancelled_count"]))
     return StepTables(rows=rows, errors=errors, windows=wins, slo=spec, slo_results=evaluate_rows(rows, spec), notes=notes)

@@ -41,6 +41,26 @@ GLOSSARY: dict[str, tuple[str, str]] = {
         "tokens/s",
         "Output tokens per second of one request: output_tokens / (e2e_ms / 1000).",
     ),
+    "first_reasoning_token_ms": (
+        "ms",
+        "Reasoning streams: arrival of the first reasoning_content/reasoning chunk minus sent_at.",
+    ),
+    "first_answer_token_ms": (
+        "ms",
+        "Reasoning streams: arrival of the first answer (content) chunk minus sent_at; ttft_ms stays "
+        "the first chunk of any kind.",
+    ),
+    "reasoning_itl_ms": ("ms", "ITL (as itl_ms) over the gaps between reasoning chunks of reasoning streams."),
+    "answer_itl_ms": (
+        "ms",
+        "ITL (as itl_ms) over the gaps between answer chunks of reasoning streams (the switch from "
+        "reasoning to answer belongs to neither phase).",
+    ),
+    "server_prefix_cache_hit_rate": (
+        "fraction",
+        "Per step: delta of vllm:prefix_cache_hits_total over delta of vllm:prefix_cache_queries_total "
+        "(prompt tokens found cached over prompt tokens looked up), between the scrapes around the window.",
+    ),
     "json_valid_share": (
         "fraction",
         "Successful checked requests (extraction) whose answer parses as JSON (one surrounding "

@@ -84,6 +84,13 @@ class RequestRecord:
     #: extraction: the answer parses as JSON / validates against the requested JSON Schema
     json_valid: bool | None = None
     schema_valid: bool | None = None
+    #: reasoning streams (None for plain ones): offsets from sent_at of the first reasoning and
+    #: the first answer chunk (ttft_ms stays "first chunk of any kind"), chunks and tokens per kind
+    first_reasoning_token_ms: float | None = None
+    first_answer_token_ms: float | None = None
+    reasoning_chunks: int | None = None
+    answer_chunks: int | None = None
+    reasoning_tokens: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of all fields (``None`` kept, so absent and unobserved differ)."""

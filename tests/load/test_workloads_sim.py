@@ -35,3 +35,28 @@ def test_extraction_answers_are_quality_checked_and_their_shares_reach_the_summa
     assert rows["extraction"]["json_valid_share"] == 0.0
     assert rows["extraction"]["json_valid_checked_count"] == len([r for r in ext if r["phase"] == "steady"])
     assert rows["qa"]["json_valid_share"] is None and rows["qa"]["json_valid_checked_count"] == 0
+
+
+def test_reasoning_streams_and_shared_prefixes_against_the_simulator_with_its_prefix_cache(tmp_path):
+    classes = {"qa": {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 40},
+                      "output_tokens": {"dist": "fixed", "value": 24},
+                      "shared_prefix": {"tokens": 600, "count": 2, "popularity": "zipf", "zipf_s": 1.2}}}
+    sc = scenario_file(tmp_path, traffic={"seed": 3, "classes": classes}, load=SHORT,
+                       target={"scrape_interval_s": 0.5})
+    with start_sim("--profile", "tiny-fast", "--reasoning-tokens", "8", "--prefix-cache") as sim:
+        res = run_locust(sc, sim.base_url, tmp_path / "run")
+    assert res.returncode == 0, res.stderr[-3000:]
+    ok = [r for r in read_records(tmp_path / "run") if r["outcome"] == "ok"]
+    assert ok
+    for r in ok:
+        assert r["reasoning_tokens"] == 8 and r["output_tokens"] == 24
+        assert r["ttft_ms"] == r["first_reasoning_token_ms"] < r["first_answer_token_ms"]
+        assert r["reasoning_chunks"] + r["answer_chunks"] == len(r["chunk_offsets_ms"])
+        assert r["prompt_tokens"] > 600  # the shared prefix came first
+    s = analyse(load_run(tmp_path / "run"))
+    row = next(r for r in s["steps"] if r["task"] == "all")
+    assert row["reasoning_streams_count"] > 0 and row["reasoning_itl_p50_ms"] is not None
+    assert row["answer_itl_p50_ms"] is not None and row["first_answer_token_p50_ms"] > row["ttft_p50_ms"]
+    # two distinct ~600-token prefixes before ~40-token questions: most prompt tokens hit
+    assert row["server_prefix_cache_hit_rate"] > 0.7, s["prefix_cache"]
+    assert s["prefix_cache"][0]["prefix_cache_queries_tokens"] > 0

@@ -303,7 +303,7 @@ class PromptSource:
             return self._summarization(rng, target, 128)[0]
         if self.task.kind == "extraction":
             p = self._extraction(rng, target, 128)
-            return p.text if p.messages is None else p.messages[0]["content"]
+            return (p.text or "") if p.messages is None else str(p.messages[0]["content"])
         return self._qa(rng, target)[0]
 
     def _chars(self, tokens: int, chars_per_token: float | None = None) -> int:

@@ -59,6 +59,8 @@ class CompletionRequest:
     stream: bool
     include_usage: bool
     continuous_usage: bool
+    thinking: bool = True  #: chat_template_kwargs.enable_thinking (reasoning mode only)
+    prompt: list[str] | None = None  #: the prompt's tokens (as the chat template renders them)
 
 
 def parse_json_object(body: bytes) -> dict[str, Any]:
@@ -201,8 +203,13 @@ def parse_completion(data: dict, endpoint: str, served_model: str, max_model_len
         include_usage = bool(so.get("include_usage"))
         # vLLM: continuous usage stats are only sent together with include_usage.
         continuous = include_usage and bool(so.get("continuous_usage_stats"))
+    ctk = data.get("chat_template_kwargs")
+    if ctk is not None and not isinstance(ctk, dict):
+        raise HttpError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs")
+    thinking = (ctk or {}).get("enable_thinking", True) is not False
     return CompletionRequest(
         endpoint=endpoint, model=model, prompt_len=plen, source=source, max_tokens=max_tokens,
         max_tokens_given=given, temperature=temperature, top_p=top_p, seed=seed, stop=stops,
         ignore_eos=ignore_eos, stream=stream, include_usage=include_usage, continuous_usage=continuous,
+        thinking=thinking, prompt=prompt_toks,
     )
