@@ -50,13 +50,14 @@ def test_reasoning_streams_and_shared_prefixes_against_the_simulator_with_its_pr
     assert ok
     for r in ok:
         assert r["reasoning_tokens"] == 8 and r["output_tokens"] == 24
-        assert r["ttft_ms"] == r["first_reasoning_token_ms"] < r["first_answer_token_ms"]
+        # <=: chunks that arrived in one read share its timestamp
+        assert r["ttft_ms"] == r["first_reasoning_token_ms"] <= r["first_answer_token_ms"]
         assert r["reasoning_chunks"] + r["answer_chunks"] == len(r["chunk_offsets_ms"])
         assert r["prompt_tokens"] > 600  # the shared prefix came first
     s = analyse(load_run(tmp_path / "run"))
     row = next(r for r in s["steps"] if r["task"] == "all")
     assert row["reasoning_streams_count"] > 0 and row["reasoning_itl_p50_ms"] is not None
-    assert row["answer_itl_p50_ms"] is not None and row["first_answer_token_p50_ms"] > row["ttft_p50_ms"]
+    assert row["answer_itl_p50_ms"] is not None and row["first_answer_token_p50_ms"] >= row["ttft_p50_ms"]
     # two distinct ~600-token prefixes before ~40-token questions: most prompt tokens hit
     assert row["server_prefix_cache_hit_rate"] > 0.7, s["prefix_cache"]
     assert s["prefix_cache"][0]["prefix_cache_queries_tokens"] > 0
