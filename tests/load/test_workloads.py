@@ -178,3 +178,48 @@ def test_the_mixed_and_spec_ab_scenarios_include_extraction(name):
 
     sc = load_scenario(resolve_scenario_path(name))
     assert sc.traffic.task("extraction").kind == "extraction"
+
+
+# ----------------------------------------------------------------------------- shared prefixes
+
+def _prefix_source(worker_seed: int, **sp) -> PromptSource:
+    sc = scenario({"qa": {"shared_prefix": {"tokens": 300, "count": 4, **sp}}})
+    return PromptSource(sc.traffic.task("qa"), None, seed=worker_seed, prefix_seed=7)
+
+
+def test_every_worker_sends_the_same_shared_prefixes_first_as_a_system_message():
+    a, b = _prefix_source(1000), _prefix_source(2001)
+    assert a.prefixes == b.prefixes and len(set(a.prefixes)) == 4
+    p = a.next_prompt(random.Random(0))
+    assert p.messages[0]["role"] == "system" and p.messages[0]["content"] in a.prefixes
+    assert p.messages[1]["role"] == "user"
+    est = len(a.prefixes[0]) / a.counter.chars_per_token
+    assert 0.8 * 300 <= est <= 1.2 * 300
+
+
+def test_zipf_popularity_favours_the_first_prefixes_and_uniform_does_not():
+    rng = random.Random(1)
+    uni, zipf = _prefix_source(1), _prefix_source(1, popularity="zipf", zipf_s=1.5)
+    u = [uni.draw_prefix(rng) for _ in range(4000)]
+    z = [zipf.draw_prefix(rng) for _ in range(4000)]
+    assert all(800 < u.count(i) < 1200 for i in range(4))
+    expected0 = 1 / sum(1 / (i + 1) ** 1.5 for i in range(4))  # ~0.59
+    assert abs(z.count(0) / 4000 - expected0) < 0.03 and z.count(3) < z.count(2) < z.count(1) < z.count(0)
+
+
+def test_multi_turn_conversations_start_with_the_shared_prefix():
+    sc = scenario({"multi_turn": {"shared_prefix": {"tokens": 100, "count": 1}}})
+    src = PromptSource(sc.traffic.task("multi_turn"), None, seed=1, prefix_seed=1)
+    assert src.conversation(random.Random(0)).system == src.prefixes[0]
+
+
+@pytest.mark.parametrize("sp, field", [
+    ({"count": 3}, "shared_prefix.tokens"),
+    ({"tokens": 0}, "shared_prefix.tokens"),
+    ({"tokens": 10, "popularity": "pareto"}, "shared_prefix.popularity"),
+    ({"tokens": 10, "zipf_s": 2}, "shared_prefix.zipf_s"),
+    ({"tokens": 10, "size": 2}, "shared_prefix.size"),
+])
+def test_a_bad_shared_prefix_is_an_error_naming_its_field(sp, field):
+    e = error_of({"traffic": {"classes": {"qa": {"shared_prefix": sp}}}})
+    assert e.field == f"traffic.classes.qa.{field}"
