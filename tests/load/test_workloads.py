@@ -223,3 +223,36 @@ def test_multi_turn_conversations_start_with_the_shared_prefix():
 def test_a_bad_shared_prefix_is_an_error_naming_its_field(sp, field):
     e = error_of({"traffic": {"classes": {"qa": {"shared_prefix": sp}}}})
     assert e.field == f"traffic.classes.qa.{field}"
+
+
+# ----------------------------------------------------------------------------- length grid
+
+def test_the_length_grid_has_four_corners_and_a_long_context_class_each_its_own_task():
+    from tokenswarm.load.scenario import resolve_scenario_path
+
+    sc = load_scenario(resolve_scenario_path("length-grid"))
+    t = {c.name: c for c in sc.traffic.classes}
+    assert set(t) == {"short_in_short_out", "long_in_short_out", "short_in_long_out", "long_in_long_out",
+                      "long_context"}
+    rng = random.Random(0)
+
+    def mean(dist) -> float:
+        return sum(dist.sample_int(rng) for _ in range(200)) / 200
+
+    short_in, long_in = mean(t["short_in_short_out"].prompt_tokens), mean(t["long_in_short_out"].prompt_tokens)
+    short_out, long_out = mean(t["short_in_short_out"].output_tokens), mean(t["short_in_long_out"].output_tokens)
+    assert long_in > 10 * short_in and long_out > 10 * short_out
+    assert mean(t["long_in_long_out"].prompt_tokens) > 10 * short_in
+    assert mean(t["long_in_long_out"].output_tokens) > 10 * short_out
+    assert mean(t["long_context"].prompt_tokens) > 20_000
+    assert sc.load.mode == "open"  # every task is drawn at every step
+
+
+def test_a_long_context_prompt_of_tens_of_thousands_of_tokens_comes_from_the_built_in_corpus():
+    from tokenswarm.load.scenario import resolve_scenario_path
+
+    task = load_scenario(resolve_scenario_path("length-grid")).traffic.task("long_context")
+    src = PromptSource(task, None, seed=1, pool_size=4)
+    p = src.next_prompt(random.Random(3))
+    assert p.target_prompt_tokens >= 20_000
+    assert len(p.messages[0]["content"]) / src.counter.chars_per_token > 0.9 * p.target_prompt_tokens
