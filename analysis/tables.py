@@ -175,7 +175,7 @@ def windows(run: Run) -> tuple[list[Window], list[str]]:
             "duration = first sent_at .. last request end."
         )
         return [
-            Window(None, "all", "rate" if run.manifest.get("load_mode") == "open" else None, None, start, end,
+            Window(None, "all", "rate" if run.manifest.get("load_mode") in ("open", "replay") else None, None, start, end,
                    None if start is None else end - start, "span of requests (sent_at .. end)", mask,
                    "no steps: warm-up not excluded")
         ], notes

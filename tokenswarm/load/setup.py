@@ -136,8 +136,8 @@ def set_class_weights(sc: Any, mode: str) -> None:
 
     for cls in CLOSED_LOOP_USERS:
         w = sum(t.weight for t in sc.traffic.classes if t.kind == cls.kind)
-        cls.weight = 0 if mode == "open" else w
-    OpenLoopUser.weight = 1 if mode == "open" else 0
+        cls.weight = 0 if mode in ("open", "replay") else w
+    OpenLoopUser.weight = 1 if mode in ("open", "replay") else 0
 
 
 def load_scenario_from_options(opts: Any) -> Any:

@@ -28,6 +28,8 @@ from tokenswarm.load.arrivals import ArrivalProcess
 from tokenswarm.load.client import StreamHooks, stream_call
 from tokenswarm.load.context import RunContext, request_key
 from tokenswarm.load.pool import tune_pool
+from tokenswarm.load.prompts import ReplayPrompts
+from tokenswarm.load.trace import load_trace
 
 KIND_CLASSES: dict[str, str] = {
     "qa": "QAUser",
@@ -248,6 +250,12 @@ class OpenLoopUser(_TokenswarmUser):
     def dispatch(self) -> None:
         ctx = self.ctx
         load = ctx.scenario.load
+        if load.mode == "replay":
+            try:
+                self._replay(load)
+            finally:
+                self.pool.kill(block=True, timeout=5)  # in-flight streams become 'cancelled' records
+            return
         process: ArrivalProcess | None = None
         rate_seen: float | None = None
         next_s = ctx.clock()
@@ -282,6 +290,49 @@ class OpenLoopUser(_TokenswarmUser):
             conv.conversation(task_cfg, rng, scheduled_s)
         else:
             conv.single(task_cfg, rng, scheduled_s)
+
+
+    def _replay(self, load: Any) -> None:
+        """This worker's share of the trace's one global schedule: entry ``i`` goes to worker ``i mod n``.
+
+        The schedule starts with the step's steady window (the master's epoch, broadcast to every
+        worker); entry ``i`` is due ``offset_s / speed`` later, and its latency counts from then.
+        """
+        ctx = self.ctx
+        while not ctx.stopping and (ctx.step_kind != "rate" or ctx.step_steady_at is None):
+            gevent.sleep(0.02)
+        if ctx.stopping:
+            return
+        trace = load_trace(load.trace, load.trace_format)
+        counter = next((s.counter for s in ctx.prompt_sources.values()), None)
+        self.replay_prompts = ReplayPrompts(counter, ctx.scenario.traffic.seed, ctx.api, load.trace_block_tokens)
+        t0 = ctx.anchor.mono_s + (ctx.step_steady_at - ctx.anchor.wall_s)  # on this process's clock
+        seed = ctx.scenario.traffic.seed
+        for i in range(ctx.worker_index % ctx.worker_count, len(trace.entries), ctx.worker_count):
+            if ctx.stopping:
+                break
+            entry = trace.entries[i]
+            due = t0 + entry.offset_s / load.speed
+            wait = due - ctx.clock()
+            if wait > 0:
+                gevent.sleep(wait)
+            if self.pool.full():
+                self.pool.wait_available()  # at the in-flight cap: the lag shows and counts
+            ctx.note_late((ctx.clock() - due) * 1000.0)
+            self.pool.spawn(self._replay_one, entry, random.Random(f"{seed}:replay:{i}"), due)
+        while not ctx.stopping:  # the whole trace is out: wait for the end of the step
+            gevent.sleep(0.1)
+        self.pool.join(timeout=load.stop_timeout_s)
+
+    def _replay_one(self, entry: Any, rng: random.Random, scheduled_s: float) -> None:
+        task_cfg = self.tasks_[0]
+        if entry.task and entry.task != task_cfg.name:  # a tokenswarm records trace keeps its tasks
+            task_cfg = dataclasses.replace(task_cfg, name=entry.task)
+        payload_key, payload = self.replay_prompts.payload(entry.input_tokens, entry.hash_ids, rng)
+        # the recorded output length is asked for exactly, unless sampling.ignore_eos says otherwise
+        extra = {"ignore_eos": True} if task_cfg.sampling.ignore_eos is None else None
+        Conversationalist(self.ctx, self, self.http, "Replay").send(
+            task_cfg, payload_key, payload, entry.output_tokens, scheduled_s, extra=extra)
 
 
 CLOSED_LOOP_USERS = (QAUser, SummarizationUser, CodeUser, MultiTurnUser, AbnormalUser, ExtractionUser)

@@ -19,7 +19,7 @@ from tokenswarm.metrics import SLO_METRICS
 
 KINDS = ("qa", "summarization", "code", "multi_turn", "abnormal", "extraction")
 APIS = ("chat", "completions")
-LOAD_MODES = ("closed", "open")
+LOAD_MODES = ("closed", "open", "replay")
 ARRIVALS = ("poisson", "gamma", "constant")
 DATASET_FORMATS = ("auto", "jsonl", "sharegpt")
 #: abnormal request kinds an ``abnormal`` task can send (see the README)
@@ -170,6 +170,11 @@ class LoadConfig:
     stop_timeout_s: float
     ramp_s: float
     report_interval_s: float | None = None  # live window summaries (soak); None = off
+    # replay: the trace (absolute path), its format, the speed factor and Mooncake's block size
+    trace: str | None = None
+    trace_format: str = "auto"
+    speed: float = 1.0
+    trace_block_tokens: int = 512
 
 
 @dataclass(frozen=True)
@@ -239,6 +244,8 @@ class Scenario:
                 "stop_timeout_s": self.load.stop_timeout_s,
                 "ramp_s": self.load.ramp_s,
                 "report_interval_s": self.load.report_interval_s,
+                **({"trace": self.load.trace, "trace_format": self.load.trace_format, "speed": self.load.speed,
+                    "trace_block_tokens": self.load.trace_block_tokens} if self.load.mode == "replay" else {}),
             },
             "slo": {**self.slo.overall, "per_task": {k: dict(v) for k, v in self.slo.per_task.items()}},
             "cost": None

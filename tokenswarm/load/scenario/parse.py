@@ -95,6 +95,16 @@ def _check_datasets(scenario: Scenario) -> None:
             load_dataset(task.dataset.path, task.dataset.format)
 
 
+def _with_replay_class(data: dict) -> dict:
+    """Replay needs no traffic classes: without any, one ``replay`` class carries sampling/extra_body."""
+    traffic = data.get("traffic")
+    if isinstance(traffic, dict) and traffic.get("classes"):
+        return data
+    traffic = dict(traffic) if isinstance(traffic, dict) else {}
+    traffic["classes"] = {"replay": {"kind": "qa"}}
+    return {**data, "traffic": traffic}
+
+
 def parse_scenario(data: dict, source: str = "<scenario>") -> Scenario:
     """Validate a parsed YAML mapping; relative paths resolve against ``source``'s folder, then cwd."""
     file = source
@@ -105,8 +115,10 @@ def parse_scenario(data: dict, source: str = "<scenario>") -> Scenario:
     name = top.str_("name", default_name)
     description = top.str_("description", "")
     target = _parse_target(top, file)
+    load = _parse_load(top, base_dir)
+    if load.mode == "replay":
+        top = _Section(_with_replay_class(data), "", file, _TOP)
     traffic = _parse_traffic(top, file, base_dir, target.extra_body)
-    load = _parse_load(top)
     slo = _parse_slo(top, file, {t.name for t in traffic.classes})
     cost = None
     if top.has("cost"):

@@ -84,6 +84,10 @@ _LOAD = (
     "stop_timeout_s",
     "ramp_s",
     "report_interval_s",
+    "trace",
+    "trace_format",
+    "speed",
+    "trace_block_tokens",
 )
 
 #: per-kind defaults of the length/time distributions (documented in the README)
@@ -404,9 +408,53 @@ def _parse_task(
     )
 
 
-def _parse_load(top: _Section) -> LoadConfig:
+def _parse_replay(ld: _Section, base_dir: Path) -> LoadConfig:
+    """``mode: replay``: the trace is read now, so a bad line stops the run before any request."""
+    from tokenswarm.load.trace import TRACE_FORMATS, TraceError, load_trace
+
+    for key in ("steps", "arrival", "burstiness", "ramp_s", "warmup_s"):
+        if ld.has(key):
+            raise ld.err(key, f"no {key} in mode replay (the trace sets the schedule)")
+    if not ld.has("trace"):
+        raise ld.err("trace", "the path of a trace file (Mooncake JSONL, BurstGPT CSV or tokenswarm records)")
+    path = _resolve_file(ld.str_("trace"), base_dir)
+    if path is None:
+        raise ld.err("trace", f"an existing trace file (relative to {base_dir} or the working directory)")
+    fmt = ld.str_("trace_format", "auto", TRACE_FORMATS)
+    speed = ld.num("speed", 1.0, gt=0)
+    try:
+        trace = load_trace(path, fmt)
+    except TraceError as exc:
+        raise ScenarioError(ld.file, ld.at("trace"), "a valid trace", str(exc)) from None
+    duration = trace.span_s / speed + 1.0  # the steady window ends 1 s after the last scheduled request
+    rate = len(trace.entries) / duration
+    return LoadConfig(
+        mode="replay",
+        steps=(rate,),
+        warmup_s=0.0,  # the schedule starts with the steady window (trim a trace to drop its start)
+        step_duration_s=duration,
+        spawn_rate=ld.num("spawn_rate", 100.0, gt=0),
+        arrival="constant",
+        burstiness=1.0,
+        max_in_flight=ld.num("max_in_flight", 1024, ge=1, integer=True),
+        stop_timeout_s=ld.num("stop_timeout_s", 30.0, ge=0, duration=True),
+        ramp_s=0.0,
+        report_interval_s=ld.num("report_interval_s", None, gt=0, duration=True),
+        trace=path,
+        trace_format=trace.format,
+        speed=speed,
+        trace_block_tokens=ld.num("trace_block_tokens", 512, ge=1, integer=True),
+    )
+
+
+def _parse_load(top: _Section, base_dir: Path | None = None) -> LoadConfig:
     ld = top.section("load", _LOAD)
     mode = ld.str_("mode", "closed", LOAD_MODES)
+    if mode == "replay":
+        return _parse_replay(ld, base_dir or Path.cwd())
+    for key in ("trace", "trace_format", "speed", "trace_block_tokens"):
+        if ld.has(key):
+            raise ld.err(key, f"no {key} unless mode is replay")
     raw_steps = ld.raw("steps", [1])
     if isinstance(raw_steps, (int, float)) and not isinstance(raw_steps, bool):
         raw_steps = [raw_steps]
