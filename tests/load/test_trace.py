@@ -127,3 +127,11 @@ def test_replayed_prompts_share_text_exactly_where_their_hash_ids_do():
     for n in (10, 200, 700):
         est = len(rp.text(n, (5, 6, 7), random.Random(3))) / rp.chars_per_token
         assert 0.85 * n <= est <= 1.15 * n, (n, est)
+
+
+def test_the_dry_run_plan_names_the_trace_its_format_and_speed(tmp_path):
+    from tokenswarm.commands.run import plan_text
+
+    path = write(tmp_path, "m.jsonl", MOONCAKE)
+    text = plan_text(scenario(tmp_path, path, speed=3), {}, None)
+    assert f"step 0 replay: ~3 requests of {path} (mooncake) at speed x3" in text

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from analysis import analyse, load_run
+from analysis.render_doc import report_doc
+from analysis.render_md import to_markdown
 from tests.helpers.runs import read_records, run_locust, scenario_file
 from tokenswarm.sim.testing import start_sim
 
@@ -35,6 +37,8 @@ def test_extraction_answers_are_quality_checked_and_their_shares_reach_the_summa
     assert rows["extraction"]["json_valid_share"] == 0.0
     assert rows["extraction"]["json_valid_checked_count"] == len([r for r in ext if r["phase"] == "steady"])
     assert rows["qa"]["json_valid_share"] is None and rows["qa"]["json_valid_checked_count"] == 0
+    md = to_markdown(report_doc(analyse(load_run(tmp_path / "run")), {}), {})
+    assert "Structured-output quality per step and task" in md and "| c2 | extraction |" in md
 
 
 def test_reasoning_streams_and_shared_prefixes_against_the_simulator_with_its_prefix_cache(tmp_path):
@@ -61,3 +65,5 @@ def test_reasoning_streams_and_shared_prefixes_against_the_simulator_with_its_pr
     # two distinct ~600-token prefixes before ~40-token questions: most prompt tokens hit
     assert row["server_prefix_cache_hit_rate"] > 0.7, s["prefix_cache"]
     assert s["prefix_cache"][0]["prefix_cache_queries_tokens"] > 0
+    md = to_markdown(report_doc(s, {}), {})
+    assert "Reasoning streams per step and task" in md and "Server prefix cache per step" in md
