@@ -61,6 +61,7 @@ class CompletionRequest:
     continuous_usage: bool
     thinking: bool = True  #: chat_template_kwargs.enable_thinking (reasoning mode only)
     prompt: list[str] | None = None  #: the prompt's tokens (as the chat template renders them)
+    guided: dict | None = None  #: response_format's JSON Schema (guided decoding), None = free text
 
 
 def parse_json_object(body: bytes) -> dict[str, Any]:
@@ -207,9 +208,12 @@ def parse_completion(data: dict, endpoint: str, served_model: str, max_model_len
     if ctk is not None and not isinstance(ctk, dict):
         raise HttpError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs")
     thinking = (ctk or {}).get("enable_thinking", True) is not False
+    from tokenswarm.sim.guided import guided_schema  # here: guided imports this module
+
+    guided = guided_schema(data.get("response_format"))
     return CompletionRequest(
         endpoint=endpoint, model=model, prompt_len=plen, source=source, max_tokens=max_tokens,
         max_tokens_given=given, temperature=temperature, top_p=top_p, seed=seed, stop=stops,
         ignore_eos=ignore_eos, stream=stream, include_usage=include_usage, continuous_usage=continuous,
-        thinking=thinking, prompt=prompt_toks,
+        thinking=thinking, prompt=prompt_toks, guided=guided,
     )

@@ -667,7 +667,7 @@ class SimServer:
         seq = Sequence(
             rid, req.prompt_len, req.source, req.max_tokens, temperature=req.temperature, top_p=req.top_p,
             seed=req.seed, ignore_eos=req.ignore_eos, stops=req.stop, natural_range=self.profile.natural_output_tokens,
-            stall_after=stall_after, stall_s=self.faults.stall_s, sink=stream,
+            stall_after=stall_after, stall_s=self.faults.stall_s, sink=stream, guided=req.guided,
         )
         stream.seq = seq
         if self.prefix_cache is not None and req.prompt is not None:
