@@ -1,6 +1,6 @@
 """Analysis of tokenswarm run directories: tables, curves, comparisons and reports.
 
-Reads only run directories (the README). The computing core (``loader``, ``tables``,
+Reads only run directories (docs/running-load.md). The computing core (``loader``, ``tables``,
 ``slo``, ``curves``, ``specdecode``, ``compare``, ``cost``, ``soak``, ``summary``) does no printing;
 reporters (``report``, ``render_*``, ``plots``) turn a summary into files.
 
@@ -10,7 +10,7 @@ Notebook use::
     run = analysis.load_run("runs/20261130-052233-ab12")
     tables = analysis.step_table(run, slo={"ttft_p95_ms": 800})
     tables.rows[0]["ttft_p99_ms"]
-    analysis.slo.evaluate(tables, {"ttft_p95_ms": 800})
+    analysis.evaluate(tables, {"ttft_p95_ms": 800})
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from analysis.cost import cost_rows, price
 from analysis.curves import curves
 from analysis.errors import AnalysisError, NoSuccessError, NotComparableError, RunInputError
 from analysis.loader import Run, load_run
-from analysis.slo import SloResult, SloSpec, evaluate, parse_slos
+from analysis.slo import SloResult, SloSpec, parse_slos
 from analysis.soak import soak
 from analysis.specdecode import spec_decode_tables
 from analysis.summary import analyse, compare_summary
-from analysis.tables import StepTables, derived, step_table, windows
+from analysis.tables import StepTables, derived, evaluate, step_table, windows
 
 __all__ = [
     "AnalysisError",

@@ -13,6 +13,9 @@ from typing import Any, Mapping
 LOOP_LAG_LIMIT_MS = 100.0
 #: p99 schedule lag of an open-loop step above which sends were late.
 SCHEDULE_LAG_P99_LIMIT_MS = 100.0
+#: p99 of a step's send_delay_ms (the generator's own delay before a send) above which the
+#: generator was late: the load it offered was not the load planned.
+SEND_DELAY_P99_LIMIT_MS = 1.0
 
 
 def generator_health(manifest: Mapping[str, Any], rows: list[Mapping[str, Any]] | None = None,
@@ -52,7 +55,18 @@ def generator_health(manifest: Mapping[str, Any], rows: list[Mapping[str, Any]] 
                     f"Step {r['step_name']}: p99 schedule lag {p99:.0f} ms - the generator sent requests late; "
                     "see the schedule-inclusive TTFT/E2E."
                 )
+    late_sends = []
+    for r in rows or []:
+        p99 = r.get("send_delay_p99_ms") if r.get("task") == "all" else None
+        if p99 is not None and p99 > SEND_DELAY_P99_LIMIT_MS:
+            overloaded = True
+            late_sends.append(r.get("step_name"))
+            messages.append(
+                f"Step {r.get('step_name')}: p99 send delay {p99:.1f} ms (> {SEND_DELAY_P99_LIMIT_MS:g} ms) - the "
+                "generator was late sending requests there (its own delay, not in TTFT; see send_delay_ms)."
+            )
     for w in load_warnings or []:
         messages.append(f"Input: {w}")
     return {"overloaded": overloaded, "messages": messages,
-            "cpu_warning": bool(gh.get("cpu_warning")), "max_loop_lag_ms": lag, "late_dispatches_count": late}
+            "cpu_warning": bool(gh.get("cpu_warning")), "max_loop_lag_ms": lag, "late_dispatches_count": late,
+            "late_send_steps": late_sends}

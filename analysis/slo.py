@@ -12,8 +12,9 @@ succeeded and meets the per-request thresholds ``ttft_ms``, ``tpot_ms`` and ``e2
 of the same metric: the loosest (largest) ``ttft_pNN_ms`` becomes ``ttft_ms``, since every
 single request should at least meet the tail bound.
 
-:func:`evaluate` is the public evaluator reused by CI: it accepts a run, a
-:class:`~analysis.tables.StepTables` or a list of table rows.
+:func:`evaluate_rows` checks step-table rows; the public evaluator of a run or its tables,
+``analysis.evaluate``, lives in :mod:`analysis.tables` (this module sits below the tables, so
+that the two never import each other).
 """
 
 from __future__ import annotations
@@ -162,35 +163,6 @@ def evaluate_rows(rows: list[Mapping[str, Any]], slos: SloSpec) -> list[SloResul
                 )
             )
     return results
-
-
-def evaluate(run_or_tables: Any, slos: Any) -> list[SloResult]:
-    """Evaluate SLOs on a run, a :class:`~analysis.tables.StepTables` or a list of rows.
-
-    Parameters
-    ----------
-    run_or_tables
-        A :class:`~analysis.loader.Run` (step tables are computed with these SLOs, so goodput
-        uses their per-request thresholds), a ``StepTables``, or ``list[dict]`` rows.
-    slos
-        An SLO block (mapping, see module docstring) or a :class:`SloSpec`.
-
-    Returns
-    -------
-    list[SloResult]
-        One result per (step, task row, SLO); an SLO whose metric was not observed fails.
-    """
-    spec = parse_slos(slos)
-    from analysis.loader import Run
-    from analysis.tables import StepTables, step_table
-
-    if isinstance(run_or_tables, Run):
-        rows = step_table(run_or_tables, slo=spec).rows
-    elif isinstance(run_or_tables, StepTables):
-        rows = run_or_tables.rows
-    else:
-        rows = list(run_or_tables)
-    return evaluate_rows(rows, spec)
 
 
 def scenario_slos(manifest: Mapping[str, Any]) -> SloSpec:

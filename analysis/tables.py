@@ -30,8 +30,10 @@ from typing import Any
 import numpy as np
 
 from analysis.loader import Run
+from analysis.prefixcache import prefix_cache_rows
 from analysis.slo import ALL_TASKS, SloResult, SloSpec, evaluate_rows, parse_slos, scenario_slos
 from analysis.stats import SortedParts, describe, describe_parts
+from tokenswarm.metrics import itl_samples
 from tokenswarm.record import OUTCOMES
 
 FAILED_OUTCOMES: tuple[str, ...] = ("http_error", "stream_error", "timeout")
@@ -240,6 +242,9 @@ def chunk_subset(run: Run, req_mask: np.ndarray, with_gaps: bool = True) -> dict
     }
     if with_gaps:
         out["gap_ms"] = run.gap_ms[cm]
+        first = np.zeros(run.gap_ms.size, dtype=bool)
+        first[run.gap_ptr[:-1][n_gaps > 0]] = True  # each request's first gap: deliveries start anew
+        out["first_gap"] = first[cm]
     return out
 
 
@@ -252,20 +257,20 @@ def token_histogram(chunks: dict[str, np.ndarray]) -> np.ndarray:
 def chunk_parts(chunks: dict[str, np.ndarray]) -> tuple[SortedParts, SortedParts, float | None]:
     """Sorted ITL and inter-chunk samples of a chunk subset, plus the per-chunk (inexact) share.
 
-    ITL per token: a chunk of n tokens after gap g gives n samples of g/n (metrics.itl_ms);
-    requests without exact counts give one sample of g per chunk; zero-token chunks none.
+    ITL per token and per delivery (metrics.itl_samples): a delivery -- the chunks read
+    together -- of n tokens after gap g gives n samples of g/n; chunks of requests without
+    exact counts count as one token each; zero-token chunks give none.
     """
     gaps = chunks["gap_ms"]
     tok = chunks["gap_tokens"]
     exact = chunks["exact"]
     inter = SortedParts.from_values(gaps)
     n = tok if exact.all() else np.where(exact, tok, 1)
-    if n.size == 0 or (n.min() == 1 and n.max() == 1):
-        itl = inter  # one token per chunk: per-token ITL is the inter-chunk gap
+    if n.size == 0 or (n.min() == 1 and n.max() == 1 and gaps.min() > 0):
+        itl = inter  # one token per delivery: per-token ITL is the inter-chunk gap
     else:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            values = (gaps / np.maximum(n, 1).astype(np.float32)).astype(np.float32)
-        itl = SortedParts.from_values(values, np.maximum(n, 0))
+        values, weights = itl_samples(gaps, n, chunks["first_gap"])
+        itl = SortedParts.from_values(values, weights)
     inexact = None if exact.size == 0 else float(1.0 - exact.mean())
     return itl, inter, inexact
 
@@ -313,6 +318,24 @@ def _latency_block(
         v = sources[name][ok]
         out.update(describe(v[~np.isnan(v)], name, unit, n_failed=n_failed))
     out["ttft_missing_count"] = int((ok & np.isnan(run["ttft_ms"])).sum())
+    return out
+
+
+def phase_block(run: Run, req: np.ndarray) -> dict[str, Any]:
+    """The request phases of the selected requests (all outcomes: a connect is a connect).
+
+    ``connect_*`` over the requests that opened a connection, ``conn_reused_share`` of those
+    that say whether they reused one, ``send_delay_*`` (the generator's own delay) and
+    ``headers_*`` (time to first byte). Records written before these fields existed give
+    counts of 0 and nulls.
+    """
+    out: dict[str, Any] = {}
+    for name in ("connect", "send_delay", "headers"):
+        v = run[f"{name}_ms"][req] if f"{name}_ms" in run.columns else np.empty(0)
+        out.update(describe(v[~np.isnan(v)], name, "ms"))
+    reused = run["conn_reused"][req] if "conn_reused" in run.columns else np.empty(0)
+    reused = reused[~np.isnan(reused)]
+    out["conn_reused_share"] = float(reused.mean()) if reused.size else None
     return out
 
 
@@ -422,6 +445,50 @@ def _error_rows(run: Run, w: Window, task_name: str, req: np.ndarray, denom: int
     return rows
 
 
+# --------------------------------------------------------------------------- reasoning phases
+# Two-phase statistics of reasoning streams: time to first reasoning/answer token, ITL per phase.
+#
+# Only requests whose record has ``reasoning_chunks`` (a reasoning stream) take part. Chunk ``i``
+# of such a request is reasoning iff ``i < reasoning_chunks`` (reasoning precedes the answer in
+# every API that streams it); the gap from the last reasoning chunk to the first answer chunk
+# belongs to neither phase (it is the switch, seen in ``first_answer_token_ms``). Per-phase ITL
+# follows the glossary's ITL definition (a chunk of ``n`` tokens after gap ``g``: ``n`` samples
+# of ``g / n``).
+
+
+def has_reasoning(run: Run) -> bool:
+    """Whether any record of the run is a reasoning stream."""
+    col = run.columns.get("reasoning_chunks")
+    return col is not None and bool((~np.isnan(col)).any())
+
+
+def reasoning_block(run: Run, ok: np.ndarray) -> dict[str, Any]:
+    """Row keys of the successful reasoning streams in ``ok`` (see the module docstring)."""
+    rc_all = run.columns["reasoning_chunks"]
+    sel = ok & ~np.isnan(rc_all)
+    out: dict[str, Any] = {"reasoning_streams_count": int(sel.sum())}
+    for name in ("first_reasoning_token", "first_answer_token"):
+        v = run[name + "_ms"][sel]
+        out.update(describe(v[~np.isnan(v)], name, "ms"))
+    r_tok = run["reasoning_tokens"][sel]
+    out["reasoning_tokens_count"] = float(np.nansum(r_tok)) if sel.any() else None
+    # Position of every gap within its request, and the request's reasoning chunk count.
+    n_gaps = run.n_gaps
+    gm = np.repeat(sel, n_gaps)
+    ng = n_gaps[sel]
+    starts = np.repeat(np.cumsum(ng) - ng, ng)
+    pos = np.arange(int(ng.sum())) - starts  # gap j lies between chunks j and j + 1
+    rc = np.repeat(rc_all[sel], ng)
+    exact = np.repeat(run["has_chunk_tokens"][sel], ng)
+    gaps, toks = run.gap_ms[gm], run.gap_tokens[gm]
+    # a phase's first gap starts its deliveries anew (metrics.itl_samples)
+    for phase, keep, first in (("reasoning_itl", pos + 1 < rc, pos == 0), ("answer_itl", pos >= rc, pos == rc)):
+        itl, _, _ = chunk_parts({"gap_ms": gaps[keep], "gap_tokens": toks[keep], "exact": exact[keep],
+                                 "first_gap": first[keep]})
+        out.update(describe_parts(itl, phase, "ms"))
+    return out
+
+
 def step_table(run: Run, slo: Any = None, use_scenario_slo: bool = True) -> StepTables:
     """Compute the per-step, per-task tables of a run.
 
@@ -446,8 +513,6 @@ def step_table(run: Run, slo: Any = None, use_scenario_slo: bool = True) -> Step
     good = good_mask(run, spec)
     if good is None:
         notes.append("No per-request SLO thresholds (ttft_ms/tpot_ms/e2e_ms or pNN SLOs): goodput not computed.")
-    from analysis.prefixcache import prefix_cache_rows
-    from analysis.reasoning import has_reasoning, reasoning_block  # here: they import this module
 
     reasoning = has_reasoning(run)
     cache_rates = {r["step_index"]: r["prefix_cache_hit_rate"] for r in prefix_cache_rows(run, wins)}
@@ -482,6 +547,7 @@ def step_table(run: Run, slo: Any = None, use_scenario_slo: bool = True) -> Step
             row["duration_source"] = w.duration_source
             row.update(_counts_block(run, d, req, w.duration_s, good))
             row.update(_latency_block(run, d, req, parts, open_loop))
+            row.update(phase_block(run, req))
             if reasoning:
                 row.update(reasoning_block(run, req & d["ok"]))
             if cache_rates:  # the server's counters cover all tasks: None on per-task rows
@@ -489,3 +555,29 @@ def step_table(run: Run, slo: Any = None, use_scenario_slo: bool = True) -> Step
             rows.append(row)
             errors.extend(_error_rows(run, w, task_name, req, row["requests_count"] - row["cancelled_count"]))
     return StepTables(rows=rows, errors=errors, windows=wins, slo=spec, slo_results=evaluate_rows(rows, spec), notes=notes)
+
+
+def evaluate(run_or_tables: Any, slos: Any) -> list[SloResult]:
+    """Evaluate SLOs on a run, a :class:`StepTables` or a list of rows (``analysis.evaluate``).
+
+    Parameters
+    ----------
+    run_or_tables
+        A :class:`~analysis.loader.Run` (step tables are computed with these SLOs, so goodput
+        uses their per-request thresholds), a ``StepTables``, or ``list[dict]`` rows.
+    slos
+        An SLO block (mapping, see :mod:`analysis.slo`) or a :class:`~analysis.slo.SloSpec`.
+
+    Returns
+    -------
+    list[SloResult]
+        One result per (step, task row, SLO); an SLO whose metric was not observed fails.
+    """
+    spec = parse_slos(slos)
+    if isinstance(run_or_tables, Run):
+        rows = step_table(run_or_tables, slo=spec).rows
+    elif isinstance(run_or_tables, StepTables):
+        rows = run_or_tables.rows
+    else:
+        rows = list(run_or_tables)
+    return evaluate_rows(rows, spec)

@@ -23,7 +23,8 @@ class PlainStreamUser(FastHttpUser):
 
     @task
     def chat(self):
-        body = {"model": os.environ.get("BENCH_MODEL", "sim-bench"), "stream": True, "max_tokens": 200,
+        body = {"model": os.environ.get("BENCH_MODEL", "sim-bench"), "stream": True,
+                "max_tokens": int(os.environ.get("BENCH_MAX_TOKENS", "200")),
                 "ignore_eos": True, "messages": [{"role": "user", "content": "benchmark please"}],
                 "stream_options": {"include_usage": True}}
         t0 = time.perf_counter()

@@ -30,7 +30,17 @@ the workers, not the simulator, should set the aggregate events/s. Offered load 
 printed for every row: on a 2-core machine it needs most of a core at these rates, which
 caps what two workers can show (see the README).
 
+Speculative-decoding traffic (``--workload spec``): what a user's machine pays on the chunks
+speculative decoding produces, against the uvicorn truth server (``benchmarks/truthserver``,
+not the simulator): ``--spec-streams`` streams (96), one event every 5 ms carrying
+``--spec-tokens-per-chunk`` tokens (3), 256-token answers (~85 chunks per request), the
+prompts of ``scenarios/qa.yaml``. Each client is run as a whole process, A B A B: its CPU from
+start to exit (start-up, ramp and teardown included, from ``getrusage`` of the waited
+process tree) per chunk it received and per request, next to the steady mid-run window's
+CPU per chunk, and the per-core ceilings that follow (1 s of CPU / CPU per chunk).
+
     python benchmarks/generator.py --streams 256 --seconds 20
+    python benchmarks/generator.py --workload spec --seconds 20 --repeat 2
 """
 
 from __future__ import annotations
@@ -239,8 +249,21 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="alternating baseline/tokenswarm pairs (median reported)")
     ap.add_argument("--cpu-quota", type=float, nargs="+", default=[0.3], metavar="SHARE",
                     help="shares of a core both clients get in the capped comparisons (0 = skip; needs root)")
+    ap.add_argument("--workload", choices=("bench", "spec"), default="bench",
+                    help="bench: one-token events from the simulator (above); spec: speculative chunks from the "
+                         "uvicorn truth server, whole-process CPU")
+    ap.add_argument("--spec-streams", type=int, default=96)
+    ap.add_argument("--spec-tokens-per-chunk", default="3", help="truth server --tokens-per-chunk (N or LO-HI)")
+    ap.add_argument("--spec-step-ms", type=float, default=5.0)
+    ap.add_argument("--spec-output-tokens", type=int, default=256)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tokenswarm-genbench-"))
+    if args.workload == "spec":
+        from spec_workload import run_spec_workload
+
+        run_spec_workload(args, work)
+        shutil.rmtree(work, ignore_errors=True)
+        return 0
     rows: list[dict] = []
     lag: dict = {}
     if not args.skip_baseline:

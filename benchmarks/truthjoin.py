@@ -1,4 +1,7 @@
-"""Client timings joined to the simulator's ground-truth log by response id.
+"""Client timings joined to a server's ground-truth log by response id.
+
+Both ground-truth servers write the same log: the simulator (``tokenswarm sim --truth``) and
+the uvicorn truth server (``python -m benchmarks.truthserver --truth``).
 
 Shared by ``accuracy.py`` (tokenswarm's records) and ``generator.py`` (tokenswarm's records
 and the plain-Locust baseline's per-event times). Errors are client minus server, in ms:

@@ -1,6 +1,6 @@
 """Metric glossary: every latency/throughput metric tokenswarm reports, defined once.
 
-The load generator's live statistics, the analysis package and the README all use these
+The load generator's live statistics, the analysis package and the manual all use these
 definitions and names. Each function takes the fields of one :class:`~tokenswarm.record.RequestRecord`
 and returns ``None`` when the metric was not observed (never ``0``).
 
@@ -13,29 +13,59 @@ chunk
 token
     As counted by the server (``usage``). Per-chunk token counts come from the server's
     cumulative ``continuous_usage_stats`` (or token ids); they are never guessed from text.
+delivery
+    The content chunks that reached the client together: read by one read and so dated by
+    one arrival time (equal ``chunk_offsets_ms``). A speculative step's accepted tokens come
+    as one chunk of several tokens (vLLM) or as several one-token events written together
+    (llama.cpp); either way they are one delivery, and per-token ITL is computed per delivery,
+    so the same server behaviour gives the same ITL distribution.
+request phases
+    A request's timeline: due (``scheduled_at``) -> connect (new connections only,
+    ``connect_ms``) -> the generator's own delay (``send_delay_ms``) -> sent (``sent_at``, the
+    last byte handed to the kernel) -> response headers (``headers_ms``) -> first content chunk
+    (``ttft_ms``) -> end (``e2e_ms``). What the server did not cause is never inside TTFT.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
-#: name -> (unit, definition). The README glossary is generated from / checked against this.
+import numpy as np
+
+#: name -> (unit, definition). docs/reference/glossary.md is generated from it (docs/gen/reference.py).
 GLOSSARY: dict[str, tuple[str, str]] = {
     "ttft_ms": ("ms", "Time to first token: arrival of the first content chunk minus sent_at."),
     "e2e_ms": ("ms", "End-to-end latency: end of the response (last byte or [DONE]) minus sent_at."),
     "schedule_lag_ms": (
         "ms",
-        "sent_at minus scheduled_at: how late the generator sent the request versus its plan.",
+        "sent_at minus scheduled_at (from the same clock reading as sent_at): how late the request left "
+        "versus its plan; connect_ms + send_delay_ms.",
     ),
     "ttft_from_schedule_ms": ("ms", "schedule_lag_ms + ttft_ms: TTFT as an open-loop user experiences it."),
     "e2e_from_schedule_ms": ("ms", "schedule_lag_ms + e2e_ms: E2E as an open-loop user experiences it."),
     "tpot_ms": ("ms", "Time per output token, per request: (e2e_ms - ttft_ms) / (output_tokens - 1)."),
     "itl_ms": (
         "ms",
-        "Inter-token latency, one sample per token after the first chunk: a chunk of n tokens "
-        "arriving g ms after the previous chunk gives n samples of g/n.",
+        "Inter-token latency, one sample per token after the first delivery: a delivery (the chunks "
+        "read together, equal offsets) of n tokens arriving g ms after the previous delivery gives n "
+        "samples of g/n, whether it came as one chunk of n tokens or as n one-token events.",
     ),
-    "inter_chunk_ms": ("ms", "Raw gap between consecutive content chunks (one sample per gap)."),
+    "inter_chunk_ms": (
+        "ms",
+        "Raw gap between consecutive content chunks (one sample per gap; chunks of one delivery give 0).",
+    ),
+    "connect_ms": (
+        "ms",
+        "Time to establish a new connection (TCP connect, plus the TLS handshake); none when the request "
+        "reused a kept-alive connection.",
+    ),
+    "conn_reused_share": ("fraction", "Share of requests sent on a kept-alive connection (conn_reused true)."),
+    "send_delay_ms": (
+        "ms",
+        "The generator's own delay: from the moment the request was due (closed loop: the user's turn "
+        "began; open loop: its scheduled time) to sent_at, minus connect_ms.",
+    ),
+    "headers_ms": ("ms", "Time to first byte: response headers received minus sent_at."),
     "tokens_per_chunk": ("tokens", "Tokens carried by one content chunk (exact counts only)."),
     "output_tps": (
         "tokens/s",
@@ -106,26 +136,48 @@ def inter_chunk_ms(chunk_offsets_ms: Sequence[float] | None) -> list[float]:
 
 
 def itl_ms(chunk_offsets_ms: Sequence[float] | None, chunk_tokens: Sequence[int] | None) -> list[float]:
-    """Per-token inter-token latencies.
+    """Per-token inter-token latencies of one request, per delivery (see the module glossary).
 
-    The first chunk's tokens have no predecessor and give no sample. Each later chunk of
+    The first delivery's tokens have no predecessor and give no sample. Each later delivery of
     ``n`` tokens after a gap ``g`` yields ``n`` samples of ``g / n`` (so the samples of a request
-    add up to ``last_chunk - first_chunk``). Without exact per-chunk counts each chunk is one
-    sample of its gap: the caller must then say the values are per chunk, not per token.
+    add up to ``last_chunk - first_chunk``). Without exact per-chunk counts each chunk counts as
+    one token: the caller must then say the values are per chunk, not per token.
     """
     if not chunk_offsets_ms or len(chunk_offsets_ms) < 2:
         return []
-    out: list[float] = []
-    if chunk_tokens is None:
-        return inter_chunk_ms(chunk_offsets_ms)
-    prev = chunk_offsets_ms[0]
-    for t, n in zip(chunk_offsets_ms[1:], chunk_tokens[1:]):
-        gap = t - prev
-        prev = t
-        if n <= 0:
-            continue
-        out.extend([gap / n] * n)
-    return out
+    offsets = np.asarray(chunk_offsets_ms, dtype=np.float64)
+    gaps = np.diff(offsets)
+    tokens = np.ones(gaps.size, dtype=np.int64) if chunk_tokens is None else np.asarray(chunk_tokens[1:])
+    first = np.zeros(gaps.size, dtype=bool)
+    first[0] = True
+    values, weights = itl_samples(gaps, tokens, first)
+    return np.repeat(values, weights).tolist()
+
+
+def itl_samples(gaps_ms: Any, tokens: Any, first_gap: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Per-delivery ITL of many requests at once, as weighted samples (one per chunk gap).
+
+    ``gaps_ms[i]`` is the gap between a chunk and the previous chunk of its request,
+    ``tokens[i]`` the tokens of the chunk that ends it, and ``first_gap[i]`` is True where the
+    gap is its request's first. A gap of 0 joins its chunk to the previous chunk's delivery.
+    Returns ``(values_ms, weights)``: ``weights[i]`` samples of ``values_ms[i]`` each, so that
+    a delivery of ``n`` tokens after a gap ``g`` gives ``n`` samples of ``g / n`` (weight 0 for
+    chunks of a request's first delivery and for chunks without tokens).
+    """
+    g = np.asarray(gaps_ms)
+    n = np.maximum(np.asarray(tokens, dtype=np.int64), 0)
+    if g.size == 0:
+        return np.empty(0, dtype=g.dtype), np.empty(0, dtype=np.int64)
+    head = (g != 0) | np.asarray(first_gap, dtype=bool)  # a delivery's first chunk, or a request's first gap
+    head[0] = True
+    starts = np.flatnonzero(head)
+    group = np.cumsum(head) - 1
+    lead = g[starts]  # the gap before each delivery; 0: the request's first delivery went on
+    total = np.add.reduceat(n, starts)
+    live = (lead != 0) & (total > 0)
+    per = np.zeros(starts.size, dtype=np.float64)
+    np.divide(lead, total, out=per, where=live)
+    return per[group].astype(g.dtype, copy=False), np.where(live[group], n, 0)
 
 
 def output_tps(output_tokens: int | None, e2e_ms: float | None) -> float | None:

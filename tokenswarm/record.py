@@ -8,9 +8,13 @@ carries :data:`FORMAT_VERSION`. Rules that every producer and consumer relies on
 * Wall-clock fields (``scheduled_at``, ``sent_at``) are epoch seconds built from *one*
   wall-clock anchor per worker plus a monotonic offset, so they never jump.
 * Durations are milliseconds measured on the monotonic clock (names end in ``_ms``).
-* ``ttft_ms``, ``e2e_ms`` and ``chunk_offsets_ms`` count from ``sent_at`` (service view);
-  ``schedule_lag_ms`` = ``sent_at - scheduled_at``, so the schedule-inclusive latency an
-  open-loop user experiences is ``schedule_lag_ms + e2e_ms``.
+* ``sent_at`` is the moment the request's last byte was handed to the kernel (one clock
+  reading); ``ttft_ms``, ``headers_ms``, ``e2e_ms`` and ``chunk_offsets_ms`` count from it
+  (service view). ``schedule_lag_ms`` is computed from the same reading:
+  ``schedule_lag_ms == (sent_at - scheduled_at) * 1000``, so the schedule-inclusive latency an
+  open-loop user experiences is ``schedule_lag_ms + e2e_ms``. What the server did not cause
+  has its own fields: ``connect_ms`` (a new connection) and ``send_delay_ms`` (the
+  generator's own delay, ``schedule_lag_ms - connect_ms``).
 * Failures are data: every call yields a record with an :class:`Outcome`.
 
 Renaming or removing a field requires bumping :data:`FORMAT_VERSION`; adding an
@@ -46,7 +50,7 @@ OUTCOMES: tuple[str, ...] = tuple(o.value for o in Outcome)
 
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
-    """One LLM request, as observed by the load generator. See the README's schema table."""
+    """One LLM request, as observed by the load generator. Fields: :data:`FIELD_DOCS` (docs/reference/record-fields.md)."""
 
     run_id: str
     worker_id: str
@@ -81,6 +85,11 @@ class RequestRecord:
     temperature: float | None = None
     spec_decode: dict[str, Any] | None = None
     extra: dict[str, Any] | None = field(default=None)
+    # Request phases (optional, appended: format version 1 still reads older records).
+    conn_reused: bool | None = None
+    connect_ms: float | None = None
+    send_delay_ms: float | None = None
+    headers_ms: float | None = None
     #: extraction: the answer parses as JSON / validates against the requested JSON Schema
     json_valid: bool | None = None
     schema_valid: bool | None = None
@@ -105,6 +114,55 @@ class RequestRecord:
         values = _values(self)
         return RequestRecord(*values[:_SEQ], seq, *values[_SEQ + 1:])
 
+
+#: What every record field means, one entry per field of :class:`RequestRecord` (a test
+#: checks that they match). The manual's record table is generated from it.
+FIELD_DOCS: dict[str, str] = {
+    "run_id": "The run this request belongs to.",
+    "worker_id": "The worker process that sent it.",
+    "seq": "Per-worker sequence number (0, 1, 2, ... without gaps), so lost records are detected.",
+    "task": "The traffic class: `qa`, `summarization`, `code`, `multi_turn` or a scenario-defined name.",
+    "user_class": "The Locust user class that sent it.",
+    "outcome": "How the request ended: `ok`, `http_error`, `stream_error`, `timeout` or `cancelled`.",
+    "request_key": "sha256 of what was sent (messages or prompt, `max_tokens`, sampling parameters; not the model name), so two runs of the same scenario and seed join request by request.",
+    "scheduled_at": "Epoch seconds when the request was due: the user's turn began (closed loop) or its scheduled arrival (open loop).",
+    "sent_at": "Epoch seconds when the request's last byte was handed to the kernel; for a request never sent whole (connection failed), when the attempt began.",
+    "schedule_lag_ms": "sent_at minus scheduled_at, in ms, from the same clock reading as sent_at.",
+    "session_id": "The multi-turn conversation (null for single-shot requests).",
+    "turn": "0-based turn within the conversation (null for single-shot requests).",
+    "step": "Index into the manifest's `steps` of the load step the request started in.",
+    "phase": "Phase of the step when it was sent: warmup or steady (or ramp).",
+    "api": "The API called: `chat` or `completions`.",
+    "model": "The model name asked for.",
+    "ttft_ms": "Time to first token: arrival of the first content chunk minus sent_at.",
+    "e2e_ms": "End of the response (last byte, [DONE], error or deadline) minus sent_at.",
+    "chunk_offsets_ms": "Arrival of each content chunk, ms after sent_at (chunks read together share one value).",
+    "chunk_tokens": "Tokens in each content chunk, from the server's cumulative usage (`continuous_usage_stats`) or token ids; null when the server does not say (never guessed from text).",
+    "prompt_tokens": "Prompt tokens, from the server's `usage` (an estimate when `tokens_estimated`).",
+    "output_tokens": "Output tokens: the server's usage, else the sum of chunk_tokens, else an estimate.",
+    "tokens_estimated": "True when the server sent no usage and the token counts are estimated (4 characters per token).",
+    "finish_reason": "The server's finish reason: `stop`, `length`, ...",
+    "http_status": "The HTTP status code (null when no response arrived).",
+    "error": "Short error text, e.g. `HTTP 429: RateLimitError: ...`, `first_token timeout`, `connection closed mid-stream`.",
+    "response_id": "The server's response `id` (joins the simulator's ground-truth log or server logs).",
+    "output_sha256": "sha256 of the generated text.",
+    "output_text": "The generated text itself, when the scenario sets `traffic.keep_outputs`.",
+    "max_tokens": "The `max_tokens` asked for.",
+    "temperature": "The sampling temperature asked for.",
+    "spec_decode": "Per-request speculative-decoding statistics when the server sends them (vLLM `metrics.speculative_decoding`).",
+    "extra": "Free-form details, e.g. the abnormal case that was sent.",
+    "conn_reused": "True when the request went out on a kept-alive connection, false on a new one; null when no connection was obtained.",
+    "connect_ms": "Time to establish the request's new connection (TCP, plus TLS); for a connection that failed, the time until it failed; null when the connection was reused.",
+    "send_delay_ms": "The generator's own delay: from the moment the request was due to the moment its last byte was handed to the kernel, minus connect_ms; null when never sent.",
+    "headers_ms": "Response headers received (time to first byte), ms after sent_at.",
+    "json_valid": "Extraction: the answer parses as JSON (one surrounding Markdown code fence allowed); null when not checked (other tasks, failed requests).",
+    "schema_valid": "Extraction: the answer validates against the JSON Schema the request asked for (jsonschema, draft 2020-12); null when not checked.",
+    "first_reasoning_token_ms": "Reasoning streams: arrival of the first reasoning_content/reasoning chunk, ms after sent_at; null for a stream without reasoning.",
+    "first_answer_token_ms": "Reasoning streams: arrival of the first answer (content) chunk, ms after sent_at (ttft_ms stays the first chunk of any kind); null without reasoning or without an answer.",
+    "reasoning_chunks": "Reasoning streams: content chunks that carried reasoning (they come first: chunk i is reasoning iff i < reasoning_chunks).",
+    "answer_chunks": "Reasoning streams: content chunks that carried the answer.",
+    "reasoning_tokens": "Reasoning streams: usage.completion_tokens_details.reasoning_tokens when the server sends it, else the exact per-chunk counts of the reasoning chunks; null when unknown.",
+}
 
 _FIELDS = dataclasses.fields(RequestRecord)
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in _FIELDS)
@@ -136,3 +194,5 @@ _FIELD_SET = frozenset(FIELD_NAMES)
 def encode_lines(records: Iterable[RequestRecord]) -> bytes:
     """JSON-lines bytes for a batch of records (each line ends with ``\\n``)."""
     return b"".join(r.to_json() + b"\n" for r in records)
+
+

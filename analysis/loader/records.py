@@ -42,6 +42,11 @@ FLOAT_FIELDS: tuple[str, ...] = (
     "temperature",
     "http_status",
     "turn",
+    # request phases (optional fields; conn_reused as 1.0 / 0.0 / NaN)
+    "conn_reused",
+    "connect_ms",
+    "send_delay_ms",
+    "headers_ms",
     "json_valid",  # extraction quality: true/false -> 1/0, not checked -> NaN
     "schema_valid",
     "first_reasoning_token_ms",  # reasoning streams only (NaN otherwise)

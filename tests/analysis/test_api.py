@@ -7,7 +7,7 @@ def test_public_names_exist_and_nothing_else_is_promised():
     assert sorted(analysis.__all__) == sorted(set(analysis.__all__))
     for name in analysis.__all__:
         assert hasattr(analysis, name), name
-    assert callable(analysis.slo.evaluate) and analysis.slo.evaluate is analysis.evaluate
+    assert callable(analysis.tables.evaluate) and analysis.tables.evaluate is analysis.evaluate
 
 
 def test_cli_module_exposes_the_dispatcher_contract():

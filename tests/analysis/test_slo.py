@@ -3,7 +3,8 @@
 import pytest
 
 from analysis import load_run, step_table
-from analysis.slo import SloSpec, evaluate, parse_slos
+from analysis.slo import SloSpec, parse_slos
+from analysis.tables import evaluate
 from tests.analysis.runfactory import T0, failed, record, step, write_run
 
 

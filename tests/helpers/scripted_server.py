@@ -121,7 +121,22 @@ def handle(sock, _addr) -> None:
                         gevent.sleep(gap)
                 continue
             sock.sendall(head)
+            # together=k: every k content events in one write (llama.cpp's server writes a
+            # speculative step's accepted tokens so), with the gap after each write.
+            together, pending, written = int(q.get("together", "1")), b"", 0
             for item in script_events(name, n, per_chunk):
+                if together > 1 and isinstance(item, bytes):
+                    pending += b"%x\r\n%s\r\n" % (len(item), item)
+                    if item.startswith(b"data: {") and b'"content": "' in item:
+                        written += 1
+                        if written % together == 0:
+                            sock.sendall(pending)
+                            pending = b""
+                            gevent.sleep(gap)
+                    continue
+                if pending:
+                    sock.sendall(pending)
+                    pending = b""
                 if item == "CUT":
                     sock.close()
                     return
@@ -142,7 +157,7 @@ def handle(sock, _addr) -> None:
             if close_delimited:
                 sock.close()
                 return
-            sock.sendall(b"0\r\n\r\n")
+            sock.sendall(pending + b"0\r\n\r\n")
     except (OSError, ValueError):
         return
     finally:

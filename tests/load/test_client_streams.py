@@ -195,3 +195,22 @@ def test_killed_greenlet_yields_a_cancelled_record(server):
     gevent.sleep(0.25)
     g.kill()
     assert len(got) == 1 and got[0].outcome == "cancelled" and got[0].output_tokens >= 3
+
+
+@pytest.mark.timing
+def test_events_written_together_are_one_delivery_and_give_the_itl_of_one_multi_token_chunk(server):
+    # The same server behaviour, 4 deliveries of 3 tokens 30 ms apart, framed as one 3-token
+    # chunk each (vLLM) or as 3 one-token events in one write (llama.cpp).
+    from tokenswarm.metrics import itl_ms
+
+    vllm, _, _ = call(server, "normal", "n=4&per_chunk=3&gap_ms=30")
+    llama, _, _ = call(server, "normal", "n=12&together=3&gap_ms=30")
+    assert vllm.outcome == llama.outcome == "ok" and vllm.output_tokens == llama.output_tokens == 12
+    offs = llama.chunk_offsets_ms
+    assert len(offs) == 12 and all(offs[i] == offs[i + 1] == offs[i + 2] for i in range(0, 12, 3)), offs
+    for rec in (vllm, llama):
+        samples = itl_ms(rec.chunk_offsets_ms, rec.chunk_tokens)
+        # three samples of (gap / 3) per delivery after the first, never the 0 ms of a shared read
+        assert len(samples) == 9 and all(samples[i] == samples[i + 1] == samples[i + 2] for i in range(0, 9, 3))
+        assert sum(samples) == pytest.approx(rec.chunk_offsets_ms[-1] - rec.chunk_offsets_ms[0])
+        assert all(5.0 < s < 25.0 for s in samples), f"~10 ms per token (30 ms / 3), -5/+15 ms tolerance: {samples}"

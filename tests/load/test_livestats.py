@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tokenswarm.load.livestats import LiveStats, LogHistogram, TaskStats
+from tokenswarm.metrics import itl_ms
 from tokenswarm.record import RequestRecord
 
 
@@ -56,16 +57,16 @@ def test_deferred_chunk_gaps_equal_per_stream_bucketing_and_never_cross_streams(
     streams = []
     for _ in range(300):  # enough values to flush on size once, the rest on the first read
         n = int(rng.integers(1, 120))
-        offs = np.cumsum(rng.exponential(8.0, n)).round(3).tolist()
+        gaps = np.where(rng.random(n) < 0.3, 0.0, rng.exponential(8.0, n))  # some chunks read together
+        offs = np.cumsum(gaps).round(3).tolist()
         toks = rng.integers(0, 4, n).tolist()  # zero-token chunks give no samples
         streams.append((offs, toks))
     deferred, direct = LogHistogram(), LogHistogram()
     for offs, toks in streams:
         deferred.add_chunk_gaps(offs, toks)
-        o, t = np.asarray(offs), np.asarray(toks[1:])
-        keep = t > 0
-        if len(o) > 1:
-            direct.add_many(np.diff(o)[keep] / t[keep], t[keep])
+        samples = itl_ms(offs, toks)  # the glossary's per-delivery ITL of this stream alone
+        if samples:
+            direct.add_many(np.asarray(samples), np.ones(len(samples), dtype=np.int64))
     assert deferred.count == direct.count > 0  # a read sees what is still pending
     assert deferred.buckets == direct.buckets
     assert deferred.total == pytest.approx(direct.total)

@@ -131,3 +131,21 @@ def test_open_loop_arrivals_follow_the_configured_rate(tmp_path):
     lags = [r["schedule_lag_ms"] for r in records]
     assert statistics.median(lags) < 5.0
     assert all(r["user_class"].startswith("OpenLoop:") for r in records)
+
+
+def test_with_keep_alive_off_every_request_opens_its_own_connection_and_says_so(tmp_path):
+    sc = scenario_file(tmp_path, traffic={"seed": 3, "classes": {"qa": ONE_TASK["qa"]}},
+                       target={"keep_alive": False},
+                       load={"mode": "closed", "steps": [2], "warmup_s": 0, "step_duration_s": 2,
+                             "stop_timeout_s": 10})
+    with start_sim("--profile", "tiny-fast", truth=True) as sim:
+        res = run_locust(sc, sim.base_url, tmp_path / "run")
+        truth = sim.read_truth()
+    assert res.returncode == 0, res.stderr[-3000:]
+    records = read_records(tmp_path / "run")
+    check_against_truth(records, truth)
+    assert read_manifest(tmp_path / "run")["scenario"]["target"]["keep_alive"] is False
+    assert all(r["conn_reused"] is False and r["connect_ms"] is not None for r in records)
+    for r in records:  # the lag comes from the send's own reading, for every record
+        assert abs(r["schedule_lag_ms"] - (r["sent_at"] - r["scheduled_at"]) * 1000) < 0.0021
+        assert r["send_delay_ms"] == pytest.approx(r["schedule_lag_ms"] - r["connect_ms"], abs=0.0021)

@@ -177,6 +177,7 @@ def test_parse_override():
         ("target.api", "grpc", "target.api", "one of chat, completions"),
         ("target.base_url", "localhost:8000", "target.base_url", "an http:// or https:// URL"),
         ("target.verify_tls", "yes", "target.verify_tls", "true or false"),
+        ("target.keep_alive", "off", "target.keep_alive", "true or false"),
         ("target.timeouts", {"connect_s": -1}, "target.timeouts.connect_s", "a number > 0"),
         (
             "target.timeouts",

@@ -82,7 +82,7 @@ def test_a_target_that_is_never_reached_times_out_and_is_remembered():
 def test_ramp_s_turns_into_a_spawn_rate_that_takes_that_long():
     from types import SimpleNamespace
 
-    from tokenswarm.load.controller import RunController
+    from tokenswarm.orchestrate.controller import RunController
 
     ctl = RunController.__new__(RunController)
     ctl.scenario = SimpleNamespace(load=SimpleNamespace(ramp_s=20.0, spawn_rate=100.0))

@@ -11,6 +11,7 @@ from tokenswarm.load.context import RunContext
 from tokenswarm.load.prompts import PromptSource
 from tokenswarm.load.quality import check_json, strip_fence
 from tokenswarm.load.scenario import ScenarioError, load_scenario, parse_scenario
+from tokenswarm.load.stream import StreamState
 from tokenswarm.load.users import Conversationalist
 
 EXTRACTION = {"kind": "extraction", "document_tokens": {"dist": "fixed", "value": 300}}
@@ -124,17 +125,6 @@ def test_extraction_refuses_two_response_formats():
     assert e.field == "traffic.classes.extraction.response_format"
 
 
-class _Refused:
-    """An HTTP client that notes the body and refuses the connection (a record still results)."""
-
-    def __init__(self) -> None:
-        self.bodies: list[dict] = []
-
-    def request(self, method, path, body, headers):
-        self.bodies.append(orjson.loads(body))
-        raise ConnectionRefusedError()
-
-
 class _Sink:
     def __init__(self) -> None:
         self.records = []
@@ -143,29 +133,39 @@ class _Sink:
         self.records.append(record)
 
 
-def _send_one(sc, task_name: str):
-    sink, http = _Sink(), _Refused()
+def _send_one(monkeypatch, sc, task_name: str):
+    """Send one request of ``task_name`` through the user's send path; the call itself is refused."""
+    bodies: list[dict] = []
+
+    def refused(http, path, body, headers, *, base, anchor, **kw):
+        bodies.append(orjson.loads(body))
+        rec = StreamState(0.0).finish(0.001, outcome="http_error", http_status=None, error="connection refused",
+                                      anchor=anchor, base=base)
+        return rec, ""
+
+    monkeypatch.setattr("tokenswarm.load.users.stream_call", refused)
+    sink = _Sink()
     ctx = RunContext(scenario=sc, run_id="r", worker_id="w", base_url="http://127.0.0.1:9", model="m", sink=sink,
                      role="local")
     task = sc.traffic.task(task_name)
     ctx.prompt_sources = {task_name: PromptSource(task, None, seed=1)}
-    Conversationalist(ctx, None, http, "X").single(task, random.Random(5), ctx.clock())
-    return http.bodies[0], sink.records[0]
+    Conversationalist(ctx, None, None, "X").single(task, random.Random(5), ctx.clock())
+    return bodies[0], sink.records[0]
 
 
-def test_extra_body_fields_are_sent_and_change_the_request_key():
+def test_extra_body_fields_are_sent_and_change_the_request_key(monkeypatch):
     plain = scenario({"qa": {}})
     extra = scenario({"qa": {"extra_body": {"top_k": 20, "logprobs": True}}})
-    body_a, rec_a = _send_one(plain, "qa")
-    body_b, rec_b = _send_one(extra, "qa")
+    body_a, rec_a = _send_one(monkeypatch, plain, "qa")
+    body_b, rec_b = _send_one(monkeypatch, extra, "qa")
     assert body_b["top_k"] == 20 and body_b["logprobs"] is True and "top_k" not in body_a
     assert body_a["messages"] == body_b["messages"]
     assert rec_a.request_key != rec_b.request_key
     assert rec_a.outcome == "http_error" and rec_a.json_valid is None
 
 
-def test_an_extraction_request_sends_its_response_format():
-    body, rec = _send_one(scenario({"extraction": EXTRACTION}), "extraction")
+def test_an_extraction_request_sends_its_response_format(monkeypatch):
+    body, rec = _send_one(monkeypatch, scenario({"extraction": EXTRACTION}), "extraction")
     assert body["response_format"]["type"] == "json_schema"
     assert rec.json_valid is None and rec.schema_valid is None  # no answer: not observed
 

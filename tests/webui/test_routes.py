@@ -16,9 +16,9 @@ from locust.env import Environment
 
 from tokenswarm.collect.manifest import Manifest
 from tokenswarm.collect.scrape import Scraper
-from tokenswarm.load.controller import RunController
 from tokenswarm.load.scenario import load_scenario
 from tokenswarm.load.users import CodeUser, QAUser
+from tokenswarm.orchestrate.controller import RunController
 from tokenswarm.record import RequestRecord, encode_lines
 from tokenswarm.webui import install
 from tokenswarm.webui.report import default_command

@@ -143,14 +143,17 @@ class Collector:
         self.workers: dict[str, WorkerAccount] = {}
         self.clock = clock
 
-    def account(self, worker_id: str) -> WorkerAccount:
+    def account(self, worker_id: str, client_id: str | None = None) -> WorkerAccount:
         acc = self.workers.get(worker_id)
         if acc is None:
             acc = self.workers[worker_id] = WorkerAccount(worker_id)
+        if client_id is not None:
+            acc.client_id = client_id
         return acc
 
-    def on_batch(self, msg: dict[str, Any]) -> None:
-        acc = self.account(msg["worker_id"])
+    def on_batch(self, msg: dict[str, Any], client_id: str | None = None) -> None:
+        """A batch of record lines; ``client_id`` is the Locust node that sent it."""
+        acc = self.account(msg["worker_id"], client_id)
         first, last, count = int(msg["first_seq"]), int(msg["last_seq"]), int(msg["count"])
         if first > acc.next_seq:
             acc.missing.append([acc.next_seq, first - 1])
@@ -160,8 +163,8 @@ class Collector:
         acc.records_received += count
         acc.next_seq = max(acc.next_seq, last + 1)
 
-    def on_final(self, msg: dict[str, Any]) -> None:
-        acc = self.account(msg["worker_id"])
+    def on_final(self, msg: dict[str, Any], client_id: str | None = None) -> None:
+        acc = self.account(msg["worker_id"], client_id)
         acc.final_received = True
         acc.last_seq_reported = msg.get("last_seq")
         acc.requests_started = int(msg.get("requests_started") or 0)

@@ -47,9 +47,15 @@ def run(args: argparse.Namespace) -> int:
         if rc not in (0, 1):
             print(f"tokenswarm demo: the report failed (exit status {rc})", file=sys.stderr)
             return rc
+    if not os.path.exists(out / "records.jsonl"):
+        print(f"tokenswarm demo: the run wrote no records in {out} (exit status 3)", file=sys.stderr)
+        return 3
     print("\ntokenswarm demo: done.")
     print(f"  records:  {out / 'records.jsonl'}")
     print(f"  manifest: {out / 'manifest.json'}")
     if (report_dir / "report.html").exists():
         print(f"  report:   {report_dir / 'report.html'}  (also report.md, summary.json)")
-    return 0 if os.path.exists(out / "records.jsonl") else 3
+    # The demo's exit status is the run's verdict, as printed above (0 PASS, 1 an SLO missed).
+    verdict = "PASS" if code == 0 else "FAIL (SLO missed)"
+    print(f"  verdict:  {verdict}, see {out / 'slo.json'} (exit status {code})")
+    return code

@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 PASSTHROUGH = True
 
@@ -36,7 +37,63 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="do not verify the target's TLS certificate (same as --set target.verify_tls=false)")
     parser.add_argument("--dry-run", action="store_true",
                         help="validate the scenario and print the plan (steps, expected requests); send nothing")
-    parser.epilog = "Other options are passed to Locust (e.g. -u 8 -t 60s, --web-port, --master, --expect-workers)."
+    forwarded = parser.add_argument_group(
+        "run options (also accepted by locust -f locustfiles/llm.py)"
+    )
+    for flags, kwargs in locustfile_options():
+        forwarded.add_argument(*flags, **kwargs)
+    parser.epilog = (
+        "Other options are passed to Locust (e.g. -u 8 -t 60s, --web-port, --master, --expect-workers, "
+        "--print-stats to show Locust's periodic statistics tables; python -m locust --help lists them)."
+    )
+
+
+class _OptionRecorder:
+    """Stands in for Locust's parser to read the options the plugin registers."""
+
+    def __init__(self) -> None:
+        self.options: list[tuple[tuple[str, ...], dict[str, Any]]] = []
+
+    def add_argument(self, *flags: str, **kwargs: Any) -> None:
+        self.options.append((flags, kwargs))
+
+
+#: options this command defines itself (the plugin has them too, under the same flags)
+_OWN_FLAGS = frozenset({"--scenario", "--out", "--set", "--slo"})
+
+
+def locustfile_options() -> list[tuple[tuple[str, ...], dict[str, Any]]]:
+    """The plugin's own Locust options (one definition: read from the plugin), as argparse args."""
+    from tokenswarm.orchestrate import plugin
+
+    recorder = _OptionRecorder()
+    plugin.add_options(recorder)
+    out = []
+    for flags, kwargs in recorder.options:
+        if kwargs.get("help") is argparse.SUPPRESS or _OWN_FLAGS.intersection(flags):
+            continue
+        kwargs = {k: v for k, v in kwargs.items() if k != "include_in_web_ui"}
+        if kwargs.get("action") not in ("store_true", "append"):
+            kwargs.setdefault("metavar", flags[0].lstrip("-").replace("-", "_").upper())
+        out.append((flags, kwargs))
+    return out
+
+
+def _forwarded_argv(args: argparse.Namespace) -> list[str]:
+    """The plugin's options as given to ``run``, rebuilt for Locust's command line."""
+    argv: list[str] = []
+    for flags, kwargs in locustfile_options():
+        dest = kwargs.get("dest") or flags[0].lstrip("-").replace("-", "_")
+        value = getattr(args, dest, None)
+        action = kwargs.get("action")
+        if action == "store_true":
+            argv += [flags[0]] if value else []
+        elif action == "append":
+            for item in value or []:
+                argv += [flags[0], str(item)]
+        elif value is not None and value != kwargs.get("default"):
+            argv += [flags[0], str(value)]
+    return argv
 
 
 def build_locust_argv(args: argparse.Namespace, scenario_path: str) -> list[str]:
@@ -55,13 +112,13 @@ def build_locust_argv(args: argparse.Namespace, scenario_path: str) -> list[str]
         argv += ["--set", o]
     for o in args.slo:
         argv += ["--slo", o]
-    return argv + list(args.passthrough)
+    return argv + _forwarded_argv(args) + list(args.passthrough)
 
 
 def run(args: argparse.Namespace) -> int:
-    from tokenswarm.collect.verdict import merge_slos, parse_slo_args
     from tokenswarm.load.scenario import ScenarioError, load_scenario, parse_override, resolve_scenario_path
     from tokenswarm.load.setup import scenario_slos
+    from tokenswarm.orchestrate.verdict import merge_slos, parse_slo_args
 
     path = resolve_scenario_path(args.scenario)
     if args.insecure:
@@ -76,6 +133,13 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(plan_text(scenario, slos, args.host))
         return 0
+    from tokenswarm.commands.workers import preflight as distributed_preflight
+
+    try:
+        args.passthrough = list(args.passthrough) + distributed_preflight(list(args.passthrough), args.workers)
+    except ValueError as exc:
+        print(f"tokenswarm: {exc}", file=sys.stderr)
+        return 2
     argv = [sys.executable, "-m", "locust"] + build_locust_argv(args, path)
     sys.stdout.flush()
     os.execv(sys.executable, argv)  # Locust owns the process from here (signals, exit status)

@@ -11,6 +11,11 @@ returned, before any parsing. Events that came in one read share that timestamp.
 streams without per-chunk hooks are read from the event loop (:class:`HubReader`); TLS and
 hooked streams by this greenlet.
 
+The request's phases are timed apart (:func:`tokenswarm.load.pool.send_request`): a new
+connection's ``connect_ms``, ``sent_at`` when the request's last byte was handed to the
+kernel (TTFT and every chunk offset count from it), ``headers_ms``, and ``schedule_lag_ms``
+and ``send_delay_ms`` from the same ``sent`` reading (see :func:`phase_fields`).
+
 Deadlines: ``connect`` is the pool's connection timeout; ``first_token`` and ``total`` are
 gevent timeouts around the call. A timeout still yields a record (``outcome: timeout``)
 with the tokens received so far. A user killed mid-stream (end of run) yields a
@@ -28,7 +33,7 @@ import orjson
 from gevent import GreenletExit
 
 from tokenswarm.load import pool
-from tokenswarm.load.pool import library_read_time
+from tokenswarm.load.pool import RequestTiming, library_read_time, send_request
 from tokenswarm.load.reader import HubReader, can_watch, stream_poller
 from tokenswarm.load.sse import SSEParser
 from tokenswarm.load.stream import StreamState, WallAnchor, error_from_body
@@ -124,20 +129,26 @@ def stream_call(
     on_cancel: Callable[[RequestRecord, str], None] | None = None,
     cancel_after_first_token: bool = False,
     clock: Callable[[], float] = time.perf_counter,
+    scheduled_s: float | None = None,
 ) -> tuple[RequestRecord, str]:
     """POST ``body`` to ``path`` and observe the answer. Returns ``(record, output_text)``.
 
-    ``base`` carries the record's identity fields (run_id, seq, task, scheduled_at...).
-    Never raises for target misbehaviour. When the calling greenlet is killed (end of run)
-    the ``cancelled`` record goes to ``on_cancel`` and ``GreenletExit`` propagates.
+    ``base`` carries the record's identity fields (run_id, seq, task, scheduled_at...);
+    ``scheduled_s`` is the ``clock`` reading of when the request was due (default: the
+    base's ``scheduled_at`` through ``anchor``). Never raises for target misbehaviour. When
+    the calling greenlet is killed (end of run) the ``cancelled`` record goes to
+    ``on_cancel`` and ``GreenletExit`` propagates.
     """
     poller = stream_poller(clock) if USE_HUB_READER else None
     if poller is not None:
         poller.sweep_if_due()  # between greenlets: see StreamPoller.sweep_if_due
     # Its sweeps note arrivals while a late header read waits (they need kernel stamps).
     pool.arrival_poller = poller if poller is not None and poller.kernel_stamps else None
-    sent = clock()
-    state = StreamState(sent)
+    due = anchor.mono(base["scheduled_at"]) if scheduled_s is None else scheduled_s
+    timing = RequestTiming(clock)
+    start = clock()  # the attempt began: the record's times count from here until sent
+    sent = start
+    state = StreamState(start)
     status: int | None = None
     resp = None
     total = gevent.Timeout(total_timeout_s, _Deadline("total"))
@@ -147,7 +158,9 @@ def stream_call(
     outcome: Outcome | None = None
     error: str | None = None
     try:
-        resp = http_client.request("POST", path, body=body, headers=headers)
+        resp = send_request(http_client, path, body, headers, timing)
+        if timing.sent_s is not None:
+            sent = state.sent_s = timing.sent_s
         status = resp.status_code
         if status >= 300:
             raw = _read_error_body(resp)
@@ -224,7 +237,7 @@ def stream_call(
         total.cancel()
         record = state.finish(
             clock(), outcome=Outcome.CANCELLED, http_status=status, error="cancelled by generator",
-            anchor=anchor, base=base, keep_output=keep_output,
+            anchor=anchor, base={**base, **phase_fields(timing, start, due)}, keep_output=keep_output,
         )
         if on_cancel is not None:
             on_cancel(record, state.text())
@@ -246,9 +259,31 @@ def stream_call(
     if poller is not None:
         poller.sweep_if_due()  # before this request's record work: other streams first (bursts of ends)
     record = state.finish(
-        end, outcome=outcome, http_status=status, error=error, anchor=anchor, base=base, keep_output=keep_output
+        end, outcome=outcome, http_status=status, error=error, anchor=anchor,
+        base={**base, **phase_fields(timing, start, due)}, keep_output=keep_output,
     )
     return record, state.text()
+
+
+def phase_fields(timing: RequestTiming, start_s: float, due_s: float) -> dict[str, Any]:
+    """The record's phase fields from ``timing``'s readings (``start_s``: the attempt began,
+    standing in for ``sent`` when nothing was sent; ``due_s``: when the request was due).
+
+    ``schedule_lag_ms`` comes from the same ``sent`` reading as ``sent_at``; ``send_delay_ms``
+    is the part of it that was not connecting: the generator's own delay.
+    """
+    sent = timing.sent_s
+    lag_s = (start_s if sent is None else sent) - due_s
+    c0, c1 = timing.connect_start_s, timing.connect_end_s
+    connect_s = c1 - c0 if c0 is not None and c1 is not None else None
+    headers = timing.headers_s
+    return {
+        "schedule_lag_ms": round(lag_s * 1000.0, 3),
+        "conn_reused": timing.reused,
+        "connect_ms": None if connect_s is None else round(connect_s * 1000.0, 3),
+        "send_delay_ms": None if sent is None else round((lag_s - (connect_s or 0.0)) * 1000.0, 3),
+        "headers_ms": None if headers is None or sent is None else round((headers - sent) * 1000.0, 3),
+    }
 
 
 def _read_error_body(resp: Any) -> bytes:

@@ -2,7 +2,7 @@
 
 It owns the wall-clock anchor, the gap-free sequence counter, the current load step, the
 record sink, the live statistics and the prompt sources. Users read it; the plugin
-(``tokenswarm.load.plugin``) creates it at test start and tears it down at test stop.
+(``tokenswarm.orchestrate.plugin``) creates it at test start and tears it down at test stop.
 """
 
 from __future__ import annotations
@@ -89,6 +89,8 @@ class RunContext:
         key = target.api_key()
         if key:
             self.headers["Authorization"] = f"Bearer {key}"
+        if not getattr(target, "keep_alive", True):
+            self.headers["Connection"] = "close"  # the server may close too: a new connection per request
         self.keep_outputs = scenario.traffic.keep_outputs
         self.stream_options = {"include_usage": True}
         if target.continuous_usage_stats:
@@ -142,10 +144,11 @@ class RunContext:
     def base(self, *, task: str, user_class: str, scheduled_s: float, sent_estimate_s: float, key: str,
              session_id: str | None = None, turn: int | None = None, max_tokens: int | None = None,
              temperature: float | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Identity fields of a record; ``seq`` is assigned when the record is emitted."""
+        """Identity fields of a record; ``seq`` is assigned when the record is emitted.
+
+        ``schedule_lag_ms`` here is provisional (from ``sent_estimate_s``): the client replaces
+        it with the value from the send's own clock reading."""
         lag = (sent_estimate_s - scheduled_s) * 1000.0
-        if lag > self.max_schedule_lag_ms:
-            self.max_schedule_lag_ms = lag
         return {"run_id": self.run_id, "worker_id": self.worker_id, "seq": -1, "task": task,
                 "user_class": user_class, "request_key": key, "scheduled_at": self.anchor.epoch(scheduled_s),
                 "schedule_lag_ms": round(lag, 3), "session_id": session_id, "turn": turn,
@@ -165,6 +168,9 @@ class RunContext:
     def emit(self, record: RequestRecord, user: Any = None) -> RequestRecord:
         """Give the record its sequence number and hand it to the sink, live stats and listeners."""
         record = record.with_seq(self.next_seq())
+        lag = record.schedule_lag_ms
+        if lag is not None and lag > self.max_schedule_lag_ms:
+            self.max_schedule_lag_ms = lag
         self.sink.add(record)
         self.live.observe(record)
         if self.events is not None:

@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 import numpy as np  # at import time: a first lazy import inside the event loop stalls it ~80 ms
 
-from tokenswarm.metrics import tpot_ms
+from tokenswarm.metrics import itl_samples, tpot_ms
 
 _BASE = 1.01
 _LOG_BASE = math.log(_BASE)
@@ -79,8 +79,9 @@ class LogHistogram:
     def add_chunk_gaps(self, offsets_ms: list[float], tokens: list[int]) -> None:
         """Inter-token samples of one stream, bucketed later in bulk (glossary: ``itl_ms``).
 
-        Chunk ``i >= 1`` of ``tokens[i] > 0`` tokens, arriving ``offsets_ms[i] - offsets_ms[i-1]``
-        after the previous one, gives ``tokens[i]`` samples of that gap divided by ``tokens[i]``.
+        Per delivery (:func:`tokenswarm.metrics.itl_samples`): the chunks read together (equal
+        offsets), ``n`` tokens in all, arriving ``g`` ms after the previous delivery give ``n``
+        samples of ``g / n``.
         """
         if len(offsets_ms) > 1:
             self._pending.append((offsets_ms, tokens))
@@ -96,10 +97,14 @@ class LogHistogram:
         t = np.fromiter(chain.from_iterable(t for _, t in pending), dtype=np.int64, count=total)
         # pair (i, i+1) of the concatenation is a gap unless i+1 starts the next stream
         same_stream = np.ones(total - 1, dtype=bool)
-        same_stream[np.cumsum(lengths)[:-1] - 1] = False
-        n = t[1:]
-        keep = same_stream & (n > 0)
-        self.add_many(np.diff(o)[keep] / n[keep], n[keep])
+        ends = np.cumsum(lengths)[:-1] - 1
+        same_stream[ends] = False
+        first = np.zeros(total - 1, dtype=bool)
+        first[0] = True
+        first[ends[ends + 1 < total - 1] + 1] = True  # the gap after a stream's first chunk
+        values, weights = itl_samples(np.diff(o)[same_stream], t[1:][same_stream], first[same_stream])
+        keep = weights > 0
+        self.add_many(values[keep], weights[keep])
 
     def add_many(self, values_ms: Any, counts: Any) -> None:
         """Vectorised ``add``: ``counts[i]`` samples of ``values_ms[i]`` (numpy arrays)."""

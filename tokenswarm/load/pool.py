@@ -18,18 +18,31 @@
   when the loop itself is stalled -- and :func:`library_read_pieces` dates the read's parts
   by those notes.
 
-They go through the pool's own extension points (``_is_socket_alive`` and the documented
-``_create_tcp_socket`` factory) on the pool instance; nothing global is patched.
+* **The request's phases, timed apart** (:func:`send_request`). tokenswarm writes the request
+  itself on a socket from the pool, so each phase is one clock reading at the moment it names:
+  a new connection's connect (TCP, plus TLS) is timed on its own, ``sent`` is read when the
+  request's last byte has been handed to the kernel, and ``headers`` is when the response
+  headers arrived (the header read's kernel stamp where there is one). TTFT counts from
+  ``sent``, so neither the connect nor the generator's own delay before the send is in it.
+* **Keep-alive off** (``tune_pool(..., keep_alive=False)``): every socket is closed after its
+  response instead of going back to the pool, so each request opens a new connection.
+
+They go through the pool's own extension points (``_is_socket_alive``, ``_create_socket``,
+``return_socket`` and the documented ``_create_tcp_socket`` factory) on the pool instance;
+nothing global is patched.
 """
 
 from __future__ import annotations
 
+import errno
 import socket
 import time
 from typing import Any, Callable
 
 import gevent.socket
 from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
+from geventhttpclient.response import HTTPSocketPoolResponse
+from greenlet import getcurrent
 
 from tokenswarm import kstamp
 from tokenswarm.load import watch
@@ -116,18 +129,115 @@ class StampedSocket(gevent.socket.socket):
             marks.append((end, anc))
 
 
+class RequestTiming:
+    """The phases of one request as :func:`send_request` observed them, on ``clock``'s timeline.
+
+    Each attribute is one clock reading (seconds), taken at the moment it names; ``None``
+    means the moment did not happen (no new connection, nothing sent, no headers).
+    """
+
+    __slots__ = ("clock", "reused", "connect_start_s", "connect_end_s", "sent_s", "headers_s")
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.reused: bool | None = None  #: the request went out on a kept-alive connection
+        self.connect_start_s: float | None = None  #: a new connection's connect began
+        self.connect_end_s: float | None = None  #: ...and ended (established, or failed)
+        self.sent_s: float | None = None  #: the request's last byte was handed to the kernel
+        self.headers_s: float | None = None  #: the response headers arrived
+
+
+#: The timing of the request each greenlet is sending (its connect is timed by the pool's
+#: ``_create_socket``, which cannot be handed the object: several greenlets share one pool).
+_sending: dict[Any, RequestTiming] = {}
+
+
+def _timed_connects(create: Callable[[], Any]) -> Callable[[], Any]:
+    def create_socket() -> Any:
+        timing = _sending.get(getcurrent())
+        if timing is None:  # not one of ours (a plain library request)
+            return create()
+        timing.reused = False
+        timing.connect_start_s = timing.clock()
+        try:
+            return create()
+        finally:
+            timing.connect_end_s = timing.clock()
+
+    return create_socket
+
+
+def send_request(http_client: Any, path: str, body: bytes, headers: dict[str, str],
+                 timing: RequestTiming) -> Any:
+    """POST ``body`` to ``path`` on a pooled connection and read the response headers.
+
+    What ``HTTPClient.request`` does for a POST with a bytes body (one attempt: a POST is not
+    retried once it may have reached the server), with each phase timed into ``timing``.
+    Returns the library's response, its body unread.
+    """
+    cpool = http_client._connection_pool
+    if not getattr(cpool, "_tokenswarm_timed", False):
+        cpool._create_socket = _timed_connects(cpool._create_socket)
+        cpool._tokenswarm_timed = True
+    head = http_client._build_request("POST", path, body=body, headers=headers, chunked=False)
+    data = head.encode("latin-1") + body  # one write: a separate small write stalls on Nagle
+    me = getcurrent()
+    _sending[me] = timing
+    try:
+        timing.reused = True  # unless the pool has to connect (_timed_connects)
+        sock = cpool.get_socket()
+    finally:
+        del _sending[me]
+    clock = timing.clock
+    try:
+        sock.sendall(data)
+        timing.sent_s = clock()  # the last byte is in the kernel's send buffer now
+    except OSError as exc:
+        if exc.errno not in (errno.ECONNRESET, errno.EPIPE):
+            cpool.release_socket(sock)
+            raise
+        # The server may have answered early (401 on a big body) and closed: read that
+        # answer, as the library does; the response releases the socket either way.
+    response = HTTPSocketPoolResponse(sock, cpool, block_size=http_client.block_size, method="POST",
+                                      headers_type=http_client.headers_type)
+    timing.headers_s = _headers_time(sock, clock)
+    return response
+
+
+def _headers_time(sock: Any, clock: Callable[[], float]) -> float:
+    """When the response headers that ``sock``'s latest read completed had arrived.
+
+    The first arrival note that covers the end of the headers, when notes were taken while the
+    header read waited; else the read's own stamp (its newest segment's); else now.
+    """
+    marks = getattr(sock, "marks", None)
+    if marks and kstamp.maps_onto(clock):
+        raw = sock.last_data
+        head_end = raw.find(b"\r\n\r\n") if raw.startswith(b"HTTP/") else -1
+        if head_end >= 0:
+            end = sock.consumed - len(raw) + head_end + 4
+            for mark_end, stamp in marks:
+                if mark_end >= end:
+                    now = clock()
+                    return _mark_time(stamp, time.time() - now, now)
+    return _read_time(sock, clock)
+
+
+def _read_time(sock: Any, clock: Callable[[], float]) -> float:
+    now = clock()
+    anc = getattr(sock, "last_anc", None) if sock is not None else None
+    if anc and kstamp.maps_onto(clock):
+        now = kstamp.stamp_of(anc, time.time() - now, now)
+    return now
+
+
 def library_read_time(resp: Any, clock: Callable[[], float]) -> float:
     """When the bytes of the HTTP library's latest read on ``resp``'s socket arrived.
 
     The kernel stamp of that read on ``clock``'s timeline when the socket is a
     :class:`StampedSocket` and ``clock`` is CLOCK_MONOTONIC-based; otherwise ``clock()``.
     """
-    now = clock()
-    sock = getattr(resp, "_sock", None)
-    anc = getattr(sock, "last_anc", None) if sock is not None else None
-    if anc and kstamp.maps_onto(clock):
-        now = kstamp.stamp_of(anc, time.time() - now, now)
-    return now
+    return _read_time(getattr(resp, "_sock", None), clock)
 
 
 def library_read_pieces(resp: Any, body: bytes, clock: Callable[[], float],
@@ -249,13 +359,16 @@ def socket_alive(sock: Any) -> bool:
     return False  # EOF or unexpected bytes
 
 
-def tune_pool(http_client: Any) -> None:
+def tune_pool(http_client: Any, keep_alive: bool = True) -> None:
     """Adjust ``http_client``'s pool (idempotent; before its first connection): the liveness
-    check, and stamped sockets for plain TCP."""
+    check, stamped sockets for plain TCP, and with ``keep_alive=False`` a new connection for
+    every request (a socket is closed after its response instead of kept)."""
     pool = getattr(http_client, "_connection_pool", None)
     if not isinstance(pool, ConnectionPool) or getattr(pool, "_tokenswarm_tuned", False):
         return
     pool._is_socket_alive = socket_alive
+    if not keep_alive:
+        pool.return_socket = pool.release_socket  # type: ignore[method-assign]  # closes it, frees its slot
     if kstamp.ENABLED and not isinstance(pool, SSLConnectionPool):  # OpenSSL reads TLS sockets itself
         pool._create_tcp_socket = _stamped_tcp_socket
     pool._tokenswarm_tuned = True

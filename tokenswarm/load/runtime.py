@@ -20,7 +20,7 @@ def set_context(ctx: Any) -> None:
 
 
 def run() -> Any:
-    """The master/local :class:`~tokenswarm.load.controller.RunController` (None on workers)."""
+    """The master/local :class:`~tokenswarm.orchestrate.controller.RunController` (None on workers)."""
     return _state["run"]
 
 

@@ -1,7 +1,7 @@
 """Per-process set-up from a scenario: user-class settings, weights, the run context, the target.
 
-Shared by the master/local :class:`~tokenswarm.load.controller.RunController` and the worker
-wiring in :mod:`tokenswarm.load.plugin`.
+Shared by the master/local :class:`~tokenswarm.orchestrate.controller.RunController` and the worker
+wiring in :mod:`tokenswarm.orchestrate.plugin`.
 """
 
 from __future__ import annotations

@@ -289,6 +289,10 @@ class WallAnchor:
     def epoch(self, mono_s: float) -> float:
         return round(self.wall_s + (mono_s - self.mono_s), 6)
 
+    def mono(self, epoch_s: float) -> float:
+        """The monotonic reading of an epoch time made by :meth:`epoch` (to the microsecond)."""
+        return self.mono_s + (epoch_s - self.wall_s)
+
 
 def _int(v: Any) -> int | None:
     if v is None or isinstance(v, bool):

@@ -94,7 +94,7 @@ class Conversationalist:
                 first_token_timeout_s=target.first_token_timeout_s, total_timeout_s=target.total_timeout_s,
                 keep_output=ctx.keep_outputs, hooks=self.hooks, clock=ctx.clock,
                 on_cancel=lambda rec, _text: ctx.emit(rec, self.user),
-                cancel_after_first_token=abnormal == "cancel_early",
+                cancel_after_first_token=abnormal == "cancel_early", scheduled_s=scheduled_s,
             )
         finally:
             ctx.in_flight -= 1
@@ -160,7 +160,7 @@ class _TokenswarmUser(FastHttpUser):
     def _http(self) -> Any:
         """This user's geventhttpclient connection pool to the target (FastHttpUser's settings)."""
         client = self.client.client.clientpool.get_client(URL(self.ctx.base_url))
-        tune_pool(client)  # before its first connection exists
+        tune_pool(client, keep_alive=self.ctx.scenario.target.keep_alive)  # before its first connection exists
         return client
 
 

@@ -1,5 +1,7 @@
 """Guided decoding in the simulator: a ``response_format`` request gets a JSON answer.
 
+(:func:`tokenswarm.sim.api.guided_schema` reads the request's ``response_format``.)
+
 With ``{"type": "json_schema", "json_schema": {"schema": S}}`` the target output is one JSON
 instance of ``S`` (objects, arrays, strings, integers, numbers, booleans, ``enum``; string
 values are short runs of words copied from the prompt, as an extraction copies from its
@@ -16,32 +18,8 @@ from typing import Any
 
 import orjson
 
-from tokenswarm.sim.api import HttpError
 from tokenswarm.sim.textgen import TargetText
 from tokenswarm.sim.tokenizer import tokenize
-
-_JSON_OBJECT = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
-
-
-def guided_schema(response_format: Any) -> dict | None:
-    """The schema a request's ``response_format`` asks for (None: free text); 400 if malformed."""
-    if response_format is None:
-        return None
-    if not isinstance(response_format, dict):
-        raise HttpError(400, "'response_format' must be an object", "response_format")
-    kind = response_format.get("type")
-    if kind in (None, "text"):
-        return None
-    if kind == "json_object":
-        return _JSON_OBJECT
-    if kind == "json_schema":
-        js = response_format.get("json_schema")
-        schema = js.get("schema") if isinstance(js, dict) else None
-        if not isinstance(schema, dict):
-            raise HttpError(400, "'response_format.json_schema.schema' must be an object", "response_format")
-        return schema
-    raise HttpError(400, f"'response_format.type' must be text, json_object or json_schema, got {kind!r}",
-                    "response_format")
 
 
 def instance(schema: Any, rng: random.Random, words: list[str], depth: int = 0) -> Any:

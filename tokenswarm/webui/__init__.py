@@ -1,6 +1,6 @@
 """Live LLM metrics in Locust's web UI: an "LLM" tab, live charts, a CSV and the run report.
 
-``install(environment, ctl)`` is called by :mod:`tokenswarm.load.plugin` on the master or
+``install(environment, ctl)`` is called by :mod:`tokenswarm.orchestrate.plugin` on the master or
 local process when Locust's web UI exists (not with ``--headless``, not on workers). It adds:
 
 * the **LLM** tab (Locust ``extended_tabs``/``extended_tables``; rows injected into

@@ -1,6 +1,6 @@
 """What the web UI reads from the run controller (master or local process), in one place.
 
-Only public attributes of :class:`tokenswarm.load.controller.RunController` are read: ``live``
+Only public attributes of :class:`tokenswarm.orchestrate.controller.RunController` are read: ``live``
 (merged worker deltas on a master, the process's own stats locally), ``manifest``,
 ``run_dir``, ``finished``, ``scrapers``, ``ctx``, ``worker_status`` and ``is_master``.
 """

@@ -7,7 +7,7 @@ path and what was expected, e.g.::
     scenarios/mix.yaml: traffic.classes.qa.weight: expected a number >= 0, got -1
 
 The CLI turns a ``ScenarioError`` into exit status 2 before any traffic is sent. The schema
-is documented field by field in the README.
+is documented field by field in docs/scenarios.md and docs/reference/scenario-schema.md.
 
 Layout: ``model`` (the frozen config dataclasses and allowed values), ``parse`` (file,
 overrides, validation), ``sections`` (one parser per YAML section), ``fields`` (the typed
@@ -18,7 +18,7 @@ field reader), ``credentials`` (literal-key rejection, header masking), ``errors
 from __future__ import annotations
 
 from tokenswarm.load.scenario.credentials import mask_headers
-from tokenswarm.load.scenario.errors import ScenarioError
+from tokenswarm.load.scenario.errors import ScenarioError, ScenarioErrors
 from tokenswarm.load.scenario.model import (
     ABNORMAL_CASES,
     APIS,
@@ -57,6 +57,7 @@ __all__ = [
     "Sampling",
     "Scenario",
     "ScenarioError",
+    "ScenarioErrors",
     "SloConfig",
     "TargetConfig",
     "TaskConfig",

@@ -7,8 +7,12 @@ durations (``"30s"``, ``"10m"``, ``"4h"``) and length/time distributions; every 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import difflib
 import math
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from tokenswarm.load.distributions import Dist, DistSpecError, make_dist
@@ -16,6 +20,31 @@ from tokenswarm.load.scenario.errors import _MISSING, ScenarioError
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+# While a whole file is validated, unknown fields are noted here (and skipped) instead of
+# raised, so that one run of the parser reports every one of them.
+_UNKNOWN_FIELDS: contextvars.ContextVar[list[ScenarioError] | None] = contextvars.ContextVar(
+    "tokenswarm_unknown_fields", default=None
+)
+
+
+@contextlib.contextmanager
+def collecting_unknown_fields() -> Iterator[list[ScenarioError]]:
+    """Within this block, :class:`_Section` appends unknown-field errors to the yielded list."""
+    found: list[ScenarioError] = []
+    token = _UNKNOWN_FIELDS.set(found)
+    try:
+        yield found
+    finally:
+        _UNKNOWN_FIELDS.reset(token)
+
+
+def unknown_field(file: str, path: str, key: str, known: tuple[str, ...]) -> ScenarioError:
+    """The error for an unknown key, with the closest known name as a hint (difflib)."""
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    return ScenarioError(
+        file, path, "one of " + ", ".join(known), key, problem="unknown field", hint=close[0] if close else None
+    )
 
 
 class _Section:
@@ -27,11 +56,14 @@ class _Section:
         if not isinstance(data, dict):
             raise ScenarioError(file, path or "(top level)", "a mapping", data)
         self.data, self.path, self.file, self.known = data, path, file, known
-        for key in data:
-            if not isinstance(key, str) or key not in known:
-                raise ScenarioError(
-                    file, self.at(str(key)), "one of " + ", ".join(known), key, problem="unknown field"
-                )
+        unknown = [key for key in data if not isinstance(key, str) or key not in known]
+        if unknown:
+            errors = [unknown_field(file, self.at(str(key)), str(key), known) for key in unknown]
+            found = _UNKNOWN_FIELDS.get()
+            if found is None:
+                raise errors[0]
+            found.extend(errors)
+            self.data = {k: v for k, v in data.items() if k not in unknown}
 
     def at(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key

@@ -126,6 +126,7 @@ class TargetConfig:
     scrape_interval_s: float
     extra_metrics: tuple[tuple[str, str], ...]
     metrics_auto: bool = False  # metrics_url was 'auto': derive it from whatever base_url is used
+    keep_alive: bool = True  # False: a new connection for every request (measure connection cost)
     extra_body: dict[str, Any] = field(default_factory=dict)  # request-body fields for every request
 
     def api_key(self) -> str | None:
@@ -220,6 +221,7 @@ class Scenario:
                 },
                 "continuous_usage_stats": t.continuous_usage_stats,
                 "verify_tls": t.verify_tls,
+                "keep_alive": t.keep_alive,
                 "metrics_url": "auto" if t.metrics_auto and t.metrics_url is None else t.metrics_url,
                 "scrape_interval_s": t.scrape_interval_s,
                 "extra_metrics": [{"name": n, "url": u} for n, u in t.extra_metrics],

@@ -10,14 +10,15 @@ rejects literal secrets first, then hands each section to its parser in
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from tokenswarm.load.scenario.credentials import _reject_literal_secrets
-from tokenswarm.load.scenario.errors import ScenarioError
-from tokenswarm.load.scenario.fields import _Section
+from tokenswarm.load.scenario.errors import ScenarioError, ScenarioErrors
+from tokenswarm.load.scenario.fields import _Section, collecting_unknown_fields
 from tokenswarm.load.scenario.model import CostConfig, Scenario
 from tokenswarm.load.scenario.sections import _parse_load, _parse_slo, _parse_target, _parse_traffic
 
@@ -106,26 +107,73 @@ def _with_replay_class(data: dict) -> dict:
 
 
 def parse_scenario(data: dict, source: str = "<scenario>") -> Scenario:
-    """Validate a parsed YAML mapping; relative paths resolve against ``source``'s folder, then cwd."""
+    """Validate a parsed YAML mapping; relative paths resolve against ``source``'s folder, then cwd.
+
+    Every unknown field in the file and the first invalid value of each section (``target``,
+    ``traffic``, ``load``, ``slo``, ``cost``) are reported together: one problem raises a
+    :class:`ScenarioError`, several a :class:`ScenarioErrors` listing each.
+    """
     file = source
     base_dir = Path(source).parent if source and os.path.isfile(source) else Path.cwd()
     _reject_literal_secrets(data, "", file)
-    top = _Section(data, "", file, _TOP)
-    default_name = Path(source).stem if source and not source.startswith("<") else "scenario"
-    name = top.str_("name", default_name)
-    description = top.str_("description", "")
-    target = _parse_target(top, file)
-    load = _parse_load(top, base_dir)
-    if load.mode == "replay":
-        top = _Section(_with_replay_class(data), "", file, _TOP)
-    traffic = _parse_traffic(top, file, base_dir, target.extra_body)
-    slo = _parse_slo(top, file, {t.name for t in traffic.classes})
-    cost = None
-    if top.has("cost"):
-        c = top.section("cost", _COST)
-        if not c.has("gpu_hour_usd"):
-            raise c.err("gpu_hour_usd", "a number > 0")
-        cost = CostConfig(c.num("gpu_hour_usd", None, gt=0), c.num("gpus", 1, ge=1, integer=True))
+    problems: list[ScenarioError] = []
+
+    def attempt(parse_section: Callable[[], Any]) -> Any:
+        try:
+            return parse_section()
+        except ScenarioErrors as exc:
+            problems.extend(exc.errors)
+        except ScenarioError as exc:
+            problems.append(exc)
+        return None
+
+    with collecting_unknown_fields() as unknown:
+        top = _Section(data, "", file, _TOP)
+        default_name = Path(source).stem if source and not source.startswith("<") else "scenario"
+        name = attempt(lambda: top.str_("name", default_name))
+        description = attempt(lambda: top.str_("description", ""))
+        target = attempt(lambda: _parse_target(top, file))
+        load = attempt(lambda: _parse_load(top, base_dir))
+        traffic_top = top
+        if load is not None and load.mode == "replay":  # replay needs no classes (see _with_replay_class)
+            traffic_top = _Section({"traffic": _with_replay_class(data)["traffic"]}, "", file, _TOP)
+        target_extra = target.extra_body if target is not None else {}
+        traffic = attempt(lambda: _parse_traffic(traffic_top, file, base_dir, target_extra))
+        task_names = {t.name for t in traffic.classes} if traffic is not None else _raw_task_names(data)
+        slo = attempt(lambda: _parse_slo(top, file, task_names))
+        cost = attempt(lambda: _parse_cost(top))
+    # A mapping's own error right after one of its keys was skipped as unknown is a consequence
+    # (e.g. "cases: at least one case" after "cases.explode: unknown field"): report the cause.
+    skipped_in = {e.field.rpartition(".")[0] for e in unknown}
+    problems = [e for e in problems if e.field not in skipped_in]
+    problems = sorted(unknown + problems, key=lambda e: _order(data, e.field))
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise ScenarioErrors(problems)
     return Scenario(
         name, description, source if os.path.isfile(source) else None, target, traffic, load, slo, cost
     )
+
+
+def _parse_cost(top: _Section) -> CostConfig | None:
+    if not top.has("cost"):
+        return None
+    c = top.section("cost", _COST)
+    if not c.has("gpu_hour_usd"):
+        raise c.err("gpu_hour_usd", "a number > 0")
+    return CostConfig(c.num("gpu_hour_usd", None, gt=0), c.num("gpus", 1, ge=1, integer=True))
+
+
+def _raw_task_names(data: dict) -> set[str]:
+    """Class names as written, to check ``slo.per_task`` when ``traffic`` itself is invalid."""
+    traffic = data.get("traffic")
+    classes = traffic.get("classes") if isinstance(traffic, dict) else None
+    return {str(k) for k in classes} if isinstance(classes, dict) else set()
+
+
+def _order(data: dict, field: str) -> int:
+    """Problems in the order of the file's top-level sections (then as found)."""
+    head = field.split(".", 1)[0].split("[", 1)[0]
+    keys = [str(k) for k in data]
+    return keys.index(head) if head in keys else len(keys)

@@ -54,6 +54,7 @@ _TARGET = (
     "metrics_url",
     "scrape_interval_s",
     "extra_metrics",
+    "keep_alive",
     "extra_body",
 )
 _TIMEOUTS = ("connect_s", "first_token_s", "total_s")
@@ -245,6 +246,7 @@ def _parse_target(top: _Section, file: str) -> TargetConfig:
         scrape_interval_s=t.num("scrape_interval_s", 5.0, gt=0),
         extra_metrics=tuple(extra),
         metrics_auto=metrics_auto,
+        keep_alive=t.bool_("keep_alive", True),
         extra_body=_parse_extra_body(t),
     )
 

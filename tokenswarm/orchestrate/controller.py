@@ -36,6 +36,8 @@ from tokenswarm.load.setup import (
 )
 from tokenswarm.load.steps import StepMachine, plan_steps
 
+#: Locust worker states in which a worker generates no load (and so sends no final message).
+_IDLE_WORKER_STATES = ("missing", "stopped", "ready", "init")
 log = logging.getLogger("tokenswarm")
 
 MSG_STEP = "tokenswarm_step"
@@ -430,10 +432,14 @@ class RunController:
             self.health_fh.close()
         print(f"tokenswarm: records and manifest written to {self.run_dir}", flush=True)
         self._verdict()
+        print(
+            f"tokenswarm: report: tokenswarm report {self.run_dir}  (writes {os.path.join(str(self.run_dir), 'report', 'report.html')})",
+            flush=True,
+        )
 
     def _verdict(self) -> None:
         """SLO verdict on the exact records: slo.json, junit.xml, a table, the exit status."""
-        from tokenswarm.collect.verdict import verdict_table, write_verdict
+        from tokenswarm.orchestrate.verdict import verdict_table, write_verdict
 
         try:
             v = write_verdict(self.run_dir, self.slos)
@@ -448,24 +454,33 @@ class RunController:
     def _stop_workers(self) -> None:
         """Make sure workers stop (and so flush) before the master closes the run directory.
 
-        Locust's headless quit fires the master's test_stop *before* telling workers anything,
-        so without this the last records would arrive after the files were closed.
+        A worker still running here means Locust is quitting (headless end, the run-time
+        limit, an abort): its quit fires the master's test_stop *before* telling workers
+        anything, so without this the last records would arrive after the files were closed.
+        The message is "quit", not "stop": a worker stops (and sends its final records) on
+        either, but after "stop" Locust's worker sleeps ``stop_timeout`` before it reads its
+        next message, so a later quit reached it 30 s late and it lingered until then.
         """
         from locust.rpc import Message
 
         runner = self.env.runner
         for client in list(runner.clients.all):
-            if client.state not in ("missing", "stopped", "ready", "init"):
-                runner.server.send_to_client(Message("stop", None, client.id))
+            if client.state not in _IDLE_WORKER_STATES:
+                runner.server.send_to_client(Message("quit", None, client.id))
 
     def _workers_settled(self) -> bool:
+        """Every worker that was generating load has sent its final message (or has gone).
+
+        Workers are matched by Locust client id, which every records/final message carries, so
+        a worker whose first heartbeat report had not arrived yet (a run of a few seconds) is
+        still waited for instead of being declared lost at once.
+        """
         assert self.collector is not None
-        runner = self.env.runner
-        alive = {c.id for c in runner.clients.all if c.state != "missing"} if self.is_master else set()
-        for acc in self.collector.workers.values():
-            if not acc.final_received and acc.client_id in alive:
-                return False
-        return True
+        if not self.is_master:
+            return True
+        busy = {c.id for c in self.env.runner.clients.all if c.state not in _IDLE_WORKER_STATES}
+        final = {acc.client_id for acc in self.collector.workers.values() if acc.final_received}
+        return busy <= final
 
     def finalize_manifest(self) -> None:
         m = self.manifest

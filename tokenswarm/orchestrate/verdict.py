@@ -13,6 +13,7 @@ Files written next to the records: ``slo.json`` (machine-readable verdict) and
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,9 @@ def parse_slo_args(items: list[str]) -> dict[str, Any]:
             task, name = name.split(".", 1)
         known = tuple(SLO_NAMES) + ("ttft_ms", "tpot_ms", "e2e_ms")
         if name not in known:
-            raise ValueError(f"--slo {item!r}: unknown SLO {name!r}, expected one of {', '.join(known)}")
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"--slo {item!r}: unknown SLO {name!r}, expected one of {', '.join(known)}{hint}")
         try:
             v = float(value)
         except ValueError:

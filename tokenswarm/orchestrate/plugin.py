@@ -26,8 +26,8 @@ from locust.runners import MasterRunner, WorkerRunner
 from tokenswarm.collect.relay import MSG_FINAL, MSG_RECORDS, RelaySink, spool_dir_default
 from tokenswarm.load import runtime
 from tokenswarm.load.context import make_worker_id
-from tokenswarm.load.controller import EXIT_BAD_CONFIG, MSG_LIVE, MSG_STEP, RunController
 from tokenswarm.load.health import HealthMonitor
+from tokenswarm.load.lifecycle import is_local_worker, watch_parent
 from tokenswarm.load.setup import (  # noqa: F401  (planned_duration_s, scenario_slos: part of this module's API)
     apply_user_settings,
     build_worker_context,
@@ -36,6 +36,9 @@ from tokenswarm.load.setup import (  # noqa: F401  (planned_duration_s, scenario
     scenario_slos,
     set_class_weights,
 )
+from tokenswarm.orchestrate.controller import EXIT_BAD_CONFIG, MSG_LIVE, MSG_STEP, RunController
+from tokenswarm.orchestrate.verdict import merge_slos, parse_slo_args
+from tokenswarm.webui import install as install_webui
 
 log = logging.getLogger("tokenswarm")
 
@@ -87,6 +90,10 @@ def _add_options(parser: Any) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # master / local
+#: the plugin's command-line options (``tokenswarm run --help`` lists them from here)
+add_options = _add_options
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -97,10 +104,13 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     opts = environment.parsed_options
     if opts is None:
         return
+    if not getattr(opts, "print_stats", False):
+        # Quiet terminal: the progress lines and the verdict, without Locust's periodic stats
+        # tables between them (Locust reads this flag after init; --print-stats brings them back).
+        opts.only_summary = True
     if isinstance(runner, WorkerRunner):
         _init_worker(environment)
         return
-    from tokenswarm.collect.verdict import merge_slos, parse_slo_args
     from tokenswarm.load.scenario import ScenarioError
 
     try:
@@ -136,12 +146,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     environment.events.reset_stats.add_listener(lambda **kw: ctl.reset_live())
     environment.events.quitting.add_listener(lambda environment, **kw: ctl.stop())
     if environment.web_ui is not None:
-        try:
-            from tokenswarm.webui import install as install_webui
-        except ImportError:
-            install_webui = None
-        if install_webui is not None:
-            install_webui(environment, ctl)
+        install_webui(environment, ctl)
 
 
 class _CollectorProxy:
@@ -150,11 +155,11 @@ class _CollectorProxy:
 
     def on_records(self, environment: Any, msg: Any, **_kw: Any) -> None:
         if self.ctl.collector is not None:
-            self.ctl.collector.on_batch(msg.data)
+            self.ctl.collector.on_batch(msg.data, client_id=msg.node_id)
 
     def on_final(self, environment: Any, msg: Any, **_kw: Any) -> None:
         if self.ctl.collector is not None:
-            self.ctl.collector.on_final(msg.data)
+            self.ctl.collector.on_final(msg.data, client_id=msg.node_id)
 
 
 def _set_stopping() -> None:
@@ -176,6 +181,8 @@ def _init_worker(environment: Any) -> None:
             state["pending_step"] = msg.data
 
     runner.register_message(MSG_STEP, on_step)
+    if is_local_worker(environment.parsed_options):
+        gevent.spawn(watch_parent, runner.quit)
 
     @environment.events.test_start.add_listener
     def _start(environment: Any, **_kw: Any) -> None:

@@ -1,0 +1,134 @@
+"""generator.py --workload spec: whole-process CPU per chunk on speculative-decoding traffic.
+
+Kept apart from generator.py's one-token benchmark because it measures differently: each
+client runs to completion as a user's machine runs it, and is charged everything it spent
+(start-up, ramp, teardown), against a server tokenswarm was not tuned to (the uvicorn truth
+server). The steady window is printed beside it so the per-request share is visible.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+from truthjoin import load_truth
+from truthserver.testing import start_truth
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tree_cpu(pid: int) -> float:
+    try:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def client_command(kind: str, host: str, args, run: Path) -> tuple[list[str], dict[str, str]]:
+    common = ["--headless", "--host", host, "-u", str(args.spec_streams), "-r", str(args.spec_streams),
+              "-t", f"{int(args.seconds)}s", "--only-summary", "--stop-timeout", "5"]
+    if kind == "baseline":
+        return ([sys.executable, "-m", "locust", "-f", str(ROOT / "benchmarks" / "baseline_locustfile.py"), *common],
+                {"BENCH_MODEL": "truth", "BENCH_MAX_TOKENS": str(args.spec_output_tokens)})
+    out = json.dumps({"dist": "fixed", "value": args.spec_output_tokens})
+    return ([sys.executable, "-m", "locust", "-f", str(ROOT / "locustfiles" / "llm.py"),
+             "--scenario", str(ROOT / "scenarios" / "qa.yaml"), "--out", str(run), *common,
+             "--set", f"traffic.classes.qa.output_tokens={out}",
+             "--set", 'traffic.classes.qa.sampling={"ignore_eos": true, "temperature": 0.7}',
+             "--set", "target.metrics_url=null", "--set", "slo={}"], {})
+
+
+def run_whole(kind: str, srv, args, work: Path, n: int) -> dict:
+    """One client from start to exit; CPU of the whole process, and of a steady mid-run window."""
+    import os
+
+    run = work / f"spec-{kind}-{n}"
+    cmd, env = client_command(kind, srv.base_url, args, run)
+    before = _children_cpu()
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    warm = min(6.0, args.seconds / 3)
+    window = max(2.0, args.seconds - warm - 3.0)
+    time.sleep(warm + 1.0)
+    c0, t0 = _tree_cpu(proc.pid), time.monotonic()
+    time.sleep(window)
+    c1, t1 = _tree_cpu(proc.pid), time.monotonic()
+    _out, err = proc.communicate(timeout=args.seconds + 180)
+    end = time.monotonic()
+    whole_cpu = _children_cpu() - before
+    if proc.returncode not in (0, 1):  # 1: Locust counts a failed request; the rows show the counts
+        raise SystemExit(f"{kind} client failed ({proc.returncode}): {err[-2000:]}")
+    return {"kind": kind, "start": start, "end": end, "window": (t0, t1), "whole_cpu_s": whole_cpu,
+            "window_cpu_s": c1 - c0, "wall_s": end - start}
+
+
+def count_chunks(row: dict, truth: dict[str, dict]) -> None:
+    """Chunks and requests the server sent this client, whole run and steady window."""
+    start, end = row["start"], row["end"]
+    t0, t1 = row["window"]
+    mine = [t for t in truth.values() if start <= t["received"] <= end]
+    row["requests"] = sum(1 for t in mine if t.get("outcome") == "ok")
+    row["chunks"] = sum(len(t["chunks"]) for t in mine)
+    row["window_chunks"] = sum(1 for t in mine for c in t["chunks"] if t0 <= c[0] <= t1)
+    row["us_per_chunk"] = row["whole_cpu_s"] / row["chunks"] * 1e6 if row["chunks"] else None
+    row["us_per_request"] = row["whole_cpu_s"] / row["requests"] * 1e6 if row["requests"] else None
+    row["window_us_per_chunk"] = row["window_cpu_s"] / row["window_chunks"] * 1e6 if row["window_chunks"] else None
+    row["window_share"] = row["window_cpu_s"] / (t1 - t0)
+
+
+def run_spec_workload(args, work: Path) -> None:
+    truth_path = work / "spec-truth.jsonl"
+    rows: list[dict] = []
+    with start_truth(truth_path, "--step-ms", str(args.spec_step_ms), "--tokens-per-chunk",
+                     args.spec_tokens_per_chunk, cpus="1") as srv:
+        for n in range(args.repeat):  # A B A B: slow drifts of the machine hit both alike
+            for kind in ("baseline", "tokenswarm"):
+                rows.append(run_whole(kind, srv, args, work, n))
+        srv.flush()
+        lateness = srv.stats()
+    truth = load_truth(truth_path)
+    for r in rows:
+        count_chunks(r, truth)
+    print(f"\nspeculative chunking: {args.spec_streams} streams, one event every {args.spec_step_ms:g} ms with "
+          f"{args.spec_tokens_per_chunk} tokens, {args.spec_output_tokens}-token answers, scenarios/qa.yaml prompts; "
+          f"uvicorn truth server on core 1; whole process = start to exit, {args.seconds:g} s of load")
+    print(f"{'client':<12} {'chunks':>8} {'requests':>8} {'chunks/req':>10} {'whole us/chunk':>14} "
+          f"{'us/request':>10} {'window us/chunk':>15} {'window CPU':>10}")
+    for r in rows:
+        per_req = r["chunks"] / r["requests"] if r["requests"] else 0
+        print(f"{r['kind']:<12} {r['chunks']:>8} {r['requests']:>8} {per_req:>10.1f} {r['us_per_chunk'] or 0:>14.1f} "
+              f"{r['us_per_request'] or 0:>10.0f} {r['window_us_per_chunk'] or 0:>15.1f} {r['window_share']:>10.2f}")
+    pairs = list(zip(rows[0::2], rows[1::2]))
+    whole = sorted(b["us_per_chunk"] / t["us_per_chunk"] for b, t in pairs if b["us_per_chunk"] and t["us_per_chunk"])
+    steady = sorted(b["window_us_per_chunk"] / t["window_us_per_chunk"] for b, t in pairs
+                    if b["window_us_per_chunk"] and t["window_us_per_chunk"])
+    if whole:
+        w = statistics.median(whole)
+        print(f"whole-process CPU per chunk, baseline / tokenswarm: {w:.2f}x (pairs: "
+              f"{', '.join(f'{x:.2f}x' for x in whole)}); goal >= 2.00x: {'met' if w >= 2.0 else 'NOT met'}")
+    if steady:
+        print(f"steady-window CPU per chunk, baseline / tokenswarm: {statistics.median(steady):.2f}x")
+    for kind in ("baseline", "tokenswarm"):
+        us = statistics.median(r["us_per_chunk"] for r in rows if r["kind"] == kind and r["us_per_chunk"])
+        print(f"ceiling per core, {kind}: {1e6 / us:.0f} chunks/s whole-process")
+    print(f"truth server lateness over the runs: {json.dumps(lateness)[:300]}")

@@ -1,0 +1,160 @@
+"""Workers end with their master; a distributed run starts cleanly or says why not."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.helpers.procs import free_port
+from tests.helpers.runs import ROOT, read_manifest, read_records, scenario_file, start_master_and_workers
+from tokenswarm.collect.relay import Collector
+from tokenswarm.commands.workers import DEFAULT_WORKER_WAIT_S, distributed_argv
+from tokenswarm.load.lifecycle import watch_parent
+from tokenswarm.sim.testing import start_sim
+
+TRAFFIC = {"seed": 5, "classes": {"qa": {"weight": 1, "prompt_tokens": {"dist": "uniform", "min": 20, "max": 60},
+                                         "output_tokens": {"dist": "uniform", "min": 8, "max": 32}}}}
+
+
+# -- units -------------------------------------------------------------------------------------
+
+def test_a_local_worker_acts_once_its_parent_process_has_ended():
+    ppids = iter([100, 100, 100, 1])  # the parent at the call, then alive twice, then re-parented
+    slept: list[float] = []
+    gone: list[bool] = []
+    watch_parent(lambda: gone.append(True), getppid=lambda: next(ppids), sleep=slept.append, poll_s=0.25)
+    assert gone == [True]
+    assert slept == [0.25, 0.25]
+
+
+def test_local_workers_dial_the_port_the_master_binds():
+    assert distributed_argv(["--master-bind-port", "5612"], 2)[:2] == ["--master-port", "5612"]
+    assert distributed_argv(["--master-bind-port=5612"], 2)[:2] == ["--master-port", "5612"]
+    assert "--master-port" not in distributed_argv(["--master-bind-port", "5612", "--master-port", "5700"], 2)
+    assert "--master-port" not in distributed_argv([], 2), "the default port needs nothing"
+
+
+def test_a_master_waits_for_its_workers_for_a_bounded_time_unless_told_otherwise():
+    assert distributed_argv([], 2) == ["--expect-workers-max-wait", str(DEFAULT_WORKER_WAIT_S)]
+    assert distributed_argv(["--master", "--expect-workers", "3"], 0) == ["--expect-workers-max-wait", "60"]
+    assert distributed_argv(["--master", "--expect-workers-max-wait", "5"], 0) == []
+    assert distributed_argv(["-u", "4"], 0) == [], "a single-process run has no workers to wait for"
+
+
+def test_a_final_message_is_matched_to_its_worker_before_any_heartbeat_report():
+    class Writer:
+        def write_lines(self, data: bytes, count: int) -> None:
+            pass
+
+    c = Collector(Writer())  # type: ignore[arg-type]
+    c.on_batch({"worker_id": "w0", "first_seq": 0, "last_seq": 1, "count": 2, "data": b""}, client_id="node-a")
+    c.on_final({"worker_id": "w0", "last_seq": 1, "requests_started": 2}, client_id="node-a")
+    acc = c.workers["w0"]
+    assert acc.client_id == "node-a" and acc.final_received
+
+
+def test_a_busy_master_port_is_an_error_that_names_the_port_and_the_way_out():
+    with socket.socket() as held:
+        held.bind(("", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        out = subprocess.run([sys.executable, "-m", "tokenswarm", "run", "qa", "--headless", "--workers", "2",
+                              "--master-bind-port", str(port)], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 2, out.stderr
+    assert f"port {port}" in out.stderr and "--master-bind-port" in out.stderr
+    assert "Traceback" not in out.stderr + out.stdout
+
+
+# -- real processes ----------------------------------------------------------------------------
+
+def _read_until_eof(stream, done: dict) -> None:
+    done["text"] = stream.read()
+    done["eof_at"] = time.monotonic()
+
+
+@pytest.mark.slow
+def test_local_workers_release_the_terminal_within_seconds_of_the_master(tmp_path):
+    sc = scenario_file(tmp_path, traffic=TRAFFIC, load={"mode": "closed", "steps": [4], "warmup_s": 0,
+                                                        "step_duration_s": 3, "stop_timeout_s": 30})
+    run = tmp_path / "run"
+    with start_sim("--profile", "tiny-fast") as sim:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tokenswarm", "run", str(sc), "--host", sim.base_url, "--headless",
+             "--workers", "2", "--out", str(run), "--master-bind-port", str(free_port()), "--only-summary"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, start_new_session=True)
+        done: dict = {}
+        reader = threading.Thread(target=_read_until_eof, args=(proc.stdout, done))
+        reader.start()
+        try:
+            proc.wait(timeout=120)
+            exited_at = time.monotonic()
+            reader.join(timeout=60)
+        finally:
+            if proc.poll() is None or reader.is_alive():
+                os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, done.get("text", "")[-3000:]
+    lingered_s = done["eof_at"] - exited_at
+    assert lingered_s < 10, f"workers held the pipe {lingered_s:.1f} s after the master ended (stop_timeout is 30 s)"
+    records = read_records(run)
+    m = read_manifest(run)
+    assert m["totals"]["records_lost"] == 0 and m["totals"]["records_received"] == len(records) > 0
+    assert all(w["final_received"] for w in m["workers"]) and len(m["workers"]) == 2
+
+
+@pytest.mark.slow
+def test_plain_workers_exit_within_seconds_of_their_masters_end(tmp_path):
+    sc = scenario_file(tmp_path, traffic=TRAFFIC, load={"mode": "closed", "steps": [2], "warmup_s": 0,
+                                                        "step_duration_s": 2, "stop_timeout_s": 30})
+    with start_sim("--profile", "tiny-fast") as sim:
+        master, workers = start_master_and_workers(sc, sim.base_url, tmp_path / "run", 2)
+        try:
+            out, _ = master.communicate(timeout=120)
+            ended = time.monotonic()
+            for w in workers:
+                w.wait(timeout=15)
+            lingered_s = time.monotonic() - ended
+        finally:
+            for p in (master, *workers):
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+    assert master.returncode == 0, out[-3000:]
+    assert lingered_s < 10, f"workers lived {lingered_s:.1f} s past the master"
+    assert read_manifest(tmp_path / "run")["totals"]["records_lost"] == 0
+
+
+@pytest.mark.slow
+def test_a_local_worker_stops_when_its_master_is_killed(tmp_path: Path):
+    sc = scenario_file(tmp_path, traffic=TRAFFIC, load={"mode": "closed", "steps": [2], "warmup_s": 0,
+                                                        "step_duration_s": 60, "stop_timeout_s": 30})
+    port = str(free_port())
+    with start_sim("--profile", "tiny-fast") as sim:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfiles" / "llm.py"), "--headless",
+             "--scenario", str(sc), "--host", sim.base_url, "--out", str(tmp_path / "run"), "--processes", "1",
+             "--master-bind-port", port, "--master-port", port, "--only-summary"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 60
+            children: list[psutil.Process] = []
+            while time.monotonic() < deadline and not (tmp_path / "run" / "records.jsonl").exists():
+                time.sleep(0.2)
+            children = psutil.Process(proc.pid).children()
+            assert children, "Locust forked no worker"
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+            gone, alive = psutil.wait_procs(children, timeout=10)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
+            for c in psutil.Process().children(recursive=True):
+                if c.pid != os.getpid() and "--processes" in " ".join(c.cmdline()):
+                    c.kill()
+    assert not alive, "the worker outlived its killed master by more than 10 s"
