@@ -35,7 +35,7 @@ from analysis.loader import Run
 from analysis.slo import ALL_TASKS
 from analysis.specdecode import spec_decode_tables
 from analysis.stats import bootstrap_percentiles, percentiles_sorted, ratio_ci
-from analysis.tables import Window, derived, windows
+from analysis.tables import Window, derived, quality_shares, windows
 
 RATIO_PERCENTILES: tuple[float, ...] = (50.0, 95.0, 99.0)
 RATIO_METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
@@ -154,6 +154,10 @@ def _group_compare(
     else:
         out.update(_ci_keys("output_tokens_per_s_speedup", None, (None, None)))
         out["baseline_output_tokens_per_s"] = out["candidate_output_tokens_per_s"] = None
+    for side, run, mask in (("baseline", ra, oka), ("candidate", rb, okb)):
+        for name, share in quality_shares(run, mask).items():
+            if name.endswith("_share"):
+                out[f"{side}_{name}"] = share
     sources = {"ttft": ("ttft_ms", True), "tpot": ("tpot_ms", False), "e2e": ("e2e_ms", True)}
     for metric in RATIO_METRICS:
         col, in_columns = sources[metric]

@@ -149,6 +149,7 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
     b += _phase_blocks(steps)
     b += server_view_blocks(s.get("server_view"))
     b += sent_blocks(s.get("sent"))
+    b += _workload_blocks(s)
     # SLOs and curves
     c = s["curves"]
     b.append(("h2", "Load curves, knee and SLO limit"))
@@ -430,6 +431,36 @@ def resource_blocks(res: dict[str, Any] | None, images: dict[str, bytes]) -> lis
     return out
 
 
+def _workload_blocks(s: dict[str, Any]) -> list[Block]:
+    """Structured-output quality, reasoning phases and the server's prefix cache, where the run has them."""
+    b: list[Block] = []
+    rows = [r for r in s["steps"] if r.get("json_valid_checked_count")]
+    if rows:
+        b.append(("h2", "Structured-output quality per step and task"))
+        b.append(("table", ["step", "task", "checked", "JSON valid", "schema valid"],
+                  [[r["step_name"], r["task"], fmt(r["json_valid_checked_count"]), pct(r["json_valid_share"]),
+                    pct(r["schema_valid_share"])] for r in rows]))
+    rows = [r for r in s["steps"] if r.get("reasoning_streams_count")]
+    if rows:
+        b.append(("h2", "Reasoning streams per step and task"))
+        b.append(("table", ["step", "task", "streams", "first reasoning p50", "first answer p50", "first answer p99",
+                            "reasoning ITL p50", "reasoning ITL p99", "answer ITL p50", "answer ITL p99",
+                            "reasoning tokens"],
+                  [[r["step_name"], r["task"], fmt(r["reasoning_streams_count"]),
+                    fmt(r["first_reasoning_token_p50_ms"]), fmt(r["first_answer_token_p50_ms"]),
+                    fmt(r["first_answer_token_p99_ms"]), fmt(r["reasoning_itl_p50_ms"]), fmt(r["reasoning_itl_p99_ms"]),
+                    fmt(r["answer_itl_p50_ms"]), fmt(r["answer_itl_p99_ms"]), fmt(r["reasoning_tokens_count"])]
+                   for r in rows]))
+        b.append(("p", "Latencies in ms from sent_at. TTFT is the first chunk of any kind; the switch from reasoning "
+                       "to answer belongs to neither phase's ITL."))
+    if s.get("prefix_cache"):
+        b.append(("h2", "Server prefix cache per step"))
+        b.append(("table", ["step", "queried tokens", "hit tokens", "hit rate"],
+                  [[r["step_name"], fmt(r["prefix_cache_queries_tokens"]), fmt(r["prefix_cache_hits_tokens"]),
+                    pct(r["prefix_cache_hit_rate"])] for r in s["prefix_cache"]]))
+    return b
+
+
 def compare_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
     """Blocks of a baseline-vs-candidate comparison."""
     c = s["consistency"]
@@ -463,6 +494,15 @@ def compare_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
         rows.append(row)
     b.append(("h2", "Speedup and latency ratios per step and task"))
     b.append(("table", hdr, rows))
+    quality = [r for r in s["rows"] if r.get("baseline_json_valid_share") is not None
+               or r.get("candidate_json_valid_share") is not None]
+    if quality:
+        b.append(("h2", "Structured-output quality, baseline -> candidate"))
+        b.append(("table", ["step", "task", "JSON valid", "schema valid"],
+                  [[r["step_name"], r["task"],
+                    f"{pct(r['baseline_json_valid_share'])} -> {pct(r['candidate_json_valid_share'])}",
+                    f"{pct(r['baseline_schema_valid_share'])} -> {pct(r['candidate_schema_valid_share'])}"]
+                   for r in quality]))
     for name, cap in (("throughput_vs_load", "Throughput vs load: baseline and candidate"),
                       ("percentiles_vs_load", "Latency percentiles vs load (solid: baseline, dashed: candidate)"),
                       ("latency_vs_throughput", "Latency vs throughput"),

@@ -18,6 +18,7 @@ from analysis.errors import NoSuccessError
 from analysis.health import generator_health
 from analysis.loader import Run
 from analysis.observability import audit, server_view, ttft_breakdown
+from analysis.prefixcache import prefix_cache_rows
 from analysis.resources import compare_resources, resources
 from analysis.sent import what_was_sent
 from analysis.soak import soak
@@ -116,6 +117,7 @@ def analyse(
         "cost": cost_mod.cost_rows(tables.rows, price),
         "soak": soak(run, window_s),
         "resources": resources(run, tables.windows, tables.rows, price, good_mask(run, tables.slo)),
+        "prefix_cache": prefix_cache_rows(run, tables.windows),
     }
     obs = audit(run, tables.windows, speculation_seen=spec["observed"])
     summary["observability"] = obs

@@ -32,6 +32,7 @@ import numpy as np
 from analysis.chunkhist import METHOD as CHUNK_HIST_METHOD
 from analysis.chunkhist import HistogramParts, window_hist_parts
 from analysis.loader import Run
+from analysis.prefixcache import prefix_cache_rows
 from analysis.slo import ALL_TASKS, SloResult, SloSpec, evaluate_rows, parse_slos, scenario_slos
 from analysis.stats import SortedParts, describe, describe_parts
 from tokenswarm.metrics import itl_samples
@@ -178,7 +179,7 @@ def windows(run: Run) -> tuple[list[Window], list[str]]:
             "duration = first sent_at .. last request end."
         )
         return [
-            Window(None, "all", "rate" if run.manifest.get("load_mode") == "open" else None, None, start, end,
+            Window(None, "all", "rate" if run.manifest.get("load_mode") in ("open", "replay") else None, None, start, end,
                    None if start is None else end - start, "span of requests (sent_at .. end)", mask,
                    "no steps: warm-up not excluded")
         ], notes
@@ -366,6 +367,7 @@ def _counts_block(run: Run, d: dict[str, np.ndarray], req: np.ndarray, duration:
     out["output_tokens_missing_count"] = missing
     out["output_tokens_estimated_count"] = int((run["tokens_estimated"][ok]).sum())
     out["prompt_tokens_count"] = float(np.nansum(run["prompt_tokens"][ok]))
+    out.update(quality_shares(run, ok))
     out["window_duration_s"] = duration
     out["requests_per_s"] = _rate(n_ok, duration)
     out["output_tokens_per_s"] = _rate(out_tokens, duration)
@@ -379,6 +381,22 @@ def _counts_block(run: Run, d: dict[str, np.ndarray], req: np.ndarray, duration:
         out["good_count"] = n_good
         out["goodput_requests_per_s"] = _rate(n_good, duration)
         out["goodput_share"] = None if denom <= 0 else n_good / denom
+    return out
+
+
+def quality_shares(run: Run, ok: np.ndarray) -> dict[str, Any]:
+    """Structured-output quality of the successful requests that were checked (None if none were).
+
+    ``json_valid_share``: answers that parse as JSON; ``schema_valid_share``: answers that
+    validate against the requested JSON Schema (glossary: tokenswarm.metrics).
+    """
+    out: dict[str, Any] = {}
+    for name in ("json_valid", "schema_valid"):
+        col = run.columns.get(name)
+        v = col[ok] if col is not None else np.empty(0)
+        v = v[~np.isnan(v)]
+        out[f"{name}_checked_count"] = int(v.size)
+        out[f"{name}_share"] = float(v.mean()) if v.size else None
     return out
 
 
@@ -432,6 +450,50 @@ def _error_rows(run: Run, w: Window, task_name: str, req: np.ndarray, denom: int
     return rows
 
 
+# --------------------------------------------------------------------------- reasoning phases
+# Two-phase statistics of reasoning streams: time to first reasoning/answer token, ITL per phase.
+#
+# Only requests whose record has ``reasoning_chunks`` (a reasoning stream) take part. Chunk ``i``
+# of such a request is reasoning iff ``i < reasoning_chunks`` (reasoning precedes the answer in
+# every API that streams it); the gap from the last reasoning chunk to the first answer chunk
+# belongs to neither phase (it is the switch, seen in ``first_answer_token_ms``). Per-phase ITL
+# follows the glossary's ITL definition (a chunk of ``n`` tokens after gap ``g``: ``n`` samples
+# of ``g / n``).
+
+
+def has_reasoning(run: Run) -> bool:
+    """Whether any record of the run is a reasoning stream."""
+    col = run.columns.get("reasoning_chunks")
+    return col is not None and bool((~np.isnan(col)).any())
+
+
+def reasoning_block(run: Run, ok: np.ndarray) -> dict[str, Any]:
+    """Row keys of the successful reasoning streams in ``ok`` (see the module docstring)."""
+    rc_all = run.columns["reasoning_chunks"]
+    sel = ok & ~np.isnan(rc_all)
+    out: dict[str, Any] = {"reasoning_streams_count": int(sel.sum())}
+    for name in ("first_reasoning_token", "first_answer_token"):
+        v = run[name + "_ms"][sel]
+        out.update(describe(v[~np.isnan(v)], name, "ms"))
+    r_tok = run["reasoning_tokens"][sel]
+    out["reasoning_tokens_count"] = float(np.nansum(r_tok)) if sel.any() else None
+    # Position of every gap within its request, and the request's reasoning chunk count.
+    n_gaps = run.n_gaps
+    gm = np.repeat(sel, n_gaps)
+    ng = n_gaps[sel]
+    starts = np.repeat(np.cumsum(ng) - ng, ng)
+    pos = np.arange(int(ng.sum())) - starts  # gap j lies between chunks j and j + 1
+    rc = np.repeat(rc_all[sel], ng)
+    exact = np.repeat(run["has_chunk_tokens"][sel], ng)
+    gaps, toks = run.gap_ms[gm], run.gap_tokens[gm]
+    # a phase's first gap starts its deliveries anew (metrics.itl_samples)
+    for phase, keep, first in (("reasoning_itl", pos + 1 < rc, pos == 0), ("answer_itl", pos >= rc, pos == rc)):
+        itl, _, _ = chunk_parts({"gap_ms": gaps[keep], "gap_tokens": toks[keep], "exact": exact[keep],
+                                 "first_gap": first[keep]})
+        out.update(describe_parts(itl, phase, "ms"))
+    return out
+
+
 def step_table(run: Run, slo: Any = None, use_scenario_slo: bool = True) -> StepTables:
     """Compute the per-step, per-task tables of a run.
 
@@ -456,6 +518,9 @@ def step_table(run: Run, slo: Any = None, use_scenario_slo: bool = True) -> Step
     good = good_mask(run, spec)
     if good is None:
         notes.append("No per-request SLO thresholds (ttft_ms/tpot_ms/e2e_ms or pNN SLOs): goodput not computed.")
+
+    reasoning = has_reasoning(run)
+    cache_rates = {r["step_index"]: r["prefix_cache_hit_rate"] for r in prefix_cache_rows(run, wins)}
     rows: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
     tasks = run.categories["task"]
@@ -498,6 +563,10 @@ def step_table(run: Run, slo: Any = None, use_scenario_slo: bool = True) -> Step
             row.update(_counts_block(run, d, req, w.duration_s, good))
             row.update(_latency_block(run, d, req, parts, open_loop))
             row.update(phase_block(run, req))
+            if reasoning:
+                row.update(reasoning_block(run, req & d["ok"]))
+            if cache_rates:  # the server's counters cover all tasks: None on per-task rows
+                row["server_prefix_cache_hit_rate"] = cache_rates.get(w.index) if task_name == ALL_TASKS else None
             rows.append(row)
             errors.extend(_error_rows(run, w, task_name, req, row["requests_count"] - row["cancelled_count"]))
     return StepTables(rows=rows, errors=errors, windows=wins, slo=spec, slo_results=evaluate_rows(rows, spec), notes=notes)

@@ -8,6 +8,7 @@ from tokenswarm.load.shape import ScenarioShape  # noqa: F401
 from tokenswarm.load.users import (  # noqa: F401
     AbnormalUser,
     CodeUser,
+    ExtractionUser,
     MixedUser,
     MultiTurnUser,
     OpenLoopUser,

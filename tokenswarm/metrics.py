@@ -92,6 +92,36 @@ GLOSSARY: dict[str, tuple[str, str]] = {
         "Load at which the speedup crosses 1 (speculation stops paying), interpolated in log(load).",
     ),
     "cv": ("fraction", "Coefficient of variation across rounds: sample standard deviation / mean."),
+    "first_reasoning_token_ms": (
+        "ms",
+        "Reasoning streams: arrival of the first reasoning_content/reasoning chunk minus sent_at.",
+    ),
+    "first_answer_token_ms": (
+        "ms",
+        "Reasoning streams: arrival of the first answer (content) chunk minus sent_at; ttft_ms stays "
+        "the first chunk of any kind.",
+    ),
+    "reasoning_itl_ms": ("ms", "ITL (as itl_ms) over the gaps between reasoning chunks of reasoning streams."),
+    "answer_itl_ms": (
+        "ms",
+        "ITL (as itl_ms) over the gaps between answer chunks of reasoning streams (the switch from "
+        "reasoning to answer belongs to neither phase).",
+    ),
+    "server_prefix_cache_hit_rate": (
+        "fraction",
+        "Per step: delta of vllm:prefix_cache_hits_total over delta of vllm:prefix_cache_queries_total "
+        "(prompt tokens found cached over prompt tokens looked up), between the scrapes around the window.",
+    ),
+    "json_valid_share": (
+        "fraction",
+        "Successful checked requests (extraction) whose answer parses as JSON (one surrounding "
+        "Markdown code fence allowed), over all successful checked requests.",
+    ),
+    "schema_valid_share": (
+        "fraction",
+        "Successful checked requests whose answer validates against the JSON Schema the request "
+        "asked for (jsonschema, draft 2020-12), over all successful checked requests.",
+    ),
 }
 
 #: Step-level SLOs a scenario may set (``slo:``), defined once for the scenario loader and the

@@ -93,6 +93,16 @@ class RequestRecord:
     #: ``chunk_tokens`` were not sent by the server but proven: as many content events as
     #: ``usage.completion_tokens``, so one token per event (glossary: tokens_per_chunk)
     chunk_tokens_inferred: bool = False
+    #: extraction: the answer parses as JSON / validates against the requested JSON Schema
+    json_valid: bool | None = None
+    schema_valid: bool | None = None
+    #: reasoning streams (None for plain ones): offsets from sent_at of the first reasoning and
+    #: the first answer chunk (ttft_ms stays "first chunk of any kind"), chunks and tokens per kind
+    first_reasoning_token_ms: float | None = None
+    first_answer_token_ms: float | None = None
+    reasoning_chunks: int | None = None
+    answer_chunks: int | None = None
+    reasoning_tokens: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of all fields (``None`` kept, so absent and unobserved differ)."""
@@ -149,6 +159,13 @@ FIELD_DOCS: dict[str, str] = {
     "send_delay_ms": "The generator's own delay: from the moment the request was due to the moment its last byte was handed to the kernel, minus connect_ms; null when never sent.",
     "headers_ms": "Response headers received (time to first byte), ms after sent_at.",
     "chunk_tokens_inferred": "True when chunk_tokens were not sent by the server but proven: as many content events as usage.completion_tokens, so one token per event.",
+    "json_valid": "Extraction: the answer parses as JSON (one surrounding Markdown code fence allowed); null when not checked (other tasks, failed requests).",
+    "schema_valid": "Extraction: the answer validates against the JSON Schema the request asked for (jsonschema, draft 2020-12); null when not checked.",
+    "first_reasoning_token_ms": "Reasoning streams: arrival of the first reasoning_content/reasoning chunk, ms after sent_at; null for a stream without reasoning.",
+    "first_answer_token_ms": "Reasoning streams: arrival of the first answer (content) chunk, ms after sent_at (ttft_ms stays the first chunk of any kind); null without reasoning or without an answer.",
+    "reasoning_chunks": "Reasoning streams: content chunks that carried reasoning (they come first: chunk i is reasoning iff i < reasoning_chunks).",
+    "answer_chunks": "Reasoning streams: content chunks that carried the answer.",
+    "reasoning_tokens": "Reasoning streams: usage.completion_tokens_details.reasoning_tokens when the server sends it, else the exact per-chunk counts of the reasoning chunks; null when unknown.",
 }
 
 _FIELDS = dataclasses.fields(RequestRecord)

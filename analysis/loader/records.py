@@ -47,6 +47,12 @@ FLOAT_FIELDS: tuple[str, ...] = (
     "connect_ms",
     "send_delay_ms",
     "headers_ms",
+    "json_valid",  # extraction quality: true/false -> 1/0, not checked -> NaN
+    "schema_valid",
+    "first_reasoning_token_ms",  # reasoning streams only (NaN otherwise)
+    "first_answer_token_ms",
+    "reasoning_chunks",
+    "reasoning_tokens",
 )
 #: Low-cardinality string fields, dictionary-encoded as int32 codes (-1 = null).
 CATEGORICAL_FIELDS: tuple[str, ...] = (

@@ -67,7 +67,7 @@ def test_shipped_scenario_loads_and_resolves_to_json(path):
 
 def test_mix_is_the_short_default_demo():
     s = load_scenario(SCENARIOS / "mix.yaml")
-    assert {t.kind for t in s.traffic.classes} == {"qa", "summarization", "code", "multi_turn"}
+    assert {t.kind for t in s.traffic.classes} == {"qa", "summarization", "code", "multi_turn", "extraction"}
     assert s.load.mode == "closed"
     runtime_s = len(s.load.steps) * (s.load.warmup_s + s.load.step_duration_s)
     assert runtime_s <= 90
@@ -161,7 +161,7 @@ def test_overrides_are_applied_before_validation(tmp_path):
     )
     with pytest.raises(ScenarioError) as info:
         load_scenario(f, {"load.mode": "sideways"})
-    assert str(info.value) == f"{f}: load.mode: expected one of closed, open, got 'sideways'"
+    assert str(info.value) == f"{f}: load.mode: expected one of closed, open, replay, got 'sideways'"
 
 
 def test_parse_override():

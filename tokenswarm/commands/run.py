@@ -157,7 +157,11 @@ def plan_text(scenario, slos: dict, host: str | None) -> str:
              f"load: {load.mode} loop, warm-up {load.warmup_s:g} s + steady {load.step_duration_s:g} s per step"]
     mean_out = _mean_output_tokens(scenario)
     for i, target in enumerate(load.steps):
-        if load.mode == "open":
+        if load.mode == "replay":
+            expected = (f"~{target * load.step_duration_s:.0f} requests of {load.trace} ({load.trace_format}) "
+                        f"at speed x{load.speed:g}")
+            name = "replay"
+        elif load.mode == "open":
             expected = f"~{target * load.step_duration_s:.0f} requests in the steady window ({load.arrival})"
             name = f"r{target:g}"
         else:

@@ -80,6 +80,7 @@ class RunContext:
         self.step_target: float | None = None
         self.phase: str | None = None
         self.worker_count = 1
+        self.step_steady_at: float | None = None
         target = scenario.target
         self.api = target.api
         self.path = endpoint_path(self.base_url, self.api)
@@ -124,6 +125,7 @@ class RunContext:
         self.step_target = msg.get("target")
         self.phase = msg.get("phase")
         self.worker_count = max(1, int(msg.get("worker_count") or 1))
+        self.step_steady_at = msg.get("steady_at")  # epoch s the step's steady window began (master's clock)
 
     def rate_per_worker(self) -> float | None:
         if self.step_kind != "rate" or not self.step_target:

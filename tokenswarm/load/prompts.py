@@ -22,6 +22,10 @@ counts prompt text only: a chat template adds a few tokens on the server side.
 
 from __future__ import annotations
 
+import bisect
+import functools
+import itertools
+import json
 import random
 import statistics
 from dataclasses import dataclass, field
@@ -37,6 +41,7 @@ from tokenswarm.load.corpora import (
     read_source,
     render_messages_as_text,
 )
+from tokenswarm.load.corpora.extraction import SCHEMAS, ExtractionSchema, contact_record
 from tokenswarm.load.scenario import TaskConfig
 from tokenswarm.load.tokencount import EstimateCounter, TokenCounter
 
@@ -54,7 +59,8 @@ class Prompt:
     max_tokens: int
     source: str  # provenance, e.g. "pydoc:topics/for", "stdlib:json/decoder.py:120"
     abnormal: str | None = None  # abnormal case name (see scenario.ABNORMAL_CASES) or None
-    params: dict = field(default_factory=dict, compare=False)  # request-body overrides (abnormal cases)
+    params: dict = field(default_factory=dict, compare=False)  # request-body overrides (abnormal, extraction)
+    schema: dict | None = field(default=None, compare=False)  # extraction: the JSON Schema asked for
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,7 @@ _UNICODE = (
     "e\u0301 \u200bzero-width\u200b ｆｕｌｌｗｉｄｔｈ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 — what does this say?"
 )
 _INIT_CHARS_PER_TOKEN = {"prose": 4.0, "code": 3.5, "dataset": 4.0}
+_PREFIX_HEAD = "You are a helpful assistant. Use this reference material when it helps:\n\n"
 
 
 def _topic_phrase(title: str) -> str:
@@ -137,6 +144,7 @@ class PromptSource:
         pool_size: int = 64,
         api: str = "chat",
         code_files: int = 64,
+        prefix_seed: int | None = None,
     ):
         if api not in ("chat", "completions"):
             raise ValueError(f"api must be 'chat' or 'completions', got {api!r}")
@@ -149,9 +157,9 @@ class PromptSource:
         if task.dataset is not None:
             self.items = load_dataset(task.dataset.path, task.dataset.format)
             self.corpus = "dataset"
-        elif task.kind == "code":
+        elif task.kind in ("code", "extraction"):
             self.code = code_corpus().subset(random.Random(f"{seed}:{task.name}:files"), code_files)
-            self.corpus = "code"
+            self.corpus = "code" if task.kind == "code" else "prose"
         else:
             prose_corpus()
             self.corpus = "prose"
@@ -161,11 +169,31 @@ class PromptSource:
             self.chars_per_token = _INIT_CHARS_PER_TOKEN[self.corpus]
         self.followup_chars_per_token = self.chars_per_token
         self.calibration = self._calibrate()
+        # Shared prefixes depend on the scenario seed only (not the worker): every worker sends
+        # the same ones, so a server's prefix cache sees them as one population.
+        self.prefixes, self._prefix_cum = self._build_prefixes(seed if prefix_seed is None else prefix_seed)
 
     # ------------------------------------------------------------------ public API
 
     def next_prompt(self, rng: random.Random) -> Prompt:
-        """A fresh single-shot prompt (qa, summarization, code, abnormal; multi_turn gives turn 0)."""
+        """A fresh single-shot prompt (qa, summarization, code, extraction, abnormal; multi_turn gives turn 0).
+
+        With a ``shared_prefix`` the drawn prefix comes first (a system message in chat).
+        """
+        prompt = self._next_prompt(rng)
+        if not self.prefixes:
+            return prompt
+        prefix = self.prefixes[self.draw_prefix(rng)]
+        if prompt.messages is not None:
+            return _replace_payload(prompt, ({"role": "system", "content": prefix}, *prompt.messages), None)
+        return _replace_payload(prompt, None, prefix + "\n\n" + (prompt.text or ""))
+
+    def draw_prefix(self, rng: random.Random) -> int:
+        """Index of the shared prefix for one request (uniform or Zipf, see ``SharedPrefix``)."""
+        i = bisect.bisect_right(self._prefix_cum, rng.random() * self._prefix_cum[-1])
+        return min(i, len(self._prefix_cum) - 1)
+
+    def _next_prompt(self, rng: random.Random) -> Prompt:
         kind = self.task.kind
         if kind == "abnormal":
             return self._abnormal(rng)
@@ -173,6 +201,8 @@ class PromptSource:
         if self.items is not None:
             return self._dataset_prompt(rng, max_tokens)
         target = self.task.prompt_tokens.sample_int(rng)
+        if kind == "extraction":
+            return self._extraction(rng, target, max_tokens)
         if kind == "summarization":
             text, source = self._summarization(rng, target, max_tokens)
         elif kind == "code":
@@ -205,6 +235,9 @@ class PromptSource:
                 target = follow.sample_int(rng)
                 messages.append(self._followup(rng, target))
                 targets.append(target)
+        if self.prefixes:
+            prefix = self.prefixes[self.draw_prefix(rng)]
+            system = prefix if system is None else f"{prefix}\n\n{system}"
         max_tokens = tuple(task.output_tokens.sample_int(rng) for _ in range(n))
         think = (0.0,) + tuple(task.think_time_s.sample(rng) for _ in range(1, n))
         return Conversation(n, tuple(messages), max_tokens, think, tuple(targets), source, system)
@@ -269,6 +302,9 @@ class PromptSource:
             return self._code(rng, target)[0]
         if self.task.kind == "summarization":
             return self._summarization(rng, target, 128)[0]
+        if self.task.kind == "extraction":
+            p = self._extraction(rng, target, 128)
+            return (p.text or "") if p.messages is None else str(p.messages[0]["content"])
         return self._qa(rng, target)[0]
 
     def _chars(self, tokens: int, chars_per_token: float | None = None) -> int:
@@ -379,6 +415,54 @@ class PromptSource:
             context = extra + "\n\n# file: " + rel + "\n" + before
         return head + context.rstrip("\n") + ask, f"stdlib:{rel}:{fn.line}"
 
+    def _extraction(self, rng: random.Random, target: int, max_tokens: int) -> Prompt:
+        """A document or record plus the instruction to return its fields as JSON (``SCHEMAS``)."""
+        spec: ExtractionSchema = SCHEMAS[rng.randrange(len(SCHEMAS))]
+        schema_text = json.dumps(spec.schema, separators=(",", ":"))
+        head = f"{spec.instruction}\nReply with one JSON object only, matching this JSON Schema:\n{schema_text}\n\n"
+        tail = "\n\nJSON:" if self.api == "completions" else ""
+        room = max(24, self._chars(target) - len(head) - len(tail) - 10)
+        if spec.corpus == "code":
+            source, doc = self.code.excerpt(rng, room)
+        elif spec.corpus == "record":
+            topics = [t.title for t in prose_corpus().topics]
+            doc, source = contact_record(rng, topics, room), "record:contact"
+        else:
+            source, doc = prose_corpus().excerpt(rng, room)
+        text = f"{head}Document:\n{doc}{tail}"
+        params: dict[str, Any] = {}
+        if self.task.response_format == "json_schema":
+            params["response_format"] = {"type": "json_schema",
+                                         "json_schema": {"name": spec.name, "schema": spec.schema, "strict": True}}
+        elif self.task.response_format == "json_object":
+            params["response_format"] = {"type": "json_object"}
+        return self._wrap(text, target, max_tokens, f"extraction:{spec.name}:{source}", params=params,
+                          schema=spec.schema)
+
+    def _build_prefixes(self, seed: int) -> tuple[tuple[str, ...], list[float]]:
+        """The task's shared prefixes (sized with one counter call) and their cumulative weights."""
+        sp = self.task.shared_prefix
+        if sp is None:
+            return (), []
+        corpus = prose_corpus()
+
+        def build(i: int, cpt: float) -> str:
+            rng = random.Random(f"{seed}:{self.task.name}:prefix:{i}")
+            _, text = corpus.excerpt(rng, max(8, int(sp.tokens * cpt) - len(_PREFIX_HEAD)))
+            return f"{_PREFIX_HEAD}[{i}] {text}"
+
+        cpt = _INIT_CHARS_PER_TOKEN["prose"]
+        first = build(0, cpt)
+        counted = self.counter.count(first)
+        if counted > 0:  # one correction from a counted sample, the same on every worker
+            cpt = cpt * sp.tokens / counted
+        prefixes = tuple(build(i, cpt) for i in range(sp.count))
+        if sp.popularity == "zipf":
+            weights = [1.0 / (i + 1) ** sp.zipf_s for i in range(sp.count)]
+        else:
+            weights = [1.0] * sp.count
+        return prefixes, list(itertools.accumulate(weights))
+
     def _dataset_prompt(self, rng: random.Random, max_tokens: int) -> Prompt:
         item = self.items[rng.randrange(len(self.items))]
         if item.max_tokens is not None:
@@ -417,6 +501,11 @@ class PromptSource:
         return self._wrap(text, target, max_tokens, source, abnormal=case)  # cancel_early
 
 
+def _replace_payload(prompt: Prompt, messages: tuple[dict, ...] | None, text: str | None) -> Prompt:
+    return Prompt(messages, text, prompt.target_prompt_tokens, prompt.max_tokens, prompt.source, prompt.abnormal,
+                  prompt.params, prompt.schema)
+
+
 def conversation_messages(conv: Conversation, turn: int, replies: list[str]) -> list[dict]:
     """Chat history for ``turn``: earlier user messages with the assistant's real ``replies``, then this turn.
 
@@ -442,3 +531,55 @@ def build_prompt_sources(
 ) -> dict[str, PromptSource]:
     """One :class:`PromptSource` per task name (tasks with weight 0 included, they are cheap)."""
     return {t.name: PromptSource(t, counter, seed, pool_size=pool_size, api=api) for t in tasks}
+
+
+class ReplayPrompts:
+    """Prompts synthesised to a trace's recorded lengths from the built-in prose corpus.
+
+    A Mooncake entry's prompt is its ``hash_ids`` blocks in order, each block's text fixed by
+    its id (the same id gives the same text on every worker and request, so a server's prefix
+    cache sees the trace's sharing); the last block is cut to the remaining length. Entries
+    without hash ids get fresh text. Sizing uses one counted sample (characters per token).
+    """
+
+    def __init__(self, counter: TokenCounter | None, seed: int, api: str = "chat", block_tokens: int = 512) -> None:
+        self.counter = counter or EstimateCounter()
+        self.api = api
+        self.seed = seed
+        self.block_tokens = block_tokens
+        corpus = prose_corpus()
+        _, sample = corpus.excerpt(random.Random(f"{seed}:replay:calibration"), 4000)
+        counted = self.counter.count(sample)
+        self.chars_per_token = len(sample) / counted if counted > 0 else _INIT_CHARS_PER_TOKEN["prose"]
+        self._block = functools.lru_cache(maxsize=8192)(self._block_text)
+
+    def _block_text(self, hash_id: int) -> str:
+        _, text = prose_corpus().excerpt(random.Random(f"{self.seed}:replay:block:{hash_id}"),
+                                         max(1, int(self.block_tokens * self.chars_per_token)))
+        return text
+
+    def text(self, input_tokens: int, hash_ids: tuple[int, ...] | None, rng: random.Random) -> str:
+        """Prompt text of about ``input_tokens`` tokens."""
+        budget = max(1, int(input_tokens * self.chars_per_token))
+        if not hash_ids:
+            return prose_corpus().excerpt(rng, budget)[1]
+        parts: list[str] = []
+        used = 0
+        for h in hash_ids:
+            block = self._block(h)
+            if used + len(block) >= budget:
+                parts.append(cut_at_space(block, max(1, budget - used)))
+                break
+            parts.append(block)
+            used += len(block) + 1
+        else:
+            if used < budget:  # more tokens than blocks: fresh text for the rest
+                parts.append(prose_corpus().excerpt(rng, budget - used)[1])
+        return "\n".join(parts)
+
+    def payload(self, input_tokens: int, hash_ids: tuple[int, ...] | None, rng: random.Random) -> tuple[str, Any]:
+        """``(body key, value)``: chat messages or a completions prompt."""
+        text = self.text(input_tokens, hash_ids, rng)
+        if self.api == "chat":
+            return "messages", [{"role": "user", "content": text}]
+        return "prompt", text

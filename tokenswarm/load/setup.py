@@ -89,7 +89,8 @@ def build_worker_context(env: Any, sc: Any, run_id: str, base_url: str, model: s
     sources = {}
     for t in sc.traffic.classes:
         if t.weight > 0:
-            sources[t.name] = PromptSource(t, counter, seed=sc.traffic.seed * 1000 + index, api=sc.target.api)
+            sources[t.name] = PromptSource(t, counter, seed=sc.traffic.seed * 1000 + index, api=sc.target.api,
+                                           prefix_seed=sc.traffic.seed)
     ctx = RunContext(scenario=sc, run_id=run_id, worker_id=worker_id, base_url=base_url, model=model, sink=sink,
                      role=role, worker_index=index, events=env.events, request_event=env.events.request.fire,
                      prompt_sources=sources)
@@ -140,8 +141,8 @@ def set_class_weights(sc: Any, mode: str) -> None:
             w = 1 if per_request else 0
         elif per_request:
             w = 0
-        cls.weight = 0 if mode == "open" else w
-    OpenLoopUser.weight = 1 if mode == "open" else 0
+        cls.weight = 0 if mode in ("open", "replay") else w
+    OpenLoopUser.weight = 1 if mode in ("open", "replay") else 0
 
 
 def load_scenario_from_options(opts: Any) -> Any:

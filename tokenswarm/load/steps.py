@@ -33,6 +33,8 @@ def plan_steps(mode: str, targets: list[float] | tuple[float, ...], warmup_s: fl
     steps = []
     for i, t in enumerate(targets):
         name = f"c{int(t)}" if kind == "concurrency" else f"r{t:g}"
+        if mode == "replay":
+            name = "replay"  # one step: the trace's schedule (its mean rate is the target)
         steps.append(Step(i, name, kind, float(t), float(warmup_s), float(duration_s)))
     return steps
 

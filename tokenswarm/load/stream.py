@@ -52,6 +52,10 @@ class StreamState:
         "error",
         "spec_decode",
         "usage_stale",
+        "reasoning_chunks",
+        "first_reasoning_s",
+        "first_answer_s",
+        "reasoning_chars",
     )
 
     def __init__(self, sent_s: float) -> None:
@@ -68,6 +72,12 @@ class StreamState:
         self.error: str | None = None
         self.spec_decode: dict[str, Any] | None = None
         self.usage_stale = False  # content arrived after the last usage object
+        # Reasoning streams (reasoning_content / reasoning deltas): counted and timed apart;
+        # the answer text (text_parts) never includes reasoning, so histories never echo it.
+        self.reasoning_chunks = 0
+        self.first_reasoning_s: float | None = None
+        self.first_answer_s: float | None = None
+        self.reasoning_chars = 0
 
     # -- feeding -----------------------------------------------------------------------------
     def on_events(self, now_s: float, events: list[tuple]) -> int:
@@ -110,8 +120,11 @@ class StreamState:
             if finish:
                 self.finish_reason = finish
             delta = c0.get("delta")
+            thought = None
             if delta is not None:
-                text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or ""
+                text = delta.get("content") or ""
+                if not text:
+                    thought = delta.get("reasoning_content") or delta.get("reasoning") or None
             else:
                 text = c0.get("text") or ""
             # Exact token count of this chunk, if the server tells.
@@ -126,19 +139,29 @@ class StreamState:
                 n = len(c0["token_ids"])
             if n is None:
                 self.exact_tokens = False
-                if not text:
+                if not text and not thought:
                     continue
                 n = 0
-            elif n <= 0 and not text:
+            elif n <= 0 and not text and not thought:
                 continue  # role-only first chunk, finish chunk: no generated tokens
             self.times.append(now_s)
             self.tokens.append(n)
-            if text:
+            if thought:
+                self._on_reasoning(now_s, thought)
+            elif text:
                 self.text_parts.append(text)
+                if self.first_answer_s is None:
+                    self.first_answer_s = now_s
             if usage is None:
                 self.usage_stale = True
             added += 1
         return added
+
+    def _on_reasoning(self, now_s: float, thought: Any) -> None:
+        self.reasoning_chunks += 1
+        self.reasoning_chars += len(thought) if isinstance(thought, str) else 0
+        if self.first_reasoning_s is None:
+            self.first_reasoning_s = now_s
 
     def on_json_body(self, now_s: float, obj: dict[str, Any]) -> None:
         """A non-streamed completion: the whole answer is one chunk at ``now_s``."""
@@ -203,8 +226,10 @@ class StreamState:
         if out_tokens is None:
             if chunk_tokens is not None:
                 out_tokens = sum(chunk_tokens)
-            elif text:
-                out_tokens, estimated = max(1, round(len(text) / CHARS_PER_TOKEN_ESTIMATE)), True
+            elif text or self.reasoning_chars:
+                chars = len(text) + self.reasoning_chars
+                out_tokens, estimated = max(1, round(chars / CHARS_PER_TOKEN_ESTIMATE)), True
+        reasoning = _reasoning_fields(self, usage, chunk_tokens, sent)
         return RequestRecord(
             **base,
             outcome=outcome,
@@ -224,7 +249,32 @@ class StreamState:
             output_text=text if keep_output else None,
             spec_decode=self.spec_decode,
             chunk_tokens_inferred=inferred,
+            **reasoning,
         )
+
+
+def _reasoning_fields(state: StreamState, usage: dict[str, Any], chunk_tokens: list[int] | None,
+                      sent: float) -> dict[str, Any]:
+    """Two-phase timing and counts of a reasoning stream (all None for a plain one).
+
+    Reasoning chunks precede the answer in the APIs that send them (vLLM, SGLang, DeepSeek),
+    so chunk ``i`` is reasoning iff ``i < reasoning_chunks``. ``reasoning_tokens`` is the server's
+    ``usage.completion_tokens_details.reasoning_tokens``, else the exact per-chunk counts.
+    """
+    if not state.reasoning_chunks:
+        return {}
+    details = usage.get("completion_tokens_details")
+    r_tokens = _int(details.get("reasoning_tokens")) if isinstance(details, dict) else None
+    if r_tokens is None and chunk_tokens is not None:
+        r_tokens = sum(chunk_tokens[:state.reasoning_chunks])
+    first_r, first_a = state.first_reasoning_s, state.first_answer_s
+    return {
+        "first_reasoning_token_ms": None if first_r is None else round((first_r - sent) * 1000.0, 3),
+        "first_answer_token_ms": None if first_a is None else round((first_a - sent) * 1000.0, 3),
+        "reasoning_chunks": state.reasoning_chunks,
+        "answer_chunks": len(state.times) - state.reasoning_chunks,
+        "reasoning_tokens": r_tokens,
+    }
 
 
 def _offsets_ms(times: array, sent: float) -> list[float]:

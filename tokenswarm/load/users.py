@@ -12,6 +12,7 @@ request's latency counts from its *scheduled* time; lag is recorded and counted.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import uuid
 from typing import Any
@@ -22,11 +23,13 @@ from geventhttpclient.url import URL
 from locust import FastHttpUser, constant, task
 from locust.exception import StopUser
 
-from tokenswarm.load import runtime
+from tokenswarm.load import quality, runtime
 from tokenswarm.load.arrivals import ArrivalProcess
 from tokenswarm.load.client import StreamHooks, stream_call
 from tokenswarm.load.context import RunContext, request_key
 from tokenswarm.load.pool import tune_pool
+from tokenswarm.load.prompts import ReplayPrompts
+from tokenswarm.load.trace import load_trace
 
 KIND_CLASSES: dict[str, str] = {
     "qa": "QAUser",
@@ -34,6 +37,7 @@ KIND_CLASSES: dict[str, str] = {
     "code": "CodeUser",
     "multi_turn": "MultiTurnUser",
     "abnormal": "AbnormalUser",
+    "extraction": "ExtractionUser",
 }
 
 
@@ -65,9 +69,12 @@ class Conversationalist:
 
     def send(self, task_cfg: Any, payload_key: str, payload: Any, max_tokens: int, scheduled_s: float,
              *, session_id: str | None = None, turn: int | None = None, extra: dict | None = None,
-             abnormal: str | None = None) -> tuple[Any, str]:
+             abnormal: str | None = None, check_json: bool = False,
+             schema: dict | None = None) -> tuple[Any, str]:
         ctx = self.ctx
         sampling = task_cfg.sampling.params()
+        if task_cfg.extra_body:  # extra request-body fields: sent, and part of the request key
+            sampling = {**task_cfg.extra_body, **sampling}
         if extra:
             sampling = {**sampling, **{k: v for k, v in extra.items() if k != "max_tokens"}}
             max_tokens = extra.get("max_tokens", max_tokens)
@@ -91,6 +98,9 @@ class Conversationalist:
             )
         finally:
             ctx.in_flight -= 1
+        if check_json and record.outcome == "ok":  # quality of structured output, judged per answer
+            json_ok, schema_ok = quality.check_json(text, schema)
+            record = dataclasses.replace(record, json_valid=json_ok, schema_valid=schema_ok)
         return ctx.emit(record, self.user), text
 
     def single(self, task_cfg: Any, rng: random.Random, scheduled_s: float) -> None:
@@ -101,7 +111,7 @@ class Conversationalist:
             payload_key, payload = "prompt", prompt.text
         extra = dict(prompt.params) if prompt.params else None
         self.send(task_cfg, payload_key, payload, prompt.max_tokens, scheduled_s, extra=extra,
-                  abnormal=prompt.abnormal)
+                  abnormal=prompt.abnormal, check_json=task_cfg.kind == "extraction", schema=prompt.schema)
 
     def conversation(self, task_cfg: Any, rng: random.Random, scheduled_s: float) -> None:
         """All turns of one conversation; each turn re-sends the history with the real replies."""
@@ -109,7 +119,7 @@ class Conversationalist:
         conv = ctx.prompt_sources[task_cfg.name].conversation(rng)
         session_id = uuid.UUID(int=rng.getrandbits(128)).hex[:16]
         history: list[dict[str, str]] = [{"role": "system", "content": conv.system}] if conv.system else []
-        prompt_text = ""
+        prompt_text = f"{conv.system}\n\n" if conv.system else ""
         for turn in range(conv.turns):
             if turn:
                 gevent.sleep(conv.think_time_s(turn))
@@ -247,6 +257,12 @@ class MixedUser(_TokenswarmUser):
             gevent.sleep(think)
 
 
+class ExtractionUser(LLMUser):
+    """A document or record plus an instruction to return its fields as JSON (quality checked)."""
+
+    kind = "extraction"
+
+
 class OpenLoopUser(_TokenswarmUser):
     """One per worker: dispatches requests on the arrival schedule of the current rate step."""
 
@@ -266,6 +282,12 @@ class OpenLoopUser(_TokenswarmUser):
     def dispatch(self) -> None:
         ctx = self.ctx
         load = ctx.scenario.load
+        if load.mode == "replay":
+            try:
+                self._replay(load)
+            finally:
+                self.pool.kill(block=True, timeout=5)  # in-flight streams become 'cancelled' records
+            return
         process: ArrivalProcess | None = None
         rate_seen: float | None = None
         next_s = ctx.clock()
@@ -302,4 +324,47 @@ class OpenLoopUser(_TokenswarmUser):
             conv.single(task_cfg, rng, scheduled_s)
 
 
-CLOSED_LOOP_USERS = (QAUser, SummarizationUser, CodeUser, MultiTurnUser, AbnormalUser, MixedUser)
+    def _replay(self, load: Any) -> None:
+        """This worker's share of the trace's one global schedule: entry ``i`` goes to worker ``i mod n``.
+
+        The schedule starts with the step's steady window (the master's epoch, broadcast to every
+        worker); entry ``i`` is due ``offset_s / speed`` later, and its latency counts from then.
+        """
+        ctx = self.ctx
+        while not ctx.stopping and (ctx.step_kind != "rate" or ctx.step_steady_at is None):
+            gevent.sleep(0.02)
+        if ctx.stopping:
+            return
+        trace = load_trace(load.trace, load.trace_format)
+        counter = next((s.counter for s in ctx.prompt_sources.values()), None)
+        self.replay_prompts = ReplayPrompts(counter, ctx.scenario.traffic.seed, ctx.api, load.trace_block_tokens)
+        t0 = ctx.anchor.mono_s + (ctx.step_steady_at - ctx.anchor.wall_s)  # on this process's clock
+        seed = ctx.scenario.traffic.seed
+        for i in range(ctx.worker_index % ctx.worker_count, len(trace.entries), ctx.worker_count):
+            if ctx.stopping:
+                break
+            entry = trace.entries[i]
+            due = t0 + entry.offset_s / load.speed
+            wait = due - ctx.clock()
+            if wait > 0:
+                gevent.sleep(wait)
+            if self.pool.full():
+                self.pool.wait_available()  # at the in-flight cap: the lag shows and counts
+            ctx.note_late((ctx.clock() - due) * 1000.0)
+            self.pool.spawn(self._replay_one, entry, random.Random(f"{seed}:replay:{i}"), due)
+        while not ctx.stopping:  # the whole trace is out: wait for the end of the step
+            gevent.sleep(0.1)
+        self.pool.join(timeout=load.stop_timeout_s)
+
+    def _replay_one(self, entry: Any, rng: random.Random, scheduled_s: float) -> None:
+        task_cfg = self.tasks_[0]
+        if entry.task and entry.task != task_cfg.name:  # a tokenswarm records trace keeps its tasks
+            task_cfg = dataclasses.replace(task_cfg, name=entry.task)
+        payload_key, payload = self.replay_prompts.payload(entry.input_tokens, entry.hash_ids, rng)
+        # the recorded output length is asked for exactly, unless sampling.ignore_eos says otherwise
+        extra = {"ignore_eos": True} if task_cfg.sampling.ignore_eos is None else None
+        Conversationalist(self.ctx, self, self.http, "Replay").send(
+            task_cfg, payload_key, payload, entry.output_tokens, scheduled_s, extra=extra)
+
+
+CLOSED_LOOP_USERS = (QAUser, SummarizationUser, CodeUser, MultiTurnUser, AbnormalUser, ExtractionUser, MixedUser)

@@ -291,7 +291,8 @@ class RunController:
         if tr.phase != "done":
             wc = getattr(self.env.runner, "worker_count", 1) if self.is_master else 1
             self._step_msg = {"index": tr.step.index, "name": tr.step.name, "kind": tr.step.kind,
-                              "target": tr.step.target, "phase": tr.phase, "worker_count": max(1, wc)}
+                              "target": tr.step.target, "phase": tr.phase, "worker_count": max(1, wc),
+                              "steady_at": steps[-1]["steady_at"]}  # replay: the schedule's start (epoch)
             self._broadcast(self._step_msg)
             log.info("tokenswarm: step %s (%s %g) %s", tr.step.name, tr.step.kind, tr.step.target, tr.phase)
         self.manifest.write()

@@ -59,6 +59,9 @@ class CompletionRequest:
     stream: bool
     include_usage: bool
     continuous_usage: bool
+    thinking: bool = True  #: chat_template_kwargs.enable_thinking (reasoning mode only)
+    prompt: list[str] | None = None  #: the prompt's tokens (as the chat template renders them)
+    guided: dict | None = None  #: response_format's JSON Schema (guided decoding), None = free text
 
 
 def parse_json_object(body: bytes) -> dict[str, Any]:
@@ -136,6 +139,30 @@ def prompt_tokens_of(data: dict, endpoint: str) -> tuple[list[str], list[str]]:
     return toks, toks
 
 
+_JSON_OBJECT = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+
+
+def guided_schema(response_format: Any) -> dict | None:
+    """The schema a request's ``response_format`` asks for (None: free text); 400 if malformed."""
+    if response_format is None:
+        return None
+    if not isinstance(response_format, dict):
+        raise HttpError(400, "'response_format' must be an object", "response_format")
+    kind = response_format.get("type")
+    if kind in (None, "text"):
+        return None
+    if kind == "json_object":
+        return _JSON_OBJECT
+    if kind == "json_schema":
+        js = response_format.get("json_schema")
+        schema = js.get("schema") if isinstance(js, dict) else None
+        if not isinstance(schema, dict):
+            raise HttpError(400, "'response_format.json_schema.schema' must be an object", "response_format")
+        return schema
+    raise HttpError(400, f"'response_format.type' must be text, json_object or json_schema, got {kind!r}",
+                    "response_format")
+
+
 def parse_completion(data: dict, endpoint: str, served_model: str, max_model_len: int) -> CompletionRequest:
     """Validate a completion request against the served model and context window."""
     model = check_model(data, served_model)
@@ -201,8 +228,14 @@ def parse_completion(data: dict, endpoint: str, served_model: str, max_model_len
         include_usage = bool(so.get("include_usage"))
         # vLLM: continuous usage stats are only sent together with include_usage.
         continuous = include_usage and bool(so.get("continuous_usage_stats"))
+    ctk = data.get("chat_template_kwargs")
+    if ctk is not None and not isinstance(ctk, dict):
+        raise HttpError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs")
+    thinking = (ctk or {}).get("enable_thinking", True) is not False
+    guided = guided_schema(data.get("response_format"))
     return CompletionRequest(
         endpoint=endpoint, model=model, prompt_len=plen, source=source, max_tokens=max_tokens,
         max_tokens_given=given, temperature=temperature, top_p=top_p, seed=seed, stop=stops,
         ignore_eos=ignore_eos, stream=stream, include_usage=include_usage, continuous_usage=continuous,
+        thinking=thinking, prompt=prompt_toks, guided=guided,
     )

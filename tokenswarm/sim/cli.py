@@ -41,6 +41,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="add vLLM-style metrics.speculative_decoding to final responses")
     parser.add_argument("--gpu-metrics", action="store_true",
                         help="also serve a DCGM-exporter-compatible GPU endpoint at /dcgm/metrics (modelled GPU)")
+    parser.add_argument("--reasoning-tokens", type=int, default=0, metavar="N",
+                        help="reasoning mode: the first N tokens of each chat stream are sent as reasoning_content "
+                             "deltas (off with chat_template_kwargs.enable_thinking: false; default 0 = off)")
+    parser.add_argument("--prefix-cache", action="store_true",
+                        help="model a prefix cache: prefill of cached prompt blocks is skipped; hits and queries "
+                             "exported as vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total")
     parser.add_argument("--seed", type=int, default=0, help="seed of fault decisions (default 0)")
     parser.add_argument("--truth", metavar="PATH", default=None, help="write the ground-truth log (JSON lines)")
     g = parser.add_argument_group("faults (rates are probabilities 0..1, deterministic given --seed)")
@@ -90,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         server = SimServer(profile, spec, faults, args.host, args.port, args.truth, args.served_model_name,
-                           args.per_request_spec_decode_metrics, gpu_metrics=args.gpu_metrics)
+                           args.per_request_spec_decode_metrics, gpu_metrics=args.gpu_metrics,
+                           reasoning_tokens=max(0, args.reasoning_tokens), prefix_cache=args.prefix_cache)
     except OSError as e:
         print(f"tokenswarm sim: cannot open --truth {args.truth}: {e}", file=sys.stderr)
         return 2

@@ -73,6 +73,7 @@ class Sequence:
         stall_after: int | None = None,
         stall_s: float = 0.0,
         sink: Any = None,
+        guided: dict | None = None,
     ) -> None:
         self.rid = rid
         self.prompt_len = prompt_len
@@ -81,7 +82,12 @@ class Sequence:
         self.ignore_eos = ignore_eos
         self.stops = [s for s in (stops or []) if s]
         self._max_stop = max((len(s) for s in self.stops), default=0)
-        self.text = TargetText(source, temperature, top_p, seed, natural_range)
+        if guided is None:
+            self.text = TargetText(source, temperature, top_p, seed, natural_range)
+        else:  # response_format: the answer is a JSON instance of the schema
+            from tokenswarm.sim.guided import GuidedText
+
+            self.text = GuidedText(source, guided, temperature, top_p, seed, natural_range)
         self.ngram: NgramIndex | None = None
         self.arrival_s = 0.0
         self.admitted_s: float | None = None

@@ -33,6 +33,7 @@ from tokenswarm.sim.api import HttpError
 from tokenswarm.sim.engine import Emission, Scheduler, Sequence, SpecConfig
 from tokenswarm.sim.faults import FaultConfig
 from tokenswarm.sim.gpu import GpuModel
+from tokenswarm.sim.prefixcache import PrefixCache
 from tokenswarm.sim.profiles import Profile
 from tokenswarm.sim.simmetrics import SimMetrics, render
 from tokenswarm.sim.tokenizer import token_ids
@@ -151,6 +152,7 @@ class Stream:
         self.done = False  #: request finished (any outcome); truth record queued
         self.complete = False  #: non-streaming: all tokens generated, body not yet written
         self.outcome = "ok"
+        self.cached_tokens: int | None = None  # prompt tokens found in the prefix cache (when it is on)
         self.created = int(time.time())
         chat = req.endpoint == "chat"
         obj = b"chat.completion.chunk" if chat else b"text_completion"
@@ -163,6 +165,11 @@ class Stream:
                           + b',"logprobs":null,"finish_reason":%b,"stop_reason":null}]%b}\n\n')
         self.usage_tail = (b',"usage":{"prompt_tokens":%d,"total_tokens":%%d,"completion_tokens":%%d}'
                            % req.prompt_len)
+        # Reasoning mode: the first reasoning_tokens tokens of a chat stream go out as
+        # reasoning_content deltas (a chunk is reasoning if its first token is), the rest as content.
+        self.reasoning_budget = srv.reasoning_tokens if (chat and req.thinking and req.stream) else 0
+        self.n_reasoning = 0
+        self.reasoning_fmt = self.event_fmt.replace(b'"delta":{"content":', b'"delta":{"reasoning_content":')
 
     # ------------------------------------------------------------------ engine side
     def on_emission(self, e: Emission) -> None:
@@ -192,8 +199,14 @@ class Stream:
         cum = self.n_tokens - e.n_tokens
         last = len(pieces) - 1
         for i, piece in enumerate(pieces):
+            start = cum
             cum = self.n_tokens if i == last else cum + 1
             fr = b"null" if finish is None or i < last else b'"%b"' % finish.encode()
+            if start < self.reasoning_budget:
+                self.n_reasoning += cum - start
+                parts.append(self.reasoning_fmt % (orjson.dumps(piece), fr,
+                                                   b"" if usage_tail is None else usage_tail % (plen + cum, cum)))
+                continue
             parts.append(fmt % (orjson.dumps(piece), fr, b"" if usage_tail is None else usage_tail % (plen + cum, cum)))
         if finish is not None:
             if req.include_usage:
@@ -254,9 +267,15 @@ class Stream:
             out += b',"metrics":' + orjson.dumps({"speculative_decoding": spec})
         return out
 
-    def _usage_dict(self) -> dict[str, int]:
+    def _usage_dict(self) -> dict[str, Any]:
         p = self.req.prompt_len
-        return {"prompt_tokens": p, "total_tokens": p + self.n_tokens, "completion_tokens": self.n_tokens}
+        out: dict[str, Any] = {"prompt_tokens": p, "total_tokens": p + self.n_tokens,
+                               "completion_tokens": self.n_tokens}
+        if self.reasoning_budget:
+            out["completion_tokens_details"] = {"reasoning_tokens": self.n_reasoning}
+        if self.cached_tokens is not None:
+            out["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
+        return out
 
     def _spec_metrics(self) -> dict | None:
         if self.srv.per_request_spec_metrics == "none" or self.seq is None or not self.srv.spec.enabled:
@@ -317,8 +336,13 @@ class SimServer:
         served_model_name: str | None = None,
         per_request_spec_metrics: str = "none",
         gpu_metrics: bool = False,
+        reasoning_tokens: int = 0,
+        prefix_cache: bool = False,
     ) -> None:
         self.profile = profile
+        self.reasoning_tokens = reasoning_tokens  #: reasoning mode: this many tokens of each chat stream
+        # Prefix cache as large as the KV cache, in blocks (vLLM keeps freed blocks cached until reused).
+        self.prefix_cache = PrefixCache(max(1, profile.kv_capacity_tokens // 16)) if prefix_cache else None
         self.spec = spec
         self.faults = faults
         self.model = served_model_name or profile.model_name
@@ -604,7 +628,16 @@ class SimServer:
     def metrics_text(self) -> str:
         s = self.sched
         return render(self.model, self.metrics, s.stats, s.num_running, s.num_waiting, s.kv_usage(),
-                      self.spec.method if self.spec.enabled else "none", self.spec.k, s.draft_available)
+                      self.spec.method if self.spec.enabled else "none", self.spec.k, s.draft_available,
+                      extra=self._prefix_cache_metrics if self.prefix_cache is not None else None)
+
+    def _prefix_cache_metrics(self, e: Any) -> None:
+        pc = self.prefix_cache
+        assert pc is not None
+        e.counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
+                  [(None, pc.queries_tokens)])
+        e.counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+                  [(None, pc.hits_tokens)])
 
     def stats(self, reset: bool = False) -> dict:
         """Simulator self-measurements for benchmarks (``GET /_tokenswarm/stats[?reset=1]``)."""
@@ -645,9 +678,12 @@ class SimServer:
         seq = Sequence(
             rid, req.prompt_len, req.source, req.max_tokens, temperature=req.temperature, top_p=req.top_p,
             seed=req.seed, ignore_eos=req.ignore_eos, stops=req.stop, natural_range=self.profile.natural_output_tokens,
-            stall_after=stall_after, stall_s=self.faults.stall_s, sink=stream,
+            stall_after=stall_after, stall_s=self.faults.stall_s, sink=stream, guided=req.guided,
         )
         stream.seq = seq
+        if self.prefix_cache is not None and req.prompt is not None:
+            # cached prompt tokens are not prefilled again: TTFT falls with the hit rate
+            seq.prefilled = stream.cached_tokens = self.prefix_cache.lookup_insert(req.prompt)
         if req.stream:
             conn.sock.sendall(b"HTTP/1.1 200 OK\r\n" + _SERVER + b"content-type: text/event-stream; charset=utf-8\r\n"
                               b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n"

@@ -10,22 +10,49 @@ the JSON-able configuration written to the run manifest.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tokenswarm.load.distributions import Dist
 from tokenswarm.load.scenario.credentials import mask_headers
 from tokenswarm.metrics import SLO_METRICS
 
-KINDS = ("qa", "summarization", "code", "multi_turn", "abnormal")
+KINDS = ("qa", "summarization", "code", "multi_turn", "abnormal", "extraction")
 APIS = ("chat", "completions")
 TASK_DRAWS = ("per_user", "per_request")
-LOAD_MODES = ("closed", "open")
+LOAD_MODES = ("closed", "open", "replay")
 ARRIVALS = ("poisson", "gamma", "constant")
 DATASET_FORMATS = ("auto", "jsonl", "sharegpt")
 #: abnormal request kinds an ``abnormal`` task can send (see the README)
 ABNORMAL_CASES = ("empty_prompt", "huge_max_tokens", "invalid_params", "cancel_early", "unicode")
 SLO_NAMES = tuple(SLO_METRICS)  # the glossary defines them (tokenswarm.metrics)
+#: extraction: how the JSON answer is asked for (``none``: only by the instruction)
+RESPONSE_FORMATS = ("json_schema", "json_object", "none")
+#: shared prefixes: how often each distinct prefix is drawn
+PREFIX_POPULARITY = ("uniform", "zipf")
+#: request-body fields tokenswarm sets itself; ``extra_body`` may not set them
+RESERVED_BODY_FIELDS = ("model", "messages", "prompt", "stream", "stream_options", "max_tokens",
+                        "max_completion_tokens")
+
+
+@dataclass(frozen=True)
+class SharedPrefix:
+    """A prefix shared across requests: ``count`` distinct texts of ``tokens`` tokens each.
+
+    Each request draws one of them (``uniform``, or ``zipf`` with exponent ``zipf_s``: prefix
+    ``i`` has weight ``1 / (i + 1) ** zipf_s``) and puts it first (a system message in chat).
+    """
+
+    tokens: int
+    count: int
+    popularity: str = "uniform"
+    zipf_s: float = 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"tokens": self.tokens, "count": self.count, "popularity": self.popularity}
+        if self.popularity == "zipf":
+            d["zipf_s"] = self.zipf_s
+        return d
 
 
 @dataclass(frozen=True)
@@ -75,6 +102,11 @@ class TaskConfig:
     followup_tokens: Dist | None = None  # multi_turn: user messages after turn 0
     completion_share: float = 0.5  # code: share of completion (vs generation) prompts
     abnormal_cases: tuple[tuple[str, float], ...] = ()  # abnormal: (case, weight)
+    #: extra request-body fields: target, traffic and class levels merged (class wins)
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    class_extra_body: dict[str, Any] = field(default_factory=dict)  # this class's own level
+    response_format: str = "none"  # extraction: json_schema, json_object or none
+    shared_prefix: SharedPrefix | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +128,7 @@ class TargetConfig:
     extra_metrics: tuple[tuple[str, str], ...]
     metrics_auto: bool = False  # metrics_url was 'auto': derive it from whatever base_url is used
     keep_alive: bool = True  # False: a new connection for every request (measure connection cost)
+    extra_body: dict[str, Any] = field(default_factory=dict)  # request-body fields for every request
 
     def api_key(self) -> str | None:
         """The API key from the environment (read now, never stored); ``None`` if unset/empty."""
@@ -119,6 +152,7 @@ class TrafficConfig:
     # "per_user": a closed-loop user sticks to one task; "per_request": one user draws the task
     # of every request by weight, so even concurrency 1 sends the whole mix.
     task_draw: str = "per_user"
+    extra_body: dict[str, Any] = field(default_factory=dict)  # traffic level (over the target's)
 
     def task(self, name: str) -> TaskConfig:
         """The task called ``name`` (KeyError if none)."""
@@ -141,6 +175,11 @@ class LoadConfig:
     stop_timeout_s: float
     ramp_s: float
     report_interval_s: float | None = None  # live window summaries (soak); None = off
+    # replay: the trace (absolute path), its format, the speed factor and Mooncake's block size
+    trace: str | None = None
+    trace_format: str = "auto"
+    speed: float = 1.0
+    trace_block_tokens: int = 512
 
 
 @dataclass(frozen=True)
@@ -190,11 +229,13 @@ class Scenario:
                 "metrics_url": "auto" if t.metrics_auto and t.metrics_url is None else t.metrics_url,
                 "scrape_interval_s": t.scrape_interval_s,
                 "extra_metrics": [{"name": n, "url": u} for n, u in t.extra_metrics],
+                "extra_body": dict(t.extra_body),
             },
             "traffic": {
                 "seed": self.traffic.seed,
                 "keep_outputs": self.traffic.keep_outputs,
                 "tokenizer": self.traffic.tokenizer,
+                "extra_body": dict(self.traffic.extra_body),
                 "classes": {task.name: _task_dict(task) for task in self.traffic.classes},
                 "task_draw": self.traffic.task_draw,
             },
@@ -210,6 +251,8 @@ class Scenario:
                 "stop_timeout_s": self.load.stop_timeout_s,
                 "ramp_s": self.load.ramp_s,
                 "report_interval_s": self.load.report_interval_s,
+                **({"trace": self.load.trace, "trace_format": self.load.trace_format, "speed": self.load.speed,
+                    "trace_block_tokens": self.load.trace_block_tokens} if self.load.mode == "replay" else {}),
             },
             "slo": {**self.slo.overall, "per_task": {k: dict(v) for k, v in self.slo.per_task.items()}},
             "cost": None
@@ -220,7 +263,7 @@ class Scenario:
 
 def _task_dict(task: TaskConfig) -> dict:
     d: dict[str, Any] = {"kind": task.kind, "weight": task.weight}
-    if task.kind != "summarization":
+    if task.kind not in ("summarization", "extraction"):
         d["prompt_tokens"] = dict(task.prompt_tokens.spec)
     d["output_tokens"] = dict(task.output_tokens.spec)
     for name in ("document_tokens", "turns", "followup_tokens"):
@@ -235,6 +278,12 @@ def _task_dict(task: TaskConfig) -> dict:
         d["completion_share"] = task.completion_share
     if task.kind == "abnormal":
         d["cases"] = dict(task.abnormal_cases)
+    if task.kind == "extraction":
+        d["response_format"] = task.response_format
+    if task.shared_prefix is not None:
+        d["shared_prefix"] = task.shared_prefix.to_dict()
+    d["extra_body"] = dict(task.class_extra_body)
+    d["extra_body_sent"] = dict(task.extra_body)  # what every request of this class carries
     return d
 
 

@@ -96,6 +96,16 @@ def _check_datasets(scenario: Scenario) -> None:
             load_dataset(task.dataset.path, task.dataset.format)
 
 
+def _with_replay_class(data: dict) -> dict:
+    """Replay needs no traffic classes: without any, one ``replay`` class carries sampling/extra_body."""
+    traffic = data.get("traffic")
+    if isinstance(traffic, dict) and traffic.get("classes"):
+        return data
+    traffic = dict(traffic) if isinstance(traffic, dict) else {}
+    traffic["classes"] = {"replay": {"kind": "qa"}}
+    return {**data, "traffic": traffic}
+
+
 def parse_scenario(data: dict, source: str = "<scenario>") -> Scenario:
     """Validate a parsed YAML mapping; relative paths resolve against ``source``'s folder, then cwd.
 
@@ -123,8 +133,12 @@ def parse_scenario(data: dict, source: str = "<scenario>") -> Scenario:
         name = attempt(lambda: top.str_("name", default_name))
         description = attempt(lambda: top.str_("description", ""))
         target = attempt(lambda: _parse_target(top, file))
-        traffic = attempt(lambda: _parse_traffic(top, file, base_dir))
-        load = attempt(lambda: _parse_load(top))
+        load = attempt(lambda: _parse_load(top, base_dir))
+        traffic_top = top
+        if load is not None and load.mode == "replay":  # replay needs no classes (see _with_replay_class)
+            traffic_top = _Section({"traffic": _with_replay_class(data)["traffic"]}, "", file, _TOP)
+        target_extra = target.extra_body if target is not None else {}
+        traffic = attempt(lambda: _parse_traffic(traffic_top, file, base_dir, target_extra))
         task_names = {t.name for t in traffic.classes} if traffic is not None else _raw_task_names(data)
         slo = attempt(lambda: _parse_slo(top, file, task_names))
         cost = attempt(lambda: _parse_cost(top))

@@ -24,11 +24,15 @@ from tokenswarm.load.scenario.model import (
     DATASET_FORMATS,
     KINDS,
     LOAD_MODES,
+    PREFIX_POPULARITY,
+    RESERVED_BODY_FIELDS,
+    RESPONSE_FORMATS,
     SLO_NAMES,
     TASK_DRAWS,
     DatasetConfig,
     LoadConfig,
     Sampling,
+    SharedPrefix,
     SloConfig,
     TargetConfig,
     TaskConfig,
@@ -52,18 +56,24 @@ _TARGET = (
     "scrape_interval_s",
     "extra_metrics",
     "keep_alive",
+    "extra_body",
 )
 _TIMEOUTS = ("connect_s", "first_token_s", "total_s")
-_TRAFFIC = ("seed", "keep_outputs", "tokenizer", "sampling", "classes", "task_draw")
+_TRAFFIC = ("seed", "keep_outputs", "tokenizer", "sampling", "classes", "task_draw", "extra_body")
 _SAMPLING = ("temperature", "top_p", "seed", "stop", "ignore_eos")
-_TASK_COMMON = ("kind", "weight", "output_tokens", "think_time_s", "sampling", "dataset")
+_TASK_COMMON = ("kind", "weight", "output_tokens", "think_time_s", "sampling", "dataset", "extra_body",
+                "shared_prefix")
 _TASK_FIELDS = {
     "qa": _TASK_COMMON + ("prompt_tokens",),
     "summarization": _TASK_COMMON + ("document_tokens",),
     "code": _TASK_COMMON + ("prompt_tokens", "completion_share"),
     "multi_turn": _TASK_COMMON + ("prompt_tokens", "followup_tokens", "turns"),
-    "abnormal": ("kind", "weight", "prompt_tokens", "output_tokens", "think_time_s", "sampling", "cases"),
+    "abnormal": ("kind", "weight", "prompt_tokens", "output_tokens", "think_time_s", "sampling", "cases",
+                 "extra_body"),
+    "extraction": ("kind", "weight", "output_tokens", "think_time_s", "sampling", "extra_body", "shared_prefix",
+                   "document_tokens", "response_format"),
 }
+_SHARED_PREFIX = ("tokens", "count", "popularity", "zipf_s")
 _LOAD = (
     "mode",
     "steps",
@@ -76,6 +86,10 @@ _LOAD = (
     "stop_timeout_s",
     "ramp_s",
     "report_interval_s",
+    "trace",
+    "trace_format",
+    "speed",
+    "trace_block_tokens",
 )
 
 #: per-kind defaults of the length/time distributions (documented in the README)
@@ -103,7 +117,54 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "prompt_tokens": {"dist": "fixed", "value": 32},
         "output_tokens": {"dist": "fixed", "value": 16},
     },
+    "extraction": {
+        "document_tokens": {"dist": "uniform", "min": 200, "max": 1500},
+        "output_tokens": {"dist": "uniform", "min": 128, "max": 384},
+    },
 }
+
+
+def _parse_extra_body(sec: _Section, key: str = "extra_body") -> dict[str, Any]:
+    """``extra_body``: a JSON object of request-body fields passed through as given.
+
+    Fields tokenswarm sets itself (model, messages, max_tokens...) and the sampling fields
+    (one name per meaning: ``sampling.temperature``, not ``extra_body.temperature``) are refused.
+    """
+    import orjson
+
+    raw = sec.raw(key, {})
+    if not isinstance(raw, dict):
+        raise sec.err(key, "a mapping of request-body field -> JSON value (e.g. {top_k: 20})")
+    for name, value in raw.items():
+        at = sec.at(f"{key}.{name}")
+        if not isinstance(name, str) or not name:
+            raise ScenarioError(sec.file, at, "a field name (a non-empty string)", name)
+        if name in RESERVED_BODY_FIELDS:
+            raise ScenarioError(sec.file, at, "a field tokenswarm does not set itself", name,
+                                problem="set by tokenswarm (max_tokens comes from output_tokens)")
+        if name in _SAMPLING:
+            raise ScenarioError(sec.file, at, f"sampling.{name} (one place per field)", name,
+                                problem="a sampling field")
+        try:
+            orjson.dumps(value)
+        except TypeError:
+            raise ScenarioError(sec.file, at, "a JSON value (string, number, boolean, null, list, mapping)",
+                                value) from None
+    return dict(raw)
+
+
+def _parse_shared_prefix(s: _Section) -> SharedPrefix | None:
+    if not s.has("shared_prefix"):
+        return None
+    sp = s.section("shared_prefix", _SHARED_PREFIX)
+    if not sp.has("tokens"):
+        raise sp.err("tokens", "a prefix length in tokens (an integer >= 1)")
+    popularity = sp.str_("popularity", "uniform", PREFIX_POPULARITY)
+    zipf_s = sp.num("zipf_s", 1.0, gt=0)
+    if popularity != "zipf" and sp.has("zipf_s"):
+        raise sp.err("zipf_s", "no zipf_s unless popularity is zipf")
+    return SharedPrefix(tokens=sp.num("tokens", None, ge=1, integer=True),
+                        count=sp.num("count", 1, ge=1, integer=True), popularity=popularity, zipf_s=zipf_s)
 
 
 def _parse_target(top: _Section, file: str) -> TargetConfig:
@@ -187,6 +248,7 @@ def _parse_target(top: _Section, file: str) -> TargetConfig:
         extra_metrics=tuple(extra),
         metrics_auto=metrics_auto,
         keep_alive=t.bool_("keep_alive", True),
+        extra_body=_parse_extra_body(t),
     )
 
 
@@ -225,8 +287,11 @@ def _resolve_file(raw: str, base_dir: Path) -> str | None:
     return None
 
 
-def _parse_traffic(top: _Section, file: str, base_dir: Path) -> TrafficConfig:
+def _parse_traffic(top: _Section, file: str, base_dir: Path,
+                   target_extra: dict[str, Any] | None = None) -> TrafficConfig:
     tr = top.section("traffic", _TRAFFIC)
+    traffic_extra = _parse_extra_body(tr)
+    inherited = {**(target_extra or {}), **traffic_extra}
     seed = tr.num("seed", 0, integer=True)
     tokenizer = None
     if tr.has("tokenizer"):
@@ -249,7 +314,8 @@ def _parse_traffic(top: _Section, file: str, base_dir: Path) -> TrafficConfig:
         raise tr.err("classes", "a mapping of task name -> task config (at least one)")
     classes = []
     for cname, cfg in classes_raw.items():
-        classes.append(_parse_task(str(cname), cfg, tr.at(f"classes.{cname}"), file, base_dir, base_sampling))
+        classes.append(_parse_task(str(cname), cfg, tr.at(f"classes.{cname}"), file, base_dir, base_sampling,
+                                   inherited))
     if sum(c.weight for c in classes) <= 0:
         raise ScenarioError(
             file, tr.at("classes"), "at least one class with weight > 0", {c.name: c.weight for c in classes}
@@ -257,11 +323,13 @@ def _parse_traffic(top: _Section, file: str, base_dir: Path) -> TrafficConfig:
     return TrafficConfig(
         seed=seed, keep_outputs=tr.bool_("keep_outputs", False), tokenizer=tokenizer, classes=tuple(classes),
         task_draw=tr.str_("task_draw", "per_user", TASK_DRAWS),
+        extra_body=traffic_extra,
     )
 
 
 def _parse_task(
-    name: str, cfg: Any, path: str, file: str, base_dir: Path, base_sampling: Sampling
+    name: str, cfg: Any, path: str, file: str, base_dir: Path, base_sampling: Sampling,
+    inherited_extra: dict[str, Any] | None = None,
 ) -> TaskConfig:
     if not _CLASS_NAME.match(name):
         raise ScenarioError(file, path, "a class name of letters, digits, '_' or '-'", name)
@@ -275,11 +343,11 @@ def _parse_task(
             "one of " + ", ".join(KINDS) + " (required when the class name is not a kind)",
             kind,
         )
-    if kind == "summarization" and "prompt_tokens" in cfg:
+    if kind in ("summarization", "extraction") and "prompt_tokens" in cfg:
         raise ScenarioError(
             file,
             f"{path}.prompt_tokens",
-            "document_tokens for summarization",
+            f"document_tokens for {kind}",
             cfg["prompt_tokens"],
             problem="not used by summarization",
         )
@@ -290,7 +358,7 @@ def _parse_task(
     document = s.dist("document_tokens", d.get("document_tokens"), floor=1, integer=True)
     prompt = (
         document
-        if kind == "summarization"
+        if kind in ("summarization", "extraction")
         else s.dist("prompt_tokens", d["prompt_tokens"], floor=0 if kind == "abnormal" else 1, integer=True)
     )
     turns = s.dist("turns", d.get("turns"), floor=1, integer=True)
@@ -308,6 +376,12 @@ def _parse_task(
             )
         dataset = DatasetConfig(resolved, ds.str_("format", "auto", DATASET_FORMATS))
     completion_share = s.num("completion_share", 0.5, ge=0, le=1)
+    class_extra = _parse_extra_body(s)
+    if kind == "extraction" and s.str_("response_format", "json_schema", RESPONSE_FORMATS) != "none":
+        for level in (class_extra, inherited_extra or {}):
+            if "response_format" in level:
+                raise s.err("response_format", "response_format: none when extra_body sets response_format",
+                            s.raw("response_format", "json_schema"))
     cases: tuple[tuple[str, float], ...] = ()
     if kind == "abnormal":
         raw_cases = s.raw("cases", {c: 1 for c in ABNORMAL_CASES})
@@ -331,12 +405,60 @@ def _parse_task(
         followup_tokens=followup,
         completion_share=completion_share,
         abnormal_cases=cases,
+        extra_body={**(inherited_extra or {}), **class_extra},
+        class_extra_body=class_extra,
+        response_format=s.str_("response_format", "json_schema", RESPONSE_FORMATS) if kind == "extraction" else "none",
+        shared_prefix=_parse_shared_prefix(s),
     )
 
 
-def _parse_load(top: _Section) -> LoadConfig:
+def _parse_replay(ld: _Section, base_dir: Path) -> LoadConfig:
+    """``mode: replay``: the trace is read now, so a bad line stops the run before any request."""
+    from tokenswarm.load.trace import TRACE_FORMATS, TraceError, load_trace
+
+    for key in ("steps", "arrival", "burstiness", "ramp_s", "warmup_s"):
+        if ld.has(key):
+            raise ld.err(key, f"no {key} in mode replay (the trace sets the schedule)")
+    if not ld.has("trace"):
+        raise ld.err("trace", "the path of a trace file (Mooncake JSONL, BurstGPT CSV or tokenswarm records)")
+    path = _resolve_file(ld.str_("trace"), base_dir)
+    if path is None:
+        raise ld.err("trace", f"an existing trace file (relative to {base_dir} or the working directory)")
+    fmt = ld.str_("trace_format", "auto", TRACE_FORMATS)
+    speed = ld.num("speed", 1.0, gt=0)
+    try:
+        trace = load_trace(path, fmt)
+    except TraceError as exc:
+        raise ScenarioError(ld.file, ld.at("trace"), "a valid trace", str(exc)) from None
+    duration = trace.span_s / speed + 1.0  # the steady window ends 1 s after the last scheduled request
+    rate = len(trace.entries) / duration
+    return LoadConfig(
+        mode="replay",
+        steps=(rate,),
+        warmup_s=0.0,  # the schedule starts with the steady window (trim a trace to drop its start)
+        step_duration_s=duration,
+        spawn_rate=ld.num("spawn_rate", 100.0, gt=0),
+        arrival="constant",
+        burstiness=1.0,
+        max_in_flight=ld.num("max_in_flight", 1024, ge=1, integer=True),
+        stop_timeout_s=ld.num("stop_timeout_s", 30.0, ge=0, duration=True),
+        ramp_s=0.0,
+        report_interval_s=ld.num("report_interval_s", None, gt=0, duration=True),
+        trace=path,
+        trace_format=trace.format,
+        speed=speed,
+        trace_block_tokens=ld.num("trace_block_tokens", 512, ge=1, integer=True),
+    )
+
+
+def _parse_load(top: _Section, base_dir: Path | None = None) -> LoadConfig:
     ld = top.section("load", _LOAD)
     mode = ld.str_("mode", "closed", LOAD_MODES)
+    if mode == "replay":
+        return _parse_replay(ld, base_dir or Path.cwd())
+    for key in ("trace", "trace_format", "speed", "trace_block_tokens"):
+        if ld.has(key):
+            raise ld.err(key, f"no {key} unless mode is replay")
     raw_steps = ld.raw("steps", [1])
     if isinstance(raw_steps, (int, float)) and not isinstance(raw_steps, bool):
         raw_steps = [raw_steps]

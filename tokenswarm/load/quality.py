@@ -1,0 +1,42 @@
+"""Quality checks of structured outputs: does the answer parse as JSON, does it match the schema?
+
+Used for ``extraction`` requests (and any request that asked for a JSON Schema). The answer
+text is checked as the model sent it, with one allowance models commonly need: a single
+surrounding Markdown code fence (```` ```json ... ``` ````) is removed first. Schema validation
+uses the ``jsonschema`` library (draft 2020-12); validators are built once per schema.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from jsonschema import Draft202012Validator
+
+_validators: dict[bytes, Draft202012Validator] = {}
+
+
+def strip_fence(text: str) -> str:
+    """``text`` without one surrounding Markdown code fence (and outer whitespace)."""
+    t = text.strip()
+    if t.startswith("```") and t.endswith("```") and len(t) >= 6:
+        body = t[3:-3]
+        nl = body.find("\n")
+        # the info string ("json") runs to the first newline
+        return (body[nl + 1:] if nl >= 0 else body).strip()
+    return t
+
+
+def check_json(text: str, schema: dict[str, Any] | None) -> tuple[bool, bool | None]:
+    """``(json_valid, schema_valid)`` of one answer; ``schema_valid`` is None without a schema."""
+    try:
+        value = orjson.loads(strip_fence(text))
+    except orjson.JSONDecodeError:
+        return False, (False if schema is not None else None)
+    if schema is None:
+        return True, None
+    key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+    validator = _validators.get(key)
+    if validator is None:
+        validator = _validators[key] = Draft202012Validator(schema)
+    return True, validator.is_valid(value)
