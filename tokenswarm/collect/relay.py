@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from tokenswarm.collect.writer import RecordsWriter
 from tokenswarm.record import RequestRecord
+from tokenswarm.redact import redact_bytes
 
 log = logging.getLogger("tokenswarm")
 
@@ -77,7 +78,7 @@ class RelaySink:
         if not self._lines:
             return
         payload = {"worker_id": self.worker_id, "first_seq": self._first_seq, "last_seq": self._last_seq,
-                   "count": len(self._lines), "data": b"".join(self._lines)}
+                   "count": len(self._lines), "data": redact_bytes(b"".join(self._lines))}
         lines, n = self._lines, len(self._lines)
         self._lines, self._bytes, self._first_seq, self._last_seq = [], 0, None, None
         try:

@@ -26,8 +26,9 @@ from locust.runners import MasterRunner, WorkerRunner
 from tokenswarm.collect.relay import MSG_FINAL, MSG_RECORDS, RelaySink, spool_dir_default
 from tokenswarm.load import runtime
 from tokenswarm.load.context import make_worker_id
-from tokenswarm.load.controller import EXIT_BAD_CONFIG, MSG_LIVE, MSG_STEP, RunController
+from tokenswarm.load.controller import EXIT_BAD_CONFIG, EXIT_RUN_BROKE, MSG_LIVE, MSG_STEP, RunController
 from tokenswarm.load.health import HealthMonitor
+from tokenswarm.load.preflight import PreflightError, preflight
 from tokenswarm.load.setup import (  # noqa: F401  (planned_duration_s, scenario_slos: part of this module's API)
     apply_user_settings,
     build_worker_context,
@@ -36,8 +37,10 @@ from tokenswarm.load.setup import (  # noqa: F401  (planned_duration_s, scenario
     scenario_slos,
     set_class_weights,
 )
+from tokenswarm.redact import install_log_redaction, remember_target
 
 log = logging.getLogger("tokenswarm")
+install_log_redaction()  # every log line of this process, Locust's too, goes through redact()
 
 
 def install_events(evs: Any) -> None:
@@ -80,6 +83,9 @@ def _add_options(parser: Any) -> None:
                        help="Steady seconds per step; empty = scenario")
     group.add_argument("--warmup", dest="tokenswarm_warmup", default="", include_in_web_ui=True,
                        help="Warm-up seconds per step; empty = scenario")
+    group.add_argument("--wait-for-server", dest="tokenswarm_wait_for_server", type=float, default=0.0,
+                       metavar="SECONDS", include_in_web_ui=False,
+                       help="Wait up to SECONDS for the target to answer GET /v1/models before giving up (default 0)")
     for hidden in ("tokenswarm_scenario_data", "tokenswarm_run_id", "tokenswarm_base_url", "tokenswarm_model"):
         group.add_argument("--" + hidden.replace("_", "-"), dest=hidden, default="", help=argparse.SUPPRESS,
                            include_in_web_ui=False)
@@ -109,6 +115,16 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     except (ScenarioError, ValueError) as exc:
         print(f"tokenswarm: {exc}", file=sys.stderr)
         sys.exit(EXIT_BAD_CONFIG)
+    remember_target(sc.target, environment.host)
+    first_preflight = None
+    target_url = (environment.host or sc.target.base_url or "").rstrip("/")
+    if opts.headless and target_url:
+        # before any user exists: a failed preflight exits here, with no user tracebacks
+        try:
+            first_preflight = preflight(target_url, sc.target, float(opts.tokenswarm_wait_for_server or 0))
+        except PreflightError as exc:
+            print(f"tokenswarm: {exc}", file=sys.stderr)
+            sys.exit(EXIT_RUN_BROKE)
     fixed = opts.num_users is not None
     if fixed:
         environment.shape_class = None  # -u/--users: a fixed concurrency for -t, as Locust users expect
@@ -121,6 +137,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     ctl = RunController(environment, sc, fixed)
     ctl.overrides = overrides or None
     ctl.slos = slos
+    ctl.preflight = first_preflight
     runtime.set_run(ctl)
     if isinstance(runner, MasterRunner):
         collector_proxy = _CollectorProxy(ctl)
@@ -151,6 +168,7 @@ class _CollectorProxy:
     def on_records(self, environment: Any, msg: Any, **_kw: Any) -> None:
         if self.ctl.collector is not None:
             self.ctl.collector.on_batch(msg.data)
+        self.ctl.on_records_batch(msg.data)
 
     def on_final(self, environment: Any, msg: Any, **_kw: Any) -> None:
         if self.ctl.collector is not None:

@@ -172,7 +172,7 @@ class LLMUser(_TokenswarmUser):
 
     @task
     def one_request(self) -> None:
-        if self.task_cfg is None:
+        if self.task_cfg is None or self.ctx.halted:  # halted: the circuit breaker stopped the run
             gevent.sleep(1.0)
             return
         scheduled = self.ctx.clock()
@@ -238,7 +238,7 @@ class OpenLoopUser(_TokenswarmUser):
         rate_seen: float | None = None
         next_s = ctx.clock()
         try:
-            while not ctx.stopping:
+            while not ctx.stopping and not ctx.halted:
                 rate = ctx.rate_per_worker()
                 if rate is None:
                     gevent.sleep(0.05)

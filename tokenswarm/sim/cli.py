@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -40,6 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per-request-spec-decode-metrics", choices=("none", "summary"), default="none",
                         help="add vLLM-style metrics.speculative_decoding to final responses")
     parser.add_argument("--seed", type=int, default=0, help="seed of fault decisions (default 0)")
+    parser.add_argument("--api-key", metavar="KEY", default=None,
+                        help="require 'Authorization: Bearer KEY' on every request except /health and /_tokenswarm/* (as vLLM's "
+                             "--api-key; vLLM checks only /v1 paths); others get 401 (default: $TOKENSWARM_SIM_API_KEY)")
+    parser.add_argument("--echo-headers-in-errors", action="store_true",
+                        help="test aid: error answers quote the request's headers, like a careless gateway")
     parser.add_argument("--truth", metavar="PATH", default=None, help="write the ground-truth log (JSON lines)")
     g = parser.add_argument_group("faults (rates are probabilities 0..1, deterministic given --seed)")
     g.add_argument("--fault-http-500", type=_rate, default=0.0, metavar="RATE", help="answer HTTP 500")
@@ -88,7 +94,9 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         server = SimServer(profile, spec, faults, args.host, args.port, args.truth, args.served_model_name,
-                           args.per_request_spec_decode_metrics)
+                           args.per_request_spec_decode_metrics,
+                           api_key=args.api_key or os.environ.get("TOKENSWARM_SIM_API_KEY") or None,
+                           echo_headers=args.echo_headers_in_errors)
     except OSError as e:
         print(f"tokenswarm sim: cannot open --truth {args.truth}: {e}", file=sys.stderr)
         return 2
