@@ -13,6 +13,7 @@ from analysis.render_doc import compare_doc, report_doc
 from analysis.render_html import to_html
 from analysis.render_md import to_markdown
 from analysis.tables import windows
+from tokenswarm.redact import redact
 
 
 def _safe(images: dict[str, bytes], name: str, fn: Callable[[], bytes | None], warnings: list[str]) -> None:
@@ -73,7 +74,7 @@ def write_outputs(out_dir: Path, summary: dict[str, Any], blocks: list, images: 
     out_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
     p = out_dir / "summary.json"
-    p.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    p.write_bytes(redact(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)))
     files["summary.json"] = p
     for path in render_csv.write_tables(out_dir, tables):
         files[path.name] = path
@@ -85,10 +86,10 @@ def write_outputs(out_dir: Path, summary: dict[str, Any], blocks: list, images: 
             ip.write_bytes(png)
             image_paths[name] = f"plots/{name}.png"
     p = out_dir / "report.md"
-    p.write_text(to_markdown(blocks, image_paths))
+    p.write_text(redact(to_markdown(blocks, image_paths)))
     files["report.md"] = p
     p = out_dir / "report.html"
-    p.write_text(to_html(blocks, images, title))
+    p.write_text(redact(to_html(blocks, images, title)))
     files["report.html"] = p
     return files
 

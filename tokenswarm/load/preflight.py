@@ -95,7 +95,7 @@ def preflight(base_url: str, target: Any, wait_s: float = 0.0, *,
               sleep: Callable[[float], None] = time.sleep) -> Preflight:
     """Probe the target until it answers (at most ``wait_s`` seconds); raise :class:`PreflightError`."""
     url = models_url(base_url)
-    shown = redact(url)
+    shown = redact(split_userinfo(base_url)[0])
     headers = target_headers(target, base_url)
     start = clock()
     while True:
@@ -118,7 +118,7 @@ def _decide(answer: Answer, target: Any, shown: str, waited: float) -> Preflight
         how = (f"the key from ${target.api_key_env}" if target.api_key_env and target.api_key()
                else f"${target.api_key_env} is not set" if target.api_key_env
                else "no key configured (set target.api_key_env)")
-        raise PreflightError(redact(f"authentication failed at {shown}: {answer.text} ({how}); "
+        raise PreflightError(redact(f"authentication failed at {shown} (GET /v1/models): {answer.text} ({how}); "
                                     "check the key the server expects"))
     if answer.status != 200:
         if target.model != "auto":  # reachable, but no /v1/models: trust the configured name

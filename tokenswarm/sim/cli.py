@@ -44,6 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key", metavar="KEY", default=None,
                         help="require 'Authorization: Bearer KEY' on every request except /health and /_tokenswarm/* (as vLLM's "
                              "--api-key; vLLM checks only /v1 paths); others get 401 (default: $TOKENSWARM_SIM_API_KEY)")
+    parser.add_argument("--basic-auth", metavar="USER:PASSWORD", default=None,
+                        help="require HTTP basic auth instead, like a gateway in front of the server")
     parser.add_argument("--echo-headers-in-errors", action="store_true",
                         help="test aid: error answers quote the request's headers, like a careless gateway")
     parser.add_argument("--truth", metavar="PATH", default=None, help="write the ground-truth log (JSON lines)")
@@ -96,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         server = SimServer(profile, spec, faults, args.host, args.port, args.truth, args.served_model_name,
                            args.per_request_spec_decode_metrics,
                            api_key=args.api_key or os.environ.get("TOKENSWARM_SIM_API_KEY") or None,
+                           basic_auth=args.basic_auth,
                            echo_headers=args.echo_headers_in_errors)
     except OSError as e:
         print(f"tokenswarm sim: cannot open --truth {args.truth}: {e}", file=sys.stderr)

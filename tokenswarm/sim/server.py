@@ -314,8 +314,18 @@ class SimServer:
         per_request_spec_metrics: str = "none",
         api_key: str | None = None,
         echo_headers: bool = False,
+        basic_auth: str | None = None,
     ) -> None:
+        import base64
+
         self.api_key = api_key
+        # the Authorization values accepted when a key or basic auth is required (None: no auth)
+        self._accepted: tuple[bytes, ...] | None = None
+        if api_key is not None or basic_auth is not None:
+            self._accepted = tuple(v.encode() for v in (
+                f"Bearer {api_key}" if api_key is not None else None,
+                "Basic " + base64.b64encode(basic_auth.encode()).decode() if basic_auth is not None else None)
+                if v is not None)
         self.echo_headers = echo_headers
         self.auth_counts: dict[str, int] = {}  # path -> requests that carried the right key
         self.profile = profile
@@ -537,7 +547,7 @@ class SimServer:
         path = url.path
         self._echo = headers if self.echo_headers else None
         try:
-            if self.api_key is not None and path != "/health" and not path.startswith("/_tokenswarm/"):
+            if self._accepted is not None and path != "/health" and not path.startswith("/_tokenswarm/"):
                 self._check_key(path, (headers or {}).get("authorization", ""))
             if path in ("/v1/chat/completions", "/v1/completions"):
                 if method != "POST":
@@ -577,10 +587,11 @@ class SimServer:
         return keep
 
     def _check_key(self, path: str, authorization: str) -> None:
-        """vLLM's answer to a missing or wrong key: 401 ``{"error": "Unauthorized"}``-style."""
+        """A missing or wrong key (or basic auth) gets 401 with an OpenAI-style error, as vLLM answers."""
         import hmac
 
-        if not hmac.compare_digest(authorization.encode(), f"Bearer {self.api_key}".encode()):
+        assert self._accepted is not None
+        if not any(hmac.compare_digest(authorization.encode(), ok) for ok in self._accepted):
             raise HttpError(401, self._with_headers("Unauthorized: missing or wrong API key"))
         self.auth_counts[path] = self.auth_counts.get(path, 0) + 1
 
