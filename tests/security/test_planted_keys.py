@@ -14,11 +14,11 @@ for every secret. The coverage matrix (paths x modes x sinks) is printed with ``
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 
@@ -63,8 +63,6 @@ def test_no_planted_secret_reaches_any_file_print_or_web_page(tmp_path, mode):
                    "--fault-http-500", "0.3", env={}) as sim:
         host = sim.base_url.replace("http://", f"http://gw:{SECRETS['URL user info']}@")
         served: dict[str, str] = {}
-        import os
-
         os.environ["I18_PLANTED_KEY"] = env_key  # inherited by every locust process the helper starts
         try:
             with locust_web_ui(sc, host, out, "--set", f"target.headers.X-Set-Key={SECRETS['--set header']}",
