@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-Block = tuple
+Block = tuple[Any, ...]
 
 LATENCY_TITLES = {
     "ttft": ("TTFT", "ms"),
@@ -146,24 +146,24 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
         if name in images:
             b.append(("img", name, name.replace("_", " ")))
     for metric, (title, unit) in LATENCY_TITLES.items():
-        rows = [r for r in s["steps"] if r.get(f"{metric}_count")]
-        if not rows:
+        lat_rows = [r for r in s["steps"] if r.get(f"{metric}_count")]
+        if not lat_rows:
             continue
         b.append(("h3", f"{title} ({unit.replace('_per_s', '/s')})"))
         hdr = ["step", "task", "count", "failed share", "p50", "p90", "p95", "p99", "p99.9", "mean", "min", "max"]
-        with_inf = f"{metric}_p99_failed_as_inf_{unit}" in rows[0]
+        with_inf = f"{metric}_p99_failed_as_inf_{unit}" in lat_rows[0]
         if with_inf:
             hdr.append("p99 failures=inf")
         table = []
-        for r in rows:
-            row = [r["step_name"], r["task"], fmt(r[f"{metric}_count"]), pct(r.get(f"{metric}_failed_share"))]
-            row += [fmt(r[f"{metric}_{k}_{unit}"]) for k in ("p50", "p90", "p95", "p99", "p99_9", "mean", "min", "max")]
+        for sr in lat_rows:
+            row = [sr["step_name"], sr["task"], fmt(sr[f"{metric}_count"]), pct(sr.get(f"{metric}_failed_share"))]
+            row += [fmt(sr[f"{metric}_{k}_{unit}"]) for k in ("p50", "p90", "p95", "p99", "p99_9", "mean", "min", "max")]
             if with_inf:
-                v = r[f"{metric}_p99_failed_as_inf_{unit}"]
+                v = sr[f"{metric}_p99_failed_as_inf_{unit}"]
                 row.append("unbounded" if v is None else fmt(v))
             table.append(row)
         b.append(("table", hdr, table))
-        if metric == "itl" and any(r.get("itl_per_chunk_samples_share") for r in rows):
+        if metric == "itl" and any(sr.get("itl_per_chunk_samples_share") for sr in lat_rows):
             b.append(("p", "Some requests had no exact per-chunk token counts: their ITL samples are per chunk, not per token."))
     if s["errors"]:
         b.append(("h2", "Errors and timeouts by kind"))

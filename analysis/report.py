@@ -47,7 +47,7 @@ def report_images(run: Run, s: dict[str, Any]) -> tuple[dict[str, bytes], list[s
     return images, warn
 
 
-def compare_images(base: Run, cand: Run, s: dict[str, Any], base_points: list, cand_points: list) -> tuple[dict[str, bytes], list[str]]:
+def compare_images(base: Run, cand: Run, s: dict[str, Any], base_points: list[Any], cand_points: list[Any]) -> tuple[dict[str, bytes], list[str]]:
     """Baseline-vs-candidate overlays."""
     images: dict[str, bytes] = {}
     warn: list[str] = []
@@ -68,7 +68,7 @@ def compare_images(base: Run, cand: Run, s: dict[str, Any], base_points: list, c
     return images, warn
 
 
-def write_outputs(out_dir: Path, summary: dict[str, Any], blocks: list, images: dict[str, bytes],
+def write_outputs(out_dir: Path, summary: dict[str, Any], blocks: list[Any], images: dict[str, bytes],
                   tables: dict[str, list[dict[str, Any]]], title: str) -> dict[str, Path]:
     """Write every artefact; returns name -> path."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -103,8 +103,8 @@ def write_report(run: Run, summary: dict[str, Any], out_dir: Path, with_plots: b
                          f"tokenswarm report {run.name}")
 
 
-def write_compare(base: Run, cand: Run, summary: dict[str, Any], out_dir: Path, base_points: list,
-                  cand_points: list, with_plots: bool = True) -> dict[str, Path]:
+def write_compare(base: Run, cand: Run, summary: dict[str, Any], out_dir: Path, base_points: list[Any],
+                  cand_points: list[Any], with_plots: bool = True) -> dict[str, Path]:
     """Write the comparison directory."""
     images, warn = compare_images(base, cand, summary, base_points, cand_points) if with_plots else ({}, [])
     summary["notes"].extend(warn)

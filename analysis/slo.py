@@ -19,7 +19,7 @@ single request should at least meet the tail bound.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from tokenswarm.metrics import SLO_METRICS
 
@@ -131,7 +131,7 @@ class SloResult:
         }
 
 
-def evaluate_rows(rows: list[Mapping[str, Any]], slos: SloSpec) -> list[SloResult]:
+def evaluate_rows(rows: Sequence[Mapping[str, Any]], slos: SloSpec) -> list[SloResult]:
     """Check every applicable SLO on every step-table row."""
     results: list[SloResult] = []
     for row in rows:

@@ -108,7 +108,8 @@ def analyse(
         "cost": cost_mod.cost_rows(tables.rows, price),
         "soak": soak(run, window_s),
     }
-    return clean(summary)
+    cleaned: dict[str, Any] = clean(summary)
+    return cleaned
 
 
 def clean(obj: Any) -> Any:
@@ -166,4 +167,5 @@ def compare_summary(base: Run, cand: Run, n_boot: int = 1000, seed: int = 0, spe
     out["candidate_health"] = generator_health(cand.manifest, tb.rows, cand.warnings)
     out["baseline_curves"] = curve_points(ta.rows)
     out["candidate_curves"] = curve_points(tb.rows)
-    return clean(out)
+    cleaned: dict[str, Any] = clean(out)
+    return cleaned

@@ -102,7 +102,7 @@ class StepTables:
                 return r
         raise KeyError(f"no row for step {step_index!r}, task {task!r}")
 
-    def to_dataframe(self):
+    def to_dataframe(self) -> Any:
         """Rows as a pandas DataFrame (requires pandas)."""
         import pandas as pd
 
@@ -119,7 +119,7 @@ def derived(run: Run) -> dict[str, np.ndarray]:
     = output_tokens / (e2e / 1000) for e2e > 0; ``*_from_schedule_ms`` = value + lag (a
     missing lag counts as none, as in :func:`tokenswarm.metrics.with_schedule`).
     """
-    cached = run.cache.get("derived")
+    cached: dict[str, np.ndarray] | None = run.cache.get("derived")
     if cached is not None:
         return cached
     c = run.columns
@@ -176,7 +176,7 @@ def windows(run: Run) -> tuple[list[Window], list[str]]:
         )
         return [
             Window(None, "all", "rate" if run.manifest.get("load_mode") == "open" else None, None, start, end,
-                   None if start is None else end - start, "span of requests (sent_at .. end)", mask,
+                   None if start is None or end is None else end - start, "span of requests (sent_at .. end)", mask,
                    "no steps: warm-up not excluded")
         ], notes
     out: list[Window] = []
@@ -208,7 +208,7 @@ def windows(run: Run) -> tuple[list[Window], list[str]]:
                 target=None if target is None else float(target),
                 start_s=start,
                 end_s=end,
-                duration_s=None if start is None else float(end - start),
+                duration_s=None if start is None or end is None else float(end - start),
                 duration_source=source,
                 mask=mask,
                 note=note,
@@ -446,7 +446,7 @@ def step_table(run: Run, slo: Any = None, use_scenario_slo: bool = True) -> Step
             del sub
         del step_chunks
         # The all-tasks row reuses the tasks' sorted samples (a union, no second sort).
-        all_parts = (SortedParts.union([p[0] for p in task_parts]), SortedParts.union([p[1] for p in task_parts]), None)
+        all_parts: tuple[SortedParts, SortedParts, float | None] = (SortedParts.union([p[0] for p in task_parts]), SortedParts.union([p[1] for p in task_parts]), None)
         sizes = [p[1].count for p in task_parts]
         if sum(sizes):
             inexact = sum((p[2] or 0.0) * n for p, n in zip(task_parts, sizes)) / sum(sizes)
