@@ -150,7 +150,7 @@ static PyObject *dated_groups(PyObject *events, const watch_note *notes, int k, 
 static PyObject *dated_cuts(const watch_note *notes, int k, unsigned long long rx0, Py_ssize_t total,
                             double arrival, double offset, double now, double max_age);
 
-static PyObject *read_events(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *read_events(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 8) {
         PyErr_SetString(PyExc_TypeError, "read_events takes 8 arguments");
@@ -340,7 +340,7 @@ static PyObject *dated_groups(PyObject *events, const watch_note *notes, int k, 
 
 /* split(data, chunked, allow_tail=False) -> events | (events, tail) | None: the parsing
  * half of read_events, for tests. With allow_tail, returns (events, tail bytes). */
-static PyObject *split(PyObject *self, PyObject *args)
+static PyObject *split(PyObject *Py_UNUSED(self), PyObject *args)
 {
     Py_buffer view;
     int chunked, allow_tail = 0;
@@ -378,7 +378,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastread", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastread", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__fastread(void)
 {
