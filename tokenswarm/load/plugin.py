@@ -213,6 +213,7 @@ def _init_worker(environment: Any) -> None:
         sink = RelaySink(lambda t, d: runner.send_message(t, d), make_worker_id(index), spool_dir=spool_dir_default())
         ctx = build_worker_context(environment, sc, opts.tokenswarm_run_id, opts.tokenswarm_base_url,
                                    opts.tokenswarm_model, sink, "worker", index)
+        sink.requests_started = lambda: ctx.requests_started
         if state.get("pending_step"):
             ctx.set_step(state.pop("pending_step"))
         state["ctx"] = ctx
