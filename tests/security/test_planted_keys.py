@@ -83,7 +83,7 @@ def test_no_planted_secret_reaches_any_file_print_or_web_page(tmp_path, mode):
         authorized = sim.stats()["authorized"]
     rep = subprocess.run([sys.executable, "-m", "tokenswarm", "report", str(out), "--out", str(tmp_path / "report")],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert rep.returncode in (0, 1), rep.stderr[-2000:]  # 1 = an SLO failed; the report is written either way
+    assert rep.returncode == 0, rep.stderr[-2000:]
 
     # The planted values were really used: the key authorised every request kind ...
     assert all(authorized.get(k, 0) > 0 for k in ("/v1/models", "/tokenize", "/metrics", "/v1/chat/completions"))
