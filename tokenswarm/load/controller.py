@@ -36,7 +36,7 @@ from tokenswarm.load.setup import (
     set_class_weights,
 )
 from tokenswarm.load.steps import StepMachine, plan_steps
-from tokenswarm.redact import redact
+from tokenswarm.redact import redact, remember_target
 
 log = logging.getLogger("tokenswarm")
 
@@ -53,6 +53,7 @@ class RunController:
     def __init__(self, environment: Any, scenario: Any, fixed_users: bool) -> None:
         self.env = environment
         self.scenario = scenario
+        remember_target(scenario.target, getattr(environment, "host", None))  # every sink masks its secrets
         self.fixed_users = fixed_users
         self.is_master = isinstance(environment.runner, MasterRunner)
         self.machine: StepMachine | None = None
