@@ -31,7 +31,8 @@ MIN_SECRET_LEN = 4
 
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # the value of an Authorization header, whatever its scheme (echoed by a gateway, in a --set)
-    (re.compile(r"((?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?)(?![\s\"']*\*\*\*)[^\"'\r\n,;}]+", re.IGNORECASE),
+    (re.compile(r"(\b(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?)(?![\s\"']*\*\*\*)(?!(?:true|false|null)\b)"
+                r"[^\"'\r\n,;}]+", re.IGNORECASE),
      r"\1" + MASK),
     # a bearer credential anywhere else
     (re.compile(r"\b(Bearer)\s+(?![\s\"']*\*\*\*)[A-Za-z0-9._~+/\-]{8,}=*", re.IGNORECASE), r"\1 " + MASK),
@@ -39,8 +40,9 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)(?!\*\*\*@)[^/\s@'\"<>]+@"), r"\1" + MASK + "@"),
     # provider key shapes (OpenAI sk-, Hugging Face hf_, Groq gsk_, xAI xai-, GitHub ghp_ ...)
     (re.compile(r"\b(?:sk|pk|rk|hf|gsk|xai|ghp|gho|glpat)[-_][A-Za-z0-9_\-]{8,}"), MASK),
-    # key=value / "key": "value" forms naming a secret
-    (re.compile(r"((?:api[_-]?key|access[_-]?token|password|secret)[\"']?\s*[:=]\s*[\"']?)(?![\s\"']*\*\*\*)[^\s\"',;&}]+",
+    # key=value / "key": "value" forms naming a secret (not "is_secret": false: JSON must stay valid)
+    (re.compile(r"(\b(?:api[_-]?key|access[_-]?token|password|secret)[\"']?\s*[:=]\s*[\"']?)"
+                r"(?![\s\"']*\*\*\*)(?!(?:true|false|null)\b)[^\s\"',;&}]+",
                 re.IGNORECASE), r"\1" + MASK),
 )
 

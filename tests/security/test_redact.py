@@ -49,7 +49,8 @@ def test_secret_looking_patterns_are_masked_without_being_registered(text, leake
 
 
 @pytest.mark.parametrize("text", ["Basic statistics of the run", "Token count per chunk", "api_key_env: OPENAI_API_KEY",
-                                  "http://127.0.0.1:8000/v1", "ttft_p95_ms=800", "sha256 " + "a" * 64])
+                                  "http://127.0.0.1:8000/v1", "ttft_p95_ms=800", "sha256 " + "a" * 64,
+                                  '{"is_secret": false, "secret": null, "password": true}', "web_login_password"])
 def test_ordinary_text_is_left_alone(text):
     assert r.redact(text) == text
 
