@@ -22,6 +22,26 @@ QA = {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 30},
       "output_tokens": {"dist": "fixed", "value": 24}, "sampling": {"ignore_eos": True}}
 
 
+def wait_until(pred, timeout_s: float, what: str) -> None:
+    """Poll ``pred`` until true; fail naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def _served(port: int) -> int:
+    """Requests the simulator on ``port`` has received (0 while it does not answer)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/_tokenswarm/stats", timeout=2) as resp:
+            return int(json.loads(resp.read())["requests"])
+    except OSError:
+        return 0
+
+
 def short_load(**kw):
     return {"mode": "closed", "steps": [4], "warmup_s": 0.3, "step_duration_s": 4, "stop_timeout_s": 3, **kw}
 
@@ -84,10 +104,10 @@ def test_connection_refused_and_a_server_restart_mid_run(tmp_path):
          str(sc), "--host", f"http://127.0.0.1:{port}", "--out", str(tmp_path / "run"), "--only-summary"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     try:
-        time.sleep(3.5)
+        wait_until(lambda: _served(port) >= 20, 30, "the load to be flowing")
         os.killpg(sim.pid, signal.SIGKILL)  # the server dies mid-run ...
         sim.wait()
-        time.sleep(1.5)
+        time.sleep(1.5)  # not a synchronisation: the length of the outage the run must ride out
         sim = start()                        # ... and comes back
         out, _ = locust.communicate(timeout=90)
     finally:
@@ -195,7 +215,8 @@ def test_report_works_on_a_run_in_progress(tmp_path):
             deadline = time.monotonic() + 40
             while time.monotonic() < deadline and not (run / "live_summary.json").exists():
                 time.sleep(0.5)
-            time.sleep(6.0)  # records flushed at least every 5 s
+            wait_until(lambda: (run / "records.jsonl").exists() and (run / "records.jsonl").stat().st_size > 0, 30,
+                       "the first flush of records (at least every 5 s)")
             assert proc.poll() is None, "the run is still going"
             assert not read_manifest(run)["complete"]
             rep = subprocess.run([sys.executable, "-m", "tokenswarm", "report", str(run), "--out", str(tmp_path / "rep")],
