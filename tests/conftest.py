@@ -3,4 +3,4 @@ first, before any test module imports ssl/urllib, keeps the patching complete.""
 
 import locust  # noqa: F401
 
-from tests.helpers.tiers import pytest_runtest_makereport, pytest_sessionfinish  # noqa: E402, F401  (CI tiers)
+from tests.helpers.tiers import pytest_runtest_makereport, pytest_sessionfinish  # noqa: F401  (CI tiers: hooks re-exported)
