@@ -147,3 +147,32 @@ def test_a_dry_run_piped_into_head_ends_without_a_traceback():
     finally:
         os.close(write_end)
     assert res.returncode == 0 and res.stderr == "", res.stderr
+
+
+def test_a_failed_preflight_started_from_the_web_ui_prints_no_user_traceback(tmp_path):
+    from tests.helpers.procs import wait_port
+    from tests.webui.liveui import get_json, post_form, wait_for
+
+    sc = qa_scenario(tmp_path, api_key_env=None)
+    port, dead = free_port(), free_port()
+    log = tmp_path / "locust.log"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "locust", "-f", str(ROOT / "locustfiles" / "llm.py"),
+                                 "--scenario", str(sc), "--host", f"http://127.0.0.1:{dead}", "--web-host", "127.0.0.1",
+                                 "--web-port", str(port), "--out", str(tmp_path / "run")],
+                                cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            wait_port(port, 40)
+            base = f"http://127.0.0.1:{port}/"
+            assert post_form(base + "swarm", {"user_count": 2, "spawn_rate": 2})["success"]
+            # the failed preflight stops the runner (the UI stays up, so the user can fix the target)
+            wait_for(lambda: "does not answer GET /v1/models" in log.read_text()
+                     and (proc.poll() is not None or get_json(base + "stats/requests")["state"] in ("stopped", "ready")),
+                     60, "the preflight failure and the runner to stop")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    text = log.read_text()
+    assert "does not answer GET /v1/models" in text, text[-2000:]
+    assert "Traceback" not in text and "StopUser" not in text, text[-3000:]
