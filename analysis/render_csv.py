@@ -8,6 +8,8 @@ from typing import Any
 
 import orjson
 
+from tokenswarm.redact import redact
+
 
 def write_table(path: Path, rows: list[dict[str, Any]]) -> Path | None:
     """Write rows (lists and dicts in cells become JSON); nothing is written for no rows."""
@@ -22,8 +24,8 @@ def write_table(path: Path, rows: list[dict[str, Any]]) -> Path | None:
         w = csv.writer(fh)
         w.writerow(columns)
         for r in rows:
-            w.writerow(["" if r.get(c) is None else orjson.dumps(r[c]).decode() if isinstance(r.get(c), (list, dict))
-                        else r[c] for c in columns])
+            w.writerow(redact(["" if r.get(c) is None else orjson.dumps(r[c]).decode() if isinstance(r.get(c), (list, dict))
+                        else r[c] for c in columns]))
     return path
 
 

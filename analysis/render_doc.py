@@ -12,7 +12,7 @@ from typing import Any
 
 from analysis.stats import min_samples_for
 
-Block = tuple
+Block = tuple[Any, ...]
 
 LATENCY_TITLES = {
     "ttft": ("TTFT", "ms"),
@@ -193,28 +193,28 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
         if name in images:
             b.append(("img", name, name.replace("_", " ")))
     for metric, (title, unit) in LATENCY_TITLES.items():
-        rows = [r for r in s["steps"] if r.get(f"{metric}_count")]
-        if not rows:
+        lat_rows = [r for r in s["steps"] if r.get(f"{metric}_count")]
+        if not lat_rows:
             continue
         b.append(("h3", f"{title} ({unit.replace('_per_s', '/s')})"))
         # mean and min are in the CSV tables; the page keeps the tail
         hdr = ["step", "task", "count", "failed share", "p50", "p90", "p95", "p99", "p99.9", "max"]
-        prec = max((r.get(f"{metric}_percentile_precision_share") or 0.0) for r in rows)
+        prec = max((r.get(f"{metric}_percentile_precision_share") or 0.0) for r in lat_rows)
         if prec:  # percentiles from the store's histograms: the precision goes next to each number
             hdr[4:9] = [f"{h} (±{prec * 100:.1f} %)" for h in hdr[4:9]]
-        with_inf = f"{metric}_p99_failed_as_inf_{unit}" in rows[0]
+        with_inf = f"{metric}_p99_failed_as_inf_{unit}" in lat_rows[0]
         if with_inf:
             hdr.append("p99 failures=inf")
         table = []
-        for r in rows:
-            row = [r["step_name"], r["task"], fmt(r[f"{metric}_count"]), pct(r.get(f"{metric}_failed_share"))]
-            row += [guarded(r, f"{metric}_{k}_{unit}") for k in ("p50", "p90", "p95", "p99", "p99_9", "max")]
+        for sr in lat_rows:
+            row = [sr["step_name"], sr["task"], fmt(sr[f"{metric}_count"]), pct(sr.get(f"{metric}_failed_share"))]
+            row += [guarded(sr, f"{metric}_{k}_{unit}") for k in ("p50", "p90", "p95", "p99", "p99_9", "max")]
             if with_inf:
-                v = r[f"{metric}_p99_failed_as_inf_{unit}"]
+                v = sr[f"{metric}_p99_failed_as_inf_{unit}"]
                 row.append("unbounded" if v is None else fmt(v))
             table.append(row)
         b.append(("table", hdr, table))
-        if metric == "itl" and any(r.get("itl_per_chunk_samples_share") for r in rows):
+        if metric == "itl" and any(sr.get("itl_per_chunk_samples_share") for sr in lat_rows):
             b.append(("p", "Some requests had no exact per-chunk token counts: their ITL samples are per chunk, not per token."))
     if s["errors"]:
         b.append(("h2", "Errors and timeouts by kind"))

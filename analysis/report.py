@@ -13,6 +13,7 @@ from analysis.render_doc import compare_doc, report_doc
 from analysis.render_html import to_html
 from analysis.render_md import to_markdown
 from analysis.tables import windows
+from tokenswarm.redact import redact
 
 
 def _safe(images: dict[str, bytes], name: str, fn: Callable[[], bytes | None], warnings: list[str]) -> None:
@@ -49,7 +50,7 @@ def report_images(run: Run, s: dict[str, Any]) -> tuple[dict[str, bytes], list[s
     return images, warn
 
 
-def compare_images(base: Run, cand: Run, s: dict[str, Any], base_points: list, cand_points: list) -> tuple[dict[str, bytes], list[str]]:
+def compare_images(base: Run, cand: Run, s: dict[str, Any], base_points: list[Any], cand_points: list[Any]) -> tuple[dict[str, bytes], list[str]]:
     """Baseline-vs-candidate overlays."""
     images: dict[str, bytes] = {}
     warn: list[str] = []
@@ -70,13 +71,13 @@ def compare_images(base: Run, cand: Run, s: dict[str, Any], base_points: list, c
     return images, warn
 
 
-def write_outputs(out_dir: Path, summary: dict[str, Any], blocks: list, images: dict[str, bytes],
+def write_outputs(out_dir: Path, summary: dict[str, Any], blocks: list[Any], images: dict[str, bytes],
                   tables: dict[str, list[dict[str, Any]]], title: str) -> dict[str, Path]:
     """Write every artefact; returns name -> path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
     p = out_dir / "summary.json"
-    p.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    p.write_bytes(redact(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)))
     files["summary.json"] = p
     for path in render_csv.write_tables(out_dir, tables):
         files[path.name] = path
@@ -88,10 +89,10 @@ def write_outputs(out_dir: Path, summary: dict[str, Any], blocks: list, images: 
             ip.write_bytes(png)
             image_paths[name] = f"plots/{name}.png"
     p = out_dir / "report.md"
-    p.write_text(to_markdown(blocks, image_paths))
+    p.write_text(redact(to_markdown(blocks, image_paths)))
     files["report.md"] = p
     p = out_dir / "report.html"
-    p.write_text(to_html(blocks, images, title))
+    p.write_text(redact(to_html(blocks, images, title)))
     files["report.html"] = p
     return files
 
@@ -105,8 +106,8 @@ def write_report(run: Run, summary: dict[str, Any], out_dir: Path, with_plots: b
                          f"tokenswarm report {run.name}")
 
 
-def write_compare(base: Run, cand: Run, summary: dict[str, Any], out_dir: Path, base_points: list,
-                  cand_points: list, with_plots: bool = True) -> dict[str, Path]:
+def write_compare(base: Run, cand: Run, summary: dict[str, Any], out_dir: Path, base_points: list[Any],
+                  cand_points: list[Any], with_plots: bool = True) -> dict[str, Path]:
     """Write the comparison directory."""
     images, warn = compare_images(base, cand, summary, base_points, cand_points) if with_plots else ({}, [])
     summary["notes"].extend(warn)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from analysis.stats import min_samples_for
 from tokenswarm.metrics import SLO_METRICS
@@ -153,7 +153,7 @@ def _too_few_samples(row: Mapping[str, Any], column: str) -> str | None:
     return f"not enough samples: {column} from n={n}, a p{p:g} needs n >= {need} (10 / (1 - q))"
 
 
-def evaluate_rows(rows: list[Mapping[str, Any]], slos: SloSpec) -> list[SloResult]:
+def evaluate_rows(rows: Sequence[Mapping[str, Any]], slos: SloSpec) -> list[SloResult]:
     """Check every applicable SLO on every step-table row."""
     results: list[SloResult] = []
     for row in rows:

@@ -92,6 +92,7 @@ def time_windows(run: Run, window_s: float = 60.0) -> list[dict[str, Any]]:
             if series is None:
                 row[f"{key}_mean_{unit}"] = row[f"{key}_max_{unit}"] = None
                 continue
+            assert sm is not None  # a series exists only when the run has server metrics
             in_w = (sm.scraped_at_s >= start) & (sm.scraped_at_s < start + window_s) & ~np.isnan(series)
             vals = series[in_w]
             row[f"{key}_mean_{unit}"] = float(vals.mean()) if vals.size else None

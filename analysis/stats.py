@@ -22,7 +22,7 @@ Trend
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -37,7 +37,7 @@ def pkey(p: float) -> str:
     return "p" + (f"{p:g}").replace(".", "_")
 
 
-def _lerp(a: np.ndarray, b: np.ndarray, t: np.ndarray) -> np.ndarray:
+def _lerp(a: Any, b: Any, t: Any) -> np.ndarray:  # a, b, t: arrays or numpy scalars
     # numpy's own interpolation formula (numpy/lib/_function_base_impl.py::_lerp), so results agree bit for bit.
     diff = b - a
     out = np.asarray(a + diff * t, dtype=np.float64)
@@ -286,7 +286,8 @@ def bootstrap_means(
     n = x.shape[0]
     if n * n_boot <= max_cells:
         idx = rng.integers(0, n, size=(n_boot, n))
-        return x[idx].mean(axis=1)
+        reps: np.ndarray = x[idx].mean(axis=1)
+        return reps
     sd = float(np.std(x)) / math.sqrt(n)
     return float(np.mean(x)) + sd * rng.standard_normal(n_boot)
 
@@ -425,7 +426,7 @@ class SortedParts:
     def max(self) -> float:
         return float(max(a[-1] for a, _ in self.parts))
 
-    def _count_le(self, v: float) -> int:
+    def _count_le(self, v: float | np.floating[Any]) -> int:
         return int(sum(int(np.searchsorted(a, v, side="right")) * w for a, w in self.parts))
 
     def value_at(self, rank: int) -> float:

@@ -124,7 +124,8 @@ def analyse(
     summary["ttft_breakdown"] = ttft_breakdown(obs, tables.rows)
     summary["server_view"] = server_view(obs, tables.rows)
     summary["sent"] = what_was_sent(run, tables.windows)
-    return clean(summary)
+    cleaned: dict[str, Any] = clean(summary)
+    return cleaned
 
 
 def clean(obj: Any) -> Any:
@@ -187,4 +188,5 @@ def compare_summary(base: Run, cand: Run, n_boot: int = 1000, seed: int = 0, spe
     out["resources"] = {"baseline_rows": res_a["rows"], "candidate_rows": res_b["rows"],
                         "rows": compare_resources(res_a["rows"], res_b["rows"]),
                         "observed": res_a["observed"] or res_b["observed"]}
-    return clean(out)
+    cleaned: dict[str, Any] = clean(out)
+    return cleaned

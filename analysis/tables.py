@@ -106,7 +106,7 @@ class StepTables:
                 return r
         raise KeyError(f"no row for step {step_index!r}, task {task!r}")
 
-    def to_dataframe(self):
+    def to_dataframe(self) -> Any:
         """Rows as a pandas DataFrame (requires pandas)."""
         import pandas as pd
 
@@ -123,7 +123,7 @@ def derived(run: Run) -> dict[str, np.ndarray]:
     = output_tokens / (e2e / 1000) for e2e > 0; ``*_from_schedule_ms`` = value + lag (a
     missing lag counts as none, as in :func:`tokenswarm.metrics.with_schedule`).
     """
-    cached = run.cache.get("derived")
+    cached: dict[str, np.ndarray] | None = run.cache.get("derived")
     if cached is not None:
         return cached
     c = run.columns
@@ -180,7 +180,7 @@ def windows(run: Run) -> tuple[list[Window], list[str]]:
         )
         return [
             Window(None, "all", "rate" if run.manifest.get("load_mode") in ("open", "replay") else None, None, start, end,
-                   None if start is None else end - start, "span of requests (sent_at .. end)", mask,
+                   None if start is None or end is None else end - start, "span of requests (sent_at .. end)", mask,
                    "no steps: warm-up not excluded")
         ], notes
     out: list[Window] = []
@@ -212,7 +212,7 @@ def windows(run: Run) -> tuple[list[Window], list[str]]:
                 target=None if target is None else float(target),
                 start_s=start,
                 end_s=end,
-                duration_s=None if start is None else float(end - start),
+                duration_s=None if start is None or end is None else float(end - start),
                 duration_source=source,
                 mask=mask,
                 note=note,

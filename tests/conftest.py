@@ -2,3 +2,5 @@
 first, before any test module imports ssl/urllib, keeps the patching complete."""
 
 import locust  # noqa: F401
+
+from tests.helpers.tiers import pytest_runtest_makereport, pytest_sessionfinish  # noqa: F401  (CI tiers: hooks re-exported)

@@ -115,7 +115,7 @@ class RequestRecord:
     def with_seq(self, seq: int) -> RequestRecord:
         """The same record with its sequence number set (records are immutable)."""
         values = _values(self)
-        return RequestRecord(*values[:_SEQ], seq, *values[_SEQ + 1:])
+        return RequestRecord(*values[:_SEQ], seq, *values[_SEQ + 1:])  # type: ignore[call-arg]  # mypy cannot count *args
 
 
 #: What every record field means, one entry per field of :class:`RequestRecord` (a test

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import zlib
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import orjson
 
@@ -81,7 +81,7 @@ def _tolerate_bad_line(path: Path, lineno: int, line: bytes, is_last: bool, warn
     raise RunInputError(f"{path}:{lineno}: not valid JSON (only a truncated last line is tolerated)") from None
 
 
-def _iter_json(path: Path, warnings: list[str]) -> Iterator[tuple[int, dict]]:
+def _iter_json(path: Path, warnings: list[str]) -> Iterator[tuple[int, dict[str, Any]]]:
     """Decoded JSON objects of a JSON-lines file; only the last line may be broken (skipped)."""
     loads = orjson.loads
     for lineno, line, is_last in _iter_lines(path, warnings):

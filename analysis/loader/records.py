@@ -130,13 +130,13 @@ class _Columns:
         self.texts: list[str | None] = []
         self.n_bad_chunk_tokens = 0
         self.getter = itemgetter(*_READ_FIELDS)
-        self.rows: list[tuple] = []
+        self.rows: list[tuple[Any, ...]] = []
         self.tok_segs: list[bytes | None] = []
         self.off_buf = array("d")
         self.n_list: list[int] = []
         self.count = 0
 
-    def add(self, d: dict, where: str, tok_seg: bytes | None = None) -> None:
+    def add(self, d: dict[str, Any], where: str, tok_seg: bytes | None = None) -> None:
         """Append one decoded record (required fields checked, others optional).
 
         ``tok_seg`` is the raw text of ``chunk_tokens`` cut out of the line before decoding
@@ -239,7 +239,7 @@ class _Columns:
         self._put("_gap_ms", gaps)
         self._put("_gap_tokens", gap_tok)
 
-    def _tokens(self, lens: list[int], toks_col: tuple, segs: list, n: np.ndarray, total: int) -> tuple[np.ndarray, list[bool]]:
+    def _tokens(self, lens: list[int], toks_col: tuple[Any, ...], segs: list[Any], n: np.ndarray, total: int) -> tuple[np.ndarray, list[bool]]:
         """Flat per-chunk token counts aligned with the offsets (0 where unknown), and exactness flags.
 
         ``lens`` are the numbers of chunk offsets of the batch's records.

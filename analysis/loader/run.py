@@ -82,9 +82,10 @@ class Run:
     def labels(self, column: str) -> np.ndarray:
         """Decoded categorical column as an object array (``None`` for null)."""
         cats = np.array(self.categories[column] + [None], dtype=object)
-        return cats[self.columns[column]]
+        out: np.ndarray = cats[self.columns[column]]
+        return out
 
-    def to_dataframe(self):
+    def to_dataframe(self) -> Any:
         """Per-request columns as a pandas DataFrame (requires pandas; chunk data excluded)."""
         import pandas as pd  # optional dependency, imported only on request
 
@@ -134,7 +135,7 @@ def record_files(run_dir: Path) -> list[Path]:
     return files
 
 
-def load_run(path: str | os.PathLike, keep_text: bool = False) -> Run:
+def load_run(path: str | os.PathLike[str], keep_text: bool = False) -> Run:
     """Load a run directory into a :class:`Run`.
 
     Parameters

@@ -45,7 +45,7 @@ def read_server_metrics(path: Path, warnings: list[str], source: str = "target")
     if not path.is_file():
         return None
     times: list[float] = []
-    steps: list[float] = []
+    steps: list[float | None] = []
     rows: list[dict[str, float]] = []
     pos_rows: list[dict[int, float]] = []
     per_pos_names = PER_POS_NAMES

@@ -23,7 +23,7 @@ def run_arm(tmp_path, name, *sim_args):
                        target={"scrape_interval_s": 1})
     with start_sim("--profile", "27b-1gpu", *sim_args) as sim:
         res = run_locust(sc, sim.base_url, tmp_path / name)
-    assert res.returncode in (0, 1), res.stderr[-2000:]
+    assert res.returncode == 0, res.stderr[-2000:]  # no SLOs given: 0 unless the run broke
     return tmp_path / name
 
 

@@ -22,6 +22,26 @@ QA = {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 30},
       "output_tokens": {"dist": "fixed", "value": 24}, "sampling": {"ignore_eos": True}}
 
 
+def wait_until(pred, timeout_s: float, what: str) -> None:
+    """Poll ``pred`` until true; fail naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def _served(port: int) -> int:
+    """Requests the simulator on ``port`` has received (0 while it does not answer)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/_tokenswarm/stats", timeout=2) as resp:
+            return int(json.loads(resp.read())["requests"])
+    except OSError:
+        return 0
+
+
 def short_load(**kw):
     return {"mode": "closed", "steps": [4], "warmup_s": 0.3, "step_duration_s": 4, "stop_timeout_s": 3, **kw}
 
@@ -36,7 +56,7 @@ def test_http_errors_cut_streams_and_stalls_become_records_and_load_continues(tm
         res = run_locust(sc, sim.base_url, tmp_path / "run")
         elapsed = time.monotonic() - t0
         truth = sim.read_truth()
-    assert res.returncode in (0, 1), res.stderr[-2000:]
+    assert res.returncode == 0, res.stderr[-2000:]  # no SLOs given: 0 unless the run broke
     assert elapsed < 60, "nothing hangs past its timeout"
     recs = read_records(tmp_path / "run")
     by = Counter((r["outcome"], r["http_status"]) for r in recs)
@@ -59,7 +79,7 @@ def test_http_errors_cut_streams_and_stalls_become_records_and_load_continues(tm
     # the report counts every kind
     rep = subprocess.run([sys.executable, "-m", "tokenswarm", "report", str(tmp_path / "run"), "--out",
                           str(tmp_path / "rep")], capture_output=True, text=True, cwd=ROOT)
-    assert rep.returncode in (0, 1), rep.stderr[-2000:]
+    assert rep.returncode == 0, rep.stderr[-2000:]
     summary = (tmp_path / "rep" / "summary.json").read_text()
     for kind in ("http_error", "stream_error", "timeout"):
         assert kind in summary
@@ -84,16 +104,16 @@ def test_connection_refused_and_a_server_restart_mid_run(tmp_path):
          str(sc), "--host", f"http://127.0.0.1:{port}", "--out", str(tmp_path / "run"), "--only-summary"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     try:
-        time.sleep(3.5)
+        wait_until(lambda: _served(port) >= 20, 30, "the load to be flowing")
         os.killpg(sim.pid, signal.SIGKILL)  # the server dies mid-run ...
         sim.wait()
-        time.sleep(1.5)
+        time.sleep(1.5)  # not a synchronisation: the length of the outage the run must ride out
         sim = start()                        # ... and comes back
         out, _ = locust.communicate(timeout=90)
     finally:
         os.killpg(sim.pid, signal.SIGTERM)
         sim.wait(10)
-    assert locust.returncode in (0, 1), out[-2000:]
+    assert locust.returncode == 0, out[-2000:]  # failures are data; no SLOs given
     recs = read_records(tmp_path / "run")
     outcomes = Counter(r["outcome"] for r in recs)
     refused = [r for r in recs if r["error"] == "connection refused"]
@@ -105,19 +125,39 @@ def test_connection_refused_and_a_server_restart_mid_run(tmp_path):
     assert read_manifest(tmp_path / "run")["complete"]
 
 
-def test_draft_model_faults_fall_back_to_plain_decoding(tmp_path):
+def _spec_report(tmp_path, name, *sim_args):
+    """A short greedy run against a draft-model simulator, and its report's spec-decode row."""
     sc = scenario_file(tmp_path, traffic={"seed": 1, "classes": {"qa": {**QA, "sampling": {"temperature": 0}}}},
                        load=short_load(), target={"scrape_interval_s": 1})
-    with start_sim("--profile", "tiny-fast", "--spec-method", "draft", "--fault-draft-unavailable", "0.5",
-                   "--fault-draft-slow", "0.3") as sim:
-        res = run_locust(sc, sim.base_url, tmp_path / "run")
-    assert res.returncode in (0, 1), res.stderr[-2000:]
-    recs = read_records(tmp_path / "run")
-    assert recs and all(r["outcome"] == "ok" for r in recs)
-    lines = [json.loads(x) for x in (tmp_path / "run" / "server_metrics.jsonl").read_text().splitlines()]
+    with start_sim("--profile", "tiny-fast", "--spec-method", "draft", *sim_args) as sim:
+        res = run_locust(sc, sim.base_url, tmp_path / name)
+    assert res.returncode == 0, res.stderr[-2000:]  # no SLOs given: 0 unless the run broke
+    rep = subprocess.run([sys.executable, "-m", "tokenswarm", "report", str(tmp_path / name), "--out",
+                          str(tmp_path / f"{name}-rep"), "--no-plots", "--quiet"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300)
+    assert rep.returncode == 0, rep.stderr[-2000:]
+    summary = json.loads((tmp_path / f"{name}-rep" / "summary.json").read_text())
+    row = next(r for r in summary["spec_decode"]["rows"] if r["task"] == "all")
+    return read_records(tmp_path / name), row, tmp_path / name
+
+
+def test_draft_model_faults_fall_back_to_plain_decoding(tmp_path):
+    healthy_recs, healthy, _ = _spec_report(tmp_path, "healthy")
+    recs, faulty, run = _spec_report(tmp_path, "faulty", "--fault-draft-unavailable", "0.5", "--fault-draft-slow", "0.3")
+    assert recs and all(r["outcome"] == "ok" for r in recs), "a draft fault is no request failure"
+    lines = [json.loads(x) for x in (run / "server_metrics.jsonl").read_text().splitlines()]
     fallback = [sum(s["value"] for s in ln["samples"] if s["name"] == "tokenswarm_sim:draft_fallback_steps_total")
                 for ln in lines if not ln["error"]]
     assert fallback[-1] > fallback[0], "the engine says it fell back"
+    # What tokenswarm reports: fewer tokens per chunk (plain decoding sends one per step) and fewer
+    # drafts per generated token than the same load against a healthy draft model.
+    tpc_faulty, tpc_healthy = (faulty["chunk_mean_tokens_per_chunk_tokens"], healthy["chunk_mean_tokens_per_chunk_tokens"])
+    assert tpc_faulty < 0.9 * tpc_healthy, (tpc_faulty, tpc_healthy)
+
+    def drafts_per_token(row, records):
+        return row["server_drafts_count"] / sum(r["output_tokens"] for r in records)
+
+    assert drafts_per_token(faulty, recs) < 0.8 * drafts_per_token(healthy, healthy_recs)
     sizes = Counter(n for r in recs for n in r["chunk_tokens"][1:])
     assert sizes[1] and max(sizes) > 1, "speculative multi-token chunks and plain single-token chunks"
 
@@ -130,10 +170,11 @@ def test_abnormal_inputs_get_clear_answers_and_are_recorded(tmp_path):
         t0 = time.monotonic()
         res = run_locust(sc, sim.base_url, tmp_path / "run")
         assert time.monotonic() - t0 < 60
-    assert res.returncode in (0, 1), res.stderr[-2000:]
+    assert res.returncode == 0, res.stderr[-2000:]  # no SLOs given: 0 unless the run broke
     recs = read_records(tmp_path / "run")
     cases = Counter(r["extra"]["abnormal"] for r in recs)
     assert len(cases) >= 4, cases
+    assert cases["invalid_params"] and cases["cancel_early"], f"the cases checked below must have happened: {cases}"
     for r in recs:
         case = r["extra"]["abnormal"]
         if case == "invalid_params":
@@ -149,7 +190,7 @@ def test_an_api_key_never_reaches_any_output_file(tmp_path):
                        target={"api_key_env": "TS_TEST_KEY", "scrape_interval_s": 1})
     with start_sim("--profile", "tiny-fast") as sim:
         res = run_locust(sc, sim.base_url, tmp_path / "run", env={"TS_TEST_KEY": secret})
-    assert res.returncode in (0, 1), res.stderr[-2000:]
+    assert res.returncode == 0, res.stderr[-2000:]  # no SLOs given: 0 unless the run broke
     subprocess.run([sys.executable, "-m", "tokenswarm", "report", str(tmp_path / "run")], cwd=ROOT,
                    capture_output=True)
     files = [p for p in (tmp_path / "run").rglob("*") if p.is_file()]
@@ -174,12 +215,13 @@ def test_report_works_on_a_run_in_progress(tmp_path):
             deadline = time.monotonic() + 40
             while time.monotonic() < deadline and not (run / "live_summary.json").exists():
                 time.sleep(0.5)
-            time.sleep(6.0)  # records flushed at least every 5 s
+            wait_until(lambda: (run / "records.jsonl").exists() and (run / "records.jsonl").stat().st_size > 0, 30,
+                       "the first flush of records (at least every 5 s)")
             assert proc.poll() is None, "the run is still going"
             assert not read_manifest(run)["complete"]
             rep = subprocess.run([sys.executable, "-m", "tokenswarm", "report", str(run), "--out", str(tmp_path / "rep")],
                                  capture_output=True, text=True, cwd=ROOT, timeout=120)
-            assert rep.returncode in (0, 1), rep.stdout[-2000:] + rep.stderr[-2000:]
+            assert rep.returncode == 0, rep.stdout[-2000:] + rep.stderr[-2000:]
             summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
             assert (tmp_path / "rep" / "report.html").exists() and summary
             live = json.loads((run / "live_summary.json").read_text())

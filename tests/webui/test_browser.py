@@ -23,6 +23,7 @@ from tests.webui.liveui import (
     nearest_rank,
     short_scenario,
     wait_for,
+    wait_workers,
     within_live_precision,
 )
 from tokenswarm.sim.testing import start_sim
@@ -180,3 +181,34 @@ def test_llm_tab_and_charts_in_a_real_browser(browser_page, tmp_path):
         rep.wait_for_function("() => !document.title.startsWith('Building')", timeout=120_000)
         assert (run_dir / "report" / "report.html").exists()
         assert manifest["run_id"] in rep.content()  # the analysis report of this run
+
+
+@pytest.mark.parametrize("mode", ["processes", "master"])
+def test_llm_tab_in_a_real_browser_with_workers(browser_page, tmp_path, mode):
+    """--processes 2 and a master with two workers: started, followed and read in the browser."""
+    sc = short_scenario(tmp_path, steps=[2], step_duration_s=4)
+    run_dir = tmp_path / "run"
+    with start_sim("--profile", "tiny-fast") as sim, \
+            locust_web_ui(sc, sim.base_url, run_dir, mode=mode, log_dir=tmp_path) as base:
+        wait_workers(base, 2, 60)
+        page = browser_page.new_page()
+        page.goto(base)
+        page.get_by_role("button", name="Start").wait_for(timeout=20_000)
+        page.get_by_role("button", name="Start").click()
+        page.get_by_role("tab", name="LLM").click()
+        live = wait_for(lambda: (t := llm_table(page)) and int(t.get("Total", {}).get("Requests") or 0) > 0 and t,
+                        60, f"LLM rows during the {mode} run")
+        assert set(live) >= {"qa", "code", "Total"}
+        wait_for(lambda: get_json(base + "tokenswarm/status.json")["state"] == "finished", 90, "the run to end")
+        records = read_records(run_dir)
+        assert len({r["worker_id"] for r in records}) == 2, "both workers sent records"
+        page.locator("#tokenswarm-final-link").click(timeout=20_000)
+        page.get_by_role("tab", name="LLM").wait_for()
+        table = wait_for(lambda: (t := llm_table(page)) and int(t["Total"]["Requests"]) == len(records) and t,
+                         20, f"the final LLM table ({len(records)} records)")
+        for task, n in Counter(r["task"] for r in records).items():
+            assert int(table[task]["Requests"]) == n, (mode, task, table[task])
+            assert int(table[task]["Output tokens"]) == sum(r["output_tokens"] or 0 for r in records
+                                                            if r["task"] == task)
+        manifest = read_manifest(run_dir)
+        assert manifest["complete"] and len(manifest["workers"]) == 2 and manifest["totals"]["records_lost"] == 0

@@ -222,12 +222,13 @@ def test_chart_series_samples_rates_windowed_percentiles_and_server_gauges(ui, t
 
 def test_sampler_is_bounded_and_a_new_run_clears_it(ui, tmp_path):
     state, _, ctl = ui
-    state.sampler.samples = type(state.sampler.samples)(maxlen=5)
     begin_run(ctl, tmp_path / "run")
-    for i in range(12):
+    bound = 3600  # the product's own bound (WebState's max_samples default): 2 h at one sample per 2 s
+    for i in range(bound + 12):
         state.clock.t = T0 + 2 * i
         state.sample_once()
-    assert len(state.sampler.samples) == 5
+    assert len(state.sampler.samples) == bound
+    assert state.sampler.samples[0]["t"] == T0 + 2 * 12, "the oldest samples were dropped, not the newest"
     ctl.finished = True
     assert state.sample_once() is None  # stopping: the last records are still coming in
     ctl.manifest.data["complete"] = True
@@ -319,9 +320,48 @@ def test_with_web_login_every_route_needs_the_password_from_the_environment(monk
         env.runner.quit()
 
 
-def test_the_scenario_shown_to_the_ui_keeps_no_api_key(ui, monkeypatch):
-    _, client, _ = ui
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-123")
-    for path in ("/tokenswarm/llm.json", "/tokenswarm/series.json", "/tokenswarm/status.json", "/"):
-        assert b"sk-secret-123" not in client.get(path).data
+def test_an_api_key_set_before_the_ui_is_built_never_reaches_a_page_during_or_after_a_run(monkeypatch, tmp_path):
+    import dataclasses
 
+    from tokenswarm import redact
+
+    redact.forget_all()
+    key = "opaque-planted-value-123456"  # no pattern matches it: only registration as a known value masks it
+    monkeypatch.setenv("OPENAI_API_KEY", key)  # before the controller and the UI exist, as in a real run
+    env = Environment(user_classes=[QAUser, CodeUser])
+    env.create_local_runner()
+    env.create_web_ui("127.0.0.1", 0, delayed_start=True)
+    ctl = RunController(env, load_scenario(str(ROOT / "scenarios" / "mix.yaml")), fixed_users=False)
+    state = install(env, ctl, start_sampler=False)
+    state.clock = Clock(T0)
+    state.reports.command = lambda run, out: default_command(run, out) + ["--no-plots"]
+    client = env.web_ui.app.test_client()
+    pages = ("/", "/stats/requests", "/stats/failures", "/tokenswarm/llm.json", "/tokenswarm/llm.csv",
+             "/tokenswarm/series.json", "/tokenswarm/status.json", "/tokenswarm/report/")
+    try:
+        run_dir = tmp_path / "run"
+        begin_run(ctl, run_dir)
+        ctl.manifest.data["command"] = ["tokenswarm", "run", "mix", "--set", f"target.headers.X-Key={key}"]
+        ctl.manifest.write()
+        # a gateway that echoes the request's headers in its errors puts the key into server text
+        echoed = dataclasses.replace(make_record(99, "qa", ttft_ms=30.0, outcome="http_error"),
+                                     error=f"HTTP 502: bad gateway (authorization: Bearer {key})", http_status=502)
+        for rec in records_mix() + [echoed]:
+            ctl.live.observe(rec)
+        state.sample_once()
+        during = {p: client.get(p).data for p in pages}
+        end_run(ctl, records_mix() + [echoed])
+        client.get("/tokenswarm/report/")
+        assert state.reports.wait(run_dir, 120) == "ready", state.reports.errors
+        after = {p: client.get(p).data for p in pages + ("/tokenswarm/report/report.md",
+                                                         "/tokenswarm/report/summary.json",
+                                                         "/tokenswarm/report/errors.csv")}
+    finally:
+        env.runner.quit()
+        redact.forget_all()
+    assert b"bad gateway" in after["/tokenswarm/report/report.md"] + after["/tokenswarm/report/errors.csv"], (
+        "the echoed error reached the report, so the test exercised the path")
+    leaks = [("during", p) for p, body in during.items() if key.encode() in body]
+    leaks += [("after", p) for p, body in after.items() if key.encode() in body]
+    assert leaks == []
+    assert key not in (run_dir / "manifest.json").read_text()

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenswarm.record import FORMAT_VERSION
+from tokenswarm.redact import redact
 
 
 def new_run_id(now: float | None = None) -> str:
@@ -62,7 +63,7 @@ class Manifest:
     def write(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.data, indent=2, default=str))
+        tmp.write_text(json.dumps(redact(self.data), indent=2, default=str))
         os.replace(tmp, self.path)
 
 

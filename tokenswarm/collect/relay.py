@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from tokenswarm.collect.writer import RecordsWriter
 from tokenswarm.record import RequestRecord
+from tokenswarm.redact import redact_bytes
 
 log = logging.getLogger("tokenswarm")
 
@@ -62,6 +63,8 @@ class RelaySink:
         self.sent_records = 0
         self.spooled_records = 0
         self.spool_path: Path | None = None
+        #: the worker's count of started requests, sent with every batch (set by the worker's wiring)
+        self.requests_started: Callable[[], int] | None = None
 
     def add(self, record: RequestRecord) -> None:
         line = record.to_json() + b"\n"
@@ -77,7 +80,10 @@ class RelaySink:
         if not self._lines:
             return
         payload = {"worker_id": self.worker_id, "first_seq": self._first_seq, "last_seq": self._last_seq,
-                   "count": len(self._lines), "data": b"".join(self._lines)}
+                   "count": len(self._lines), "data": redact_bytes(b"".join(self._lines))}
+        if self.requests_started is not None:
+            # fresher than the heartbeat's: if the worker dies, the master knows what was in flight
+            payload["requests_started"] = self.requests_started()
         lines, n = self._lines, len(self._lines)
         self._lines, self._bytes, self._first_seq, self._last_seq = [], 0, None, None
         try:
@@ -162,6 +168,7 @@ class Collector:
         self.writer.write_lines(msg["data"], count)
         acc.records_received += count
         acc.next_seq = max(acc.next_seq, last + 1)
+        acc.requests_started = max(acc.requests_started, int(msg.get("requests_started") or 0))
 
     def on_final(self, msg: dict[str, Any], client_id: str | None = None) -> None:
         acc = self.account(msg["worker_id"], client_id)

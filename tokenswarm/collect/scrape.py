@@ -17,6 +17,8 @@ import gevent
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
+from tokenswarm.redact import redact_bytes
+
 log = logging.getLogger("tokenswarm")
 
 
@@ -72,7 +74,7 @@ class Scraper:
                 self._warned = True
                 log.warning("tokenswarm: cannot scrape %s metrics at %s (%s); will keep trying",
                             self.source, self.url, line["error"])
-        self.out.write(orjson.dumps(line) + b"\n")
+        self.out.write(redact_bytes(orjson.dumps(line)) + b"\n")
         self.out.flush()
         return line
 

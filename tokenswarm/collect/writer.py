@@ -15,6 +15,8 @@ import os
 from pathlib import Path
 from typing import IO
 
+from tokenswarm.redact import redact_bytes
+
 
 class RecordsWriter:
     """Writes ``records.jsonl`` (or ``.jsonl.gz``), rotating to ``records-000001...`` by size."""
@@ -61,7 +63,7 @@ class RecordsWriter:
     def flush(self) -> None:
         if not self._buf:
             return
-        data = b"".join(self._buf)
+        data = redact_bytes(b"".join(self._buf))
         self._buf.clear()
         self._buffered = 0
         fh = self._open()

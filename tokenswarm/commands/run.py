@@ -128,10 +128,18 @@ def run(args: argparse.Namespace) -> int:
         scenario = load_scenario(path, overrides or None)
         slos = merge_slos(scenario_slos(scenario), parse_slo_args(args.slo))
     except (ScenarioError, ValueError) as exc:
-        print(f"tokenswarm: {exc}", file=sys.stderr)
+        from tokenswarm.redact import redact
+
+        print(f"tokenswarm: {redact(str(exc))}", file=sys.stderr)
         return 2
     if args.dry_run:
-        print(plan_text(scenario, slos, args.host))
+        from tokenswarm.redact import redact, remember_target
+
+        remember_target(scenario.target, args.host)
+        try:
+            print(redact(plan_text(scenario, slos, args.host)), flush=True)
+        except BrokenPipeError:  # `tokenswarm run qa --dry-run | head`: the reader had enough
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
         return 0
     from tokenswarm.commands.workers import preflight as distributed_preflight
 

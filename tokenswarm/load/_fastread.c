@@ -157,7 +157,7 @@ static PyObject *dated_groups(PyObject *events, const Py_ssize_t *ends, const Py
 static PyObject *dated_cuts(const watch_note *notes, int k, unsigned long long rx0, Py_ssize_t total,
                             double arrival, double offset, double now, double max_age);
 
-static PyObject *read_events(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *read_events(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
     if (nargs != 8) {
@@ -467,7 +467,7 @@ static PyObject *read_stats(PyObject *self, PyObject *unused)
 
 /* split(data, chunked, allow_tail=False) -> events | (events, tail) | None: the parsing
  * half of read_events, for tests. With allow_tail, returns (events, tail bytes). */
-static PyObject *split(PyObject *self, PyObject *args)
+static PyObject *split(PyObject *Py_UNUSED(self), PyObject *args)
 {
     (void)self;
     Py_buffer view;

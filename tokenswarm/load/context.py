@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from tokenswarm.load.auth import split_userinfo, target_headers
 from tokenswarm.load.livestats import LiveStats
 from tokenswarm.load.stream import WallAnchor
 from tokenswarm.record import RequestRecord
@@ -58,7 +59,7 @@ class RunContext:
         self.worker_id = worker_id
         self.worker_index = worker_index
         self.role = role
-        self.base_url = base_url.rstrip("/")
+        self.base_url = split_userinfo(base_url)[0].rstrip("/")  # user info travels as basic auth
         self.model = model
         self.sink = sink
         self.events = events
@@ -73,6 +74,7 @@ class RunContext:
         self.late_dispatches = 0
         self.max_schedule_lag_ms = 0.0
         self.stopping = False
+        self.halted = False  # set by the circuit breaker: send no more requests
         # current load step (broadcast by the shape on the master)
         self.step_index: int | None = None
         self.step_name: str | None = None
@@ -85,10 +87,7 @@ class RunContext:
         self.api = target.api
         self.path = endpoint_path(self.base_url, self.api)
         self.headers = {"Content-Type": "application/json", "Accept": "text/event-stream",
-                        "Accept-Encoding": "identity", **target.headers}
-        key = target.api_key()
-        if key:
-            self.headers["Authorization"] = f"Bearer {key}"
+                        "Accept-Encoding": "identity", **target_headers(target, base_url)}
         if not getattr(target, "keep_alive", True):
             self.headers["Connection"] = "close"  # the server may close too: a new connection per request
         self.keep_outputs = scenario.traffic.keep_outputs

@@ -46,14 +46,13 @@ def discover_model(base_url: str, target: Any) -> tuple[str | None, Any, dict[st
     """``(model, /v1/models answer or error text, server headers)``; model None if unreachable."""
     from urllib.parse import urlsplit, urlunsplit
 
+    from tokenswarm.load.auth import split_userinfo, target_headers
     from tokenswarm.load.context import api_prefix
 
+    headers = target_headers(target, base_url)
+    base_url = split_userinfo(base_url)[0]
     parts = urlsplit(base_url)
     full = urlunsplit((parts.scheme, parts.netloc, api_prefix(base_url) + "/models", "", ""))
-    headers = dict(target.headers)
-    key = target.api_key()
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
     try:
         req = urllib.request.Request(full, headers=headers)
         context = None
@@ -81,10 +80,12 @@ def discover_model(base_url: str, target: Any) -> tuple[str | None, Any, dict[st
 # ---------------------------------------------------------------------------------------------
 def build_worker_context(env: Any, sc: Any, run_id: str, base_url: str, model: str, sink: Any, role: str,
                          index: int) -> RunContext:
+    from tokenswarm.load.auth import split_userinfo, target_headers
     from tokenswarm.load.prompts import PromptSource
     from tokenswarm.load.tokencount import make_token_counter
 
-    counter = make_token_counter(base_url, model, sc.traffic.tokenizer, headers=dict(sc.target.headers))
+    counter = make_token_counter(split_userinfo(base_url)[0], model, sc.traffic.tokenizer,
+                                 headers=target_headers(sc.target, base_url))  # /tokenize carries the target's auth
     worker_id = make_worker_id(index if role == "worker" else None)
     sources = {}
     for t in sc.traffic.classes:
@@ -120,11 +121,12 @@ def quiet_gc() -> None:
 
 def apply_user_settings(sc: Any, base_url: str) -> None:
     """Timeouts, TLS, host and pool sizes of the user classes, from the scenario."""
+    from tokenswarm.load.auth import split_userinfo
     from tokenswarm.load.users import CLOSED_LOOP_USERS, OpenLoopUser
 
     t = sc.target
     for cls in (*CLOSED_LOOP_USERS, OpenLoopUser):
-        cls.host = base_url
+        cls.host = split_userinfo(base_url)[0]
         cls.connection_timeout = t.connect_timeout_s
         cls.network_timeout = t.total_timeout_s
         cls.insecure = not t.verify_tls

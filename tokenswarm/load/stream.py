@@ -31,6 +31,7 @@ import orjson
 
 from tokenswarm.load.engine_fields import one_token_per_event, spec_decode_of
 from tokenswarm.record import Outcome, RequestRecord
+from tokenswarm.redact import redact
 
 CHARS_PER_TOKEN_ESTIMATE = 4.0
 
@@ -202,7 +203,7 @@ class StreamState:
         keep_output: bool = False,
     ) -> RequestRecord:
         """Build the immutable record. ``base`` holds identity fields (run_id, seq, task...)."""
-        err = error or self.error
+        err = redact(error or self.error)
         if outcome is None:
             if err:
                 outcome = Outcome.STREAM_ERROR
@@ -318,8 +319,8 @@ def _error_text(obj: dict[str, Any]) -> str:
     if isinstance(err, dict):
         kind = err.get("type") or err.get("code") or "error"
         msg = err.get("message") or ""
-        return f"{kind}: {str(msg)[:160]}" if msg else str(kind)
-    return str(err)[:160]
+        return f"{kind}: {redact(str(msg))[:160]}" if msg else str(kind)
+    return redact(str(err))[:160]
 
 
 def error_from_body(status: int, body: bytes) -> str:
@@ -330,7 +331,7 @@ def error_from_body(status: int, body: bytes) -> str:
         obj = None
     if isinstance(obj, dict):
         if "detail" in obj and "error" not in obj and "message" not in obj:
-            return f"HTTP {status}: {str(obj['detail'])[:160]}"
+            return f"HTTP {status}: {redact(str(obj['detail']))[:160]}"
         return f"HTTP {status}: {_error_text(obj)}"
-    snippet = body[:120].decode("utf-8", "replace").strip() if body else ""
+    snippet = redact(body[:1024].decode("utf-8", "replace")).strip()[:120] if body else ""
     return f"HTTP {status}: {snippet}" if snippet else f"HTTP {status}"

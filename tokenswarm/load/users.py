@@ -150,11 +150,11 @@ class _TokenswarmUser(FastHttpUser):
     network_timeout = 600.0
     connection_timeout = 10.0
 
-    def _context(self) -> RunContext:
+    def _context(self) -> RunContext | None:
+        # None: the run was aborted at start (target down, bad config). on_start returns and the
+        # first task raises StopUser, which Locust handles quietly (from on_start it logs a traceback).
         ctx = runtime.context_or_none()
-        if ctx is None:  # the run was aborted at start (target down, bad config): nothing to do
-            raise StopUser()
-        self.ctx = ctx
+        self.ctx = ctx  # type: ignore[assignment]
         return ctx
 
     def _http(self) -> Any:
@@ -173,6 +173,8 @@ class LLMUser(_TokenswarmUser):
 
     def on_start(self) -> None:
         ctx = self._context()
+        if ctx is None:
+            return
         tasks = [t for t in ctx.scenario.traffic.classes if t.kind == self.kind and t.weight > 0]
         # Deterministic per (seed, worker, class, user ordinal): two runs of one scenario send the
         # same prompts in the same order per user, so runs join request by request (A/B compare).
@@ -182,7 +184,9 @@ class LLMUser(_TokenswarmUser):
 
     @task
     def one_request(self) -> None:
-        if self.task_cfg is None:
+        if self.ctx is None:
+            raise StopUser()
+        if self.task_cfg is None or self.ctx.halted:  # halted: the circuit breaker stopped the run
             gevent.sleep(1.0)
             return
         scheduled = self.ctx.clock()
@@ -272,6 +276,8 @@ class OpenLoopUser(_TokenswarmUser):
 
     def on_start(self) -> None:
         ctx = self._context()
+        if ctx is None:
+            return
         self.tasks_ = [t for t in ctx.scenario.traffic.classes if t.weight > 0]
         self.rng = ctx.rng_for("open", ctx.next_user_ordinal("OpenLoopUser"))
         self.http = self._http()
@@ -281,6 +287,8 @@ class OpenLoopUser(_TokenswarmUser):
     @task
     def dispatch(self) -> None:
         ctx = self.ctx
+        if ctx is None:
+            raise StopUser()
         load = ctx.scenario.load
         if load.mode == "replay":
             try:
@@ -292,7 +300,7 @@ class OpenLoopUser(_TokenswarmUser):
         rate_seen: float | None = None
         next_s = ctx.clock()
         try:
-            while not ctx.stopping:
+            while not ctx.stopping and not ctx.halted:
                 rate = ctx.rate_per_worker()
                 if rate is None:
                     gevent.sleep(0.05)

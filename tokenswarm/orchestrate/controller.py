@@ -25,18 +25,20 @@ from tokenswarm.collect.relay import Collector, FileSink
 from tokenswarm.collect.scrape import Scraper
 from tokenswarm.collect.writer import RecordsWriter
 from tokenswarm.load import runtime
+from tokenswarm.load.breaker import CircuitBreaker
 from tokenswarm.load.context import RunContext
 from tokenswarm.load.health import HealthMonitor, merge_windows
 from tokenswarm.load.livestats import LiveStats, summary_rows
+from tokenswarm.load.preflight import Preflight, PreflightError, preflight
 from tokenswarm.load.setup import (
     build_worker_context,
-    discover_model,
     planned_duration_s,
     sc_data,
     set_class_weights,
 )
 from tokenswarm.load.steps import StepMachine, plan_steps
 from tokenswarm.load.timing import provenance as timing_provenance
+from tokenswarm.redact import redact, remember_target
 
 #: Locust worker states in which a worker generates no load (and so sends no final message).
 _IDLE_WORKER_STATES = ("missing", "stopped", "ready", "init")
@@ -55,6 +57,7 @@ class RunController:
     def __init__(self, environment: Any, scenario: Any, fixed_users: bool) -> None:
         self.env = environment
         self.scenario = scenario
+        remember_target(scenario.target, getattr(environment, "host", None))  # every sink masks its secrets
         self.fixed_users = fixed_users
         self.is_master = isinstance(environment.runner, MasterRunner)
         self.machine: StepMachine | None = None
@@ -81,6 +84,11 @@ class RunController:
         self.health_fh = None
         self.untrusted: list[list[Any]] = []  # [start, end, reason] windows where timings are suspect
         self.health_peaks: dict[str, float] = {}
+        self.preflight: Preflight | None = None
+        self.breaker = CircuitBreaker()
+        self.broken: str | None = None  # the circuit breaker's message, when it stopped the run
+        if hasattr(environment.events, "llm_request") and not self.is_master:
+            environment.events.llm_request.add_listener(self._on_record)
 
     # -- start -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -101,11 +109,15 @@ class RunController:
         if not base_url:
             self._abort("no target: give --host or target.base_url in the scenario", EXIT_BAD_CONFIG)
             return
-        model, models_response, server_headers = discover_model(base_url, sc.target)
-        if model is None:
-            self._abort(f"target {base_url} does not answer GET /v1/models ({models_response}); "
-                        "is the server running and the URL right?", EXIT_RUN_BROKE)
+        pf, self.preflight = self.preflight, None  # made at init (headless); a UI restart probes again
+        try:
+            if pf is None:
+                pf = preflight(base_url, sc.target, float(getattr(opts, "tokenswarm_wait_for_server", 0) or 0))
+        except PreflightError as exc:
+            self._abort(str(exc), EXIT_RUN_BROKE)
             return
+        model, models_response, server_headers = pf.model, pf.models, pf.server_headers
+        self.breaker, self.broken = CircuitBreaker(), None
         run_id = new_run_id()
         out = Path(opts.out) if opts.out else default_run_dir(run_id)
         if opts.out and self.runs > 1:
@@ -192,6 +204,39 @@ class RunController:
         self.overrides = merged
         set_class_weights(self.scenario, "closed" if self.fixed_users else self.scenario.load.mode)
 
+    def _on_record(self, record: Any, **_kw: Any) -> None:
+        self._breaker_observe(record.outcome, record.http_status, record.error)
+
+    def on_records_batch(self, msg: dict[str, Any]) -> None:
+        """Master: a worker's batch, read by the circuit breaker until the first success."""
+        if not self.breaker.armed or not isinstance(msg, dict):
+            return
+        import orjson
+
+        for line in bytes(msg.get("data") or b"").splitlines():
+            try:
+                r = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            self._breaker_observe(r.get("outcome", ""), r.get("http_status"), r.get("error"))
+            if not self.breaker.armed:
+                return
+
+    def _breaker_observe(self, outcome: str, http_status: int | None, error: str | None) -> None:
+        message = self.breaker.observe(outcome, http_status, error)
+        if message is None or self.finished:
+            return
+        self.broken = message
+        print(f"tokenswarm: {redact(message)}", file=sys.stderr, flush=True)
+        if self.manifest is not None:
+            self.manifest.warn(message)
+        if self.ctx is not None:
+            self.ctx.halted = True  # local users send nothing more while the run winds down
+        if self.fixed_users:
+            gevent.spawn(self.env.runner.quit)  # not from this greenlet: stopping kills the run's greenlets
+        else:
+            self.force_end = True  # the shape ends the test at its next tick, Locust's normal path
+
     def _max_run_time_reached(self, cap: float) -> None:
         log.error("tokenswarm: maximum run time (%.0f s) reached; stopping the run", cap)
         if self.manifest is not None:
@@ -203,7 +248,7 @@ class RunController:
 
     def _abort(self, message: str, code: int) -> None:
         log.error("tokenswarm: %s", message)
-        print(f"tokenswarm: {message}", file=sys.stderr)
+        print(f"tokenswarm: {redact(message)}", file=sys.stderr)
         self.env.process_exit_code = code
         gevent.spawn_later(0.1, self.env.runner.quit)
 
@@ -218,9 +263,14 @@ class RunController:
             return
         assert self.run_dir is not None
         self.metrics_fh = open(self.run_dir / "server_metrics.jsonl", "ab")
+        from tokenswarm.load.auth import target_headers, url_headers
+
         for source, u in endpoints:
+            # the target's /metrics carries the target's auth; an extra endpoint only its own URL's
+            u, headers = (url_headers(u)[0], target_headers(t, base_url)) if source == "target" else url_headers(u)
             s = Scraper(source, u, t.scrape_interval_s, self.metrics_fh,
-                        step=lambda: self.ctx.step_index if self.ctx else None, verify_tls=t.verify_tls)
+                        step=lambda: self.ctx.step_index if self.ctx else None, headers=headers,
+                        verify_tls=t.verify_tls)
             s.scrape_once()  # a baseline sample before any load
             s.start()
             self.scrapers.append(s)
@@ -458,6 +508,8 @@ class RunController:
         self.verdict = v
         print(verdict_table(v), flush=True)
         self.env.process_exit_code = v["exit_status"]
+        if self.broken:
+            self.env.process_exit_code = EXIT_RUN_BROKE  # stopped by the circuit breaker
 
     def _stop_workers(self) -> None:
         """Make sure workers stop (and so flush) before the master closes the run directory.

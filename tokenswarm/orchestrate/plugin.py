@@ -28,6 +28,7 @@ from tokenswarm.load import runtime
 from tokenswarm.load.context import make_worker_id
 from tokenswarm.load.health import HealthMonitor
 from tokenswarm.load.lifecycle import is_local_worker, watch_parent
+from tokenswarm.load.preflight import PreflightError, preflight
 from tokenswarm.load.setup import (  # noqa: F401  (planned_duration_s, scenario_slos: part of this module's API)
     apply_user_settings,
     build_worker_context,
@@ -37,11 +38,13 @@ from tokenswarm.load.setup import (  # noqa: F401  (planned_duration_s, scenario
     set_class_weights,
 )
 from tokenswarm.load.timing import provenance as timing_provenance
-from tokenswarm.orchestrate.controller import EXIT_BAD_CONFIG, MSG_LIVE, MSG_STEP, RunController
+from tokenswarm.orchestrate.controller import EXIT_BAD_CONFIG, EXIT_RUN_BROKE, MSG_LIVE, MSG_STEP, RunController
 from tokenswarm.orchestrate.verdict import merge_slos, parse_slo_args
+from tokenswarm.redact import install_log_redaction, remember_target
 from tokenswarm.webui import install as install_webui
 
 log = logging.getLogger("tokenswarm")
+install_log_redaction()  # every log line of this process, Locust's too, goes through redact()
 
 
 def install_events(evs: Any) -> None:
@@ -87,6 +90,9 @@ def _add_options(parser: Any) -> None:
                        help="Steady seconds per step; empty = scenario")
     group.add_argument("--warmup", dest="tokenswarm_warmup", default="", include_in_web_ui=True,
                        help="Warm-up seconds per step; empty = scenario")
+    group.add_argument("--wait-for-server", dest="tokenswarm_wait_for_server", type=float, default=0.0,
+                       metavar="SECONDS", include_in_web_ui=False,
+                       help="Wait up to SECONDS for the target to answer GET /v1/models before giving up (default 0)")
     for hidden in ("tokenswarm_scenario_data", "tokenswarm_run_id", "tokenswarm_base_url", "tokenswarm_model"):
         group.add_argument("--" + hidden.replace("_", "-"), dest=hidden, default="", help=argparse.SUPPRESS,
                            include_in_web_ui=False)
@@ -123,6 +129,16 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     except (ScenarioError, ValueError) as exc:
         print(f"tokenswarm: {exc}", file=sys.stderr)
         sys.exit(EXIT_BAD_CONFIG)
+    remember_target(sc.target, environment.host)
+    first_preflight = None
+    target_url = (environment.host or sc.target.base_url or "").rstrip("/")
+    if opts.headless and target_url:
+        # before any user exists: a failed preflight exits here, with no user tracebacks
+        try:
+            first_preflight = preflight(target_url, sc.target, float(opts.tokenswarm_wait_for_server or 0))
+        except PreflightError as exc:
+            print(f"tokenswarm: {exc}", file=sys.stderr)
+            sys.exit(EXIT_RUN_BROKE)
     fixed = opts.num_users is not None
     if fixed:
         environment.shape_class = None  # -u/--users: a fixed concurrency for -t, as Locust users expect
@@ -135,6 +151,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     ctl = RunController(environment, sc, fixed)
     ctl.overrides = overrides or None
     ctl.slos = slos
+    ctl.preflight = first_preflight
     runtime.set_run(ctl)
     if isinstance(runner, MasterRunner):
         collector_proxy = _CollectorProxy(ctl)
@@ -160,6 +177,7 @@ class _CollectorProxy:
     def on_records(self, environment: Any, msg: Any, **_kw: Any) -> None:
         if self.ctl.collector is not None:
             self.ctl.collector.on_batch(msg.data, client_id=msg.node_id)
+        self.ctl.on_records_batch(msg.data)
 
     def on_final(self, environment: Any, msg: Any, **_kw: Any) -> None:
         if self.ctl.collector is not None:
@@ -206,6 +224,7 @@ def _init_worker(environment: Any) -> None:
         sink = RelaySink(lambda t, d: runner.send_message(t, d), make_worker_id(index), spool_dir=spool_dir_default())
         ctx = build_worker_context(environment, sc, opts.tokenswarm_run_id, opts.tokenswarm_base_url,
                                    opts.tokenswarm_model, sink, "worker", index)
+        sink.requests_started = lambda: ctx.requests_started
         if state.get("pending_step"):
             ctx.set_step(state.pop("pending_step"))
         state["ctx"] = ctx

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -48,6 +49,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="model a prefix cache: prefill of cached prompt blocks is skipped; hits and queries "
                              "exported as vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total")
     parser.add_argument("--seed", type=int, default=0, help="seed of fault decisions (default 0)")
+    parser.add_argument("--api-key", metavar="KEY", default=None,
+                        help="require 'Authorization: Bearer KEY' on every request except /health and /_tokenswarm/* (as vLLM's "
+                             "--api-key; vLLM checks only /v1 paths); others get 401 (default: $TOKENSWARM_SIM_API_KEY)")
+    parser.add_argument("--basic-auth", metavar="USER:PASSWORD", default=None,
+                        help="require HTTP basic auth instead, like a gateway in front of the server")
+    parser.add_argument("--echo-headers-in-errors", action="store_true",
+                        help="test aid: error answers quote the request's headers, like a careless gateway")
     parser.add_argument("--truth", metavar="PATH", default=None, help="write the ground-truth log (JSON lines)")
     g = parser.add_argument_group("faults (rates are probabilities 0..1, deterministic given --seed)")
     g.add_argument("--fault-http-500", type=_rate, default=0.0, metavar="RATE", help="answer HTTP 500")
@@ -97,7 +105,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         server = SimServer(profile, spec, faults, args.host, args.port, args.truth, args.served_model_name,
                            args.per_request_spec_decode_metrics, gpu_metrics=args.gpu_metrics,
-                           reasoning_tokens=max(0, args.reasoning_tokens), prefix_cache=args.prefix_cache)
+                           reasoning_tokens=max(0, args.reasoning_tokens), prefix_cache=args.prefix_cache,
+                           api_key=args.api_key or os.environ.get("TOKENSWARM_SIM_API_KEY") or None,
+                           basic_auth=args.basic_auth,
+                           echo_headers=args.echo_headers_in_errors)
     except OSError as e:
         print(f"tokenswarm sim: cannot open --truth {args.truth}: {e}", file=sys.stderr)
         return 2

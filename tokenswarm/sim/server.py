@@ -338,7 +338,22 @@ class SimServer:
         gpu_metrics: bool = False,
         reasoning_tokens: int = 0,
         prefix_cache: bool = False,
+        api_key: str | None = None,
+        echo_headers: bool = False,
+        basic_auth: str | None = None,
     ) -> None:
+        import base64
+
+        self.api_key = api_key
+        # the Authorization values accepted when a key or basic auth is required (None: no auth)
+        self._accepted: tuple[bytes, ...] | None = None
+        if api_key is not None or basic_auth is not None:
+            self._accepted = tuple(v.encode() for v in (
+                f"Bearer {api_key}" if api_key is not None else None,
+                "Basic " + base64.b64encode(basic_auth.encode()).decode() if basic_auth is not None else None)
+                if v is not None)
+        self.echo_headers = echo_headers
+        self.auth_counts: dict[str, int] = {}  # path -> requests that carried the right key
         self.profile = profile
         self.reasoning_tokens = reasoning_tokens  #: reasoning mode: this many tokens of each chat stream
         # Prefix cache as large as the KV cache, in blocks (vLLM keeps freed blocks cached until reused).
@@ -515,7 +530,7 @@ class SimServer:
                         buf += data
                     body = bytes(buf[:length])
                     del buf[:length]
-                keep = self._dispatch(conn, method, target, body, keep)
+                keep = self._dispatch(conn, method, target, body, keep, headers)
                 if not keep or conn.closed:
                     return
         except OSError:
@@ -557,10 +572,14 @@ class SimServer:
                 + (b"" if keep else b"connection: close\r\n") + b"\r\n")
         conn.sock.sendall(head + body)
 
-    def _dispatch(self, conn: Conn, method: str, target: str, body: bytes, keep: bool) -> bool:
+    def _dispatch(self, conn: Conn, method: str, target: str, body: bytes, keep: bool,
+                  headers: dict[str, str] | None = None) -> bool:
         url = urlsplit(target)
         path = url.path
+        self._echo = headers if self.echo_headers else None
         try:
+            if self._accepted is not None and path != "/health" and not path.startswith("/_tokenswarm/"):
+                self._check_key(path, (headers or {}).get("authorization", ""))
             if path in ("/v1/chat/completions", "/v1/completions"):
                 if method != "POST":
                     raise HttpError(405, "Method Not Allowed")
@@ -601,6 +620,25 @@ class SimServer:
             self._respond(conn, 500, api.error_body(500, f"Internal error: {type(e).__name__}"), keep=False)
             return False
         return keep
+
+    def _check_key(self, path: str, authorization: str) -> None:
+        """A missing or wrong key (or basic auth) gets 401 with an OpenAI-style error, as vLLM answers."""
+        import hmac
+
+        assert self._accepted is not None
+        if not any(hmac.compare_digest(authorization.encode(), ok) for ok in self._accepted):
+            raise HttpError(401, self._with_headers("Unauthorized: missing or wrong API key"))
+        self.auth_counts[path] = self.auth_counts.get(path, 0) + 1
+
+    def _with_headers(self, message: str) -> str:
+        """``--echo-headers-in-errors``: quote the request's headers in an error, as a careless gateway does."""
+        echo = getattr(self, "_echo", None)
+        if not echo:
+            return message
+        quoted = "; ".join(f"{k}: {v}" for k, v in echo.items()
+                           if k not in ("host", "content-length", "content-type", "accept", "accept-encoding",
+                                        "user-agent", "connection"))
+        return f"{message} (request headers: {quoted})"
 
     @staticmethod
     def _only(method: str, allowed: str) -> None:
@@ -644,7 +682,8 @@ class SimServer:
         self.metrics.flush()
         out = {"emission_lag": self.metrics.lags.summary(), "chunks_sent": self.metrics.chunks_sent,
                "running": self.sched.num_running, "waiting": self.sched.num_waiting,
-               "requests": self.request_index, "engine_steps": self.sched.stats.steps}
+               "requests": self.request_index, "engine_steps": self.sched.stats.steps,
+               "authorized": dict(self.auth_counts)}  # per path: requests that carried the --api-key
         if reset:
             self.metrics.lags.reset()
         return out
@@ -660,7 +699,7 @@ class SimServer:
             self.metrics.fault(f"http_{status}")
             msg = {500: "Simulated internal server error", 503: "Simulated overload: service unavailable",
                    429: "Simulated rate limit: too many requests"}[status]
-            self._respond(conn, status, api.error_body(status, msg), keep,
+            self._respond(conn, status, api.error_body(status, self._with_headers(msg)), keep,
                           extra=b"retry-after: 1\r\n" if status in (429, 503) else b"")
             self.truth_record(rid, endpoint, status, received, None, 0, None, "error", [])
             return keep

@@ -45,6 +45,7 @@ def register(environment: Any, state: WebState) -> None:
 
     @app.after_request
     def _inject(resp: Any) -> Any:
+        resp = _redacted(resp)  # every page, JSON and CSV of the web app (Locust's too)
         path = request.path
         if path.endswith("/stats/requests") and resp.status_code == 200 and resp.is_json:
             data = resp.get_json()
@@ -124,6 +125,20 @@ def register(environment: Any, state: WebState) -> None:
         if run_dir is None or state.reports.state(Path(run_dir)) != "ready":
             return _page("Report not available yet", "Open the report page first.", refresh=False, home=base + "/"), 404
         return send_from_directory(state.reports.out_dir(Path(run_dir)).resolve(), name)
+
+
+def _redacted(resp: Any) -> Any:
+    """The response with :func:`tokenswarm.redact.redact_bytes` applied to a buffered text body."""
+    from tokenswarm.redact import redact_bytes
+
+    if resp.direct_passthrough or resp.is_streamed:
+        return resp
+    if resp.mimetype and (resp.mimetype.startswith("text/") or resp.mimetype.endswith(("json", "javascript"))):
+        body = resp.get_data()
+        clean = redact_bytes(body)
+        if clean != body:
+            resp.set_data(clean)
+    return resp
 
 
 def _others(items: list[dict[str, Any]] | None, key: str) -> list[dict[str, Any]]:

@@ -1,0 +1,53 @@
+"""CI cannot pass by skipping: a required tier's skip fails, and a required tier must run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TIER_TESTS = '''
+import pytest
+
+@pytest.mark.browser
+def test_browser_tier():
+    pytest.skip("no Chromium binary")
+
+def test_plain():
+    pass
+'''
+
+
+def run_pytest(tmp_path: Path, source: str, required: str | None, *args: str) -> subprocess.CompletedProcess:
+    (tmp_path / "test_tier.py").write_text(source)
+    env = {k: v for k, v in os.environ.items() if k != "TOKENSWARM_CI_REQUIRE_TIERS"}
+    if required is not None:
+        env["TOKENSWARM_CI_REQUIRE_TIERS"] = required
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.helpers.tiers",
+                           "-o", "markers=browser", "--rootdir", str(tmp_path), str(tmp_path), *args],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+
+
+def test_without_the_variable_a_tier_test_may_skip(tmp_path):
+    res = run_pytest(tmp_path, TIER_TESTS, None)
+    assert res.returncode == 0 and "1 passed, 1 skipped" in res.stdout, res.stdout
+
+
+def test_a_skip_in_a_required_tier_fails_naming_the_tier_and_the_reason(tmp_path):
+    res = run_pytest(tmp_path, TIER_TESTS, "browser")
+    assert res.returncode == 1, res.stdout
+    assert "tier browser is required here" in res.stdout and "no Chromium binary" in res.stdout
+
+
+def test_a_required_tier_that_ran_no_test_fails_the_session(tmp_path):
+    res = run_pytest(tmp_path, TIER_TESTS, "browser", "-m", "not browser")
+    assert res.returncode == 1 and "no test of theirs ran" in res.stdout, res.stdout
+
+
+def test_a_required_tier_whose_tests_pass_passes(tmp_path):
+    res = run_pytest(tmp_path, "import pytest\n\n@pytest.mark.browser\ndef test_b():\n    pass\n", "browser")
+    assert res.returncode == 0, res.stdout

@@ -1,0 +1,140 @@
+"""Preflight: before any load, the target must answer, accept our credentials and serve the model.
+
+One ``GET /v1/models`` (with the target's auth, see :mod:`tokenswarm.load.auth`) decides:
+
+* no answer (connection refused, DNS, timeout) -> wait and retry while ``--wait-for-server``
+  seconds remain, then fail: a CI stage may start the server a moment before the run;
+* HTTP 401/403 -> fail at once with a message that says "authentication" and what the
+  server said (a wrong key never becomes a run of 401s);
+* a model name the server does not list -> fail, naming the models it has;
+* ``target.model: auto`` -> the first listed model.
+
+A failure is a :class:`PreflightError`; the caller prints it and exits with status 3. Only
+the model ids (and their ``max_model_len``) of the answer are kept for the manifest, not the
+whole body. Time and the HTTP call are injected so the logic is tested without a server.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Callable
+from urllib.parse import urlsplit, urlunsplit
+
+from tokenswarm.load.auth import split_userinfo, target_headers
+from tokenswarm.redact import redact
+
+#: seconds between two probes while waiting for the server
+RETRY_INTERVAL_S = 1.0
+
+
+class PreflightError(Exception):
+    """The target cannot be used; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What one probe of ``/v1/models`` got: a body, an HTTP error, or no answer at all."""
+
+    status: int | None  #: None = no HTTP answer (connection error)
+    body: Any = None
+    text: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Preflight:
+    model: str
+    models: dict[str, Any]  #: ``{"ids": [...], "max_model_len": {...}}`` or ``{"status": ...}``
+    server_headers: dict[str, str]
+    waited_s: float
+
+
+def models_url(base_url: str) -> str:
+    from tokenswarm.load.context import api_prefix
+
+    base_url = split_userinfo(base_url)[0]
+    parts = urlsplit(base_url)
+    return urlunsplit((parts.scheme, parts.netloc, api_prefix(base_url) + "/models", "", ""))
+
+
+def http_get(url: str, headers: dict[str, str], timeout_s: float, verify_tls: bool) -> Answer:
+    """One GET; HTTP errors are answers, connection errors are ``status=None``."""
+    context = ssl._create_unverified_context() if url.startswith("https") and not verify_tls else None
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout_s,
+                                    context=context) as resp:
+            raw = resp.read()
+            hdrs = {k.lower(): v for k, v in resp.headers.items() if k.lower() in ("server", "x-version")}
+            try:
+                body = json.loads(raw or b"{}")
+            except ValueError:
+                body = None
+            return Answer(resp.status, body, raw[:300].decode("utf-8", "replace"), hdrs)
+    except urllib.error.HTTPError as exc:
+        raw = exc.read() if exc.fp is not None else b""
+        return Answer(exc.code, None, _server_message(exc.code, raw))
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return Answer(None, None, f"{type(exc).__name__}: {reason}")
+
+
+def _server_message(status: int, raw: bytes) -> str:
+    from tokenswarm.load.stream import error_from_body
+
+    return error_from_body(status, raw)
+
+
+def preflight(base_url: str, target: Any, wait_s: float = 0.0, *,
+              get: Callable[[str, dict[str, str], float, bool], Answer] = http_get,
+              clock: Callable[[], float] = time.monotonic,
+              sleep: Callable[[float], None] = time.sleep) -> Preflight:
+    """Probe the target until it answers (at most ``wait_s`` seconds); raise :class:`PreflightError`."""
+    url = models_url(base_url)
+    shown = redact(split_userinfo(base_url)[0])
+    headers = target_headers(target, base_url)
+    start = clock()
+    while True:
+        answer = get(url, headers, target.connect_timeout_s, target.verify_tls)
+        waited = clock() - start
+        if answer.status is not None and answer.status < 500:
+            break
+        if waited + RETRY_INTERVAL_S > wait_s:
+            what = answer.text if answer.status is None else f"HTTP {answer.status}: {answer.text}"
+            after = f" (waited {waited:.0f} s, --wait-for-server {wait_s:g})" if wait_s else ""
+            hint = "" if wait_s else "; to wait for a server that is starting, add --wait-for-server SECONDS"
+            raise PreflightError(redact(f"target {shown} does not answer GET /v1/models ({what}){after}; "
+                                        f"is the server running and the URL right?{hint}"))
+        sleep(RETRY_INTERVAL_S)
+    return _decide(answer, target, shown, waited)
+
+
+def _decide(answer: Answer, target: Any, shown: str, waited: float) -> Preflight:
+    if answer.status in (401, 403):
+        how = (f"the key from ${target.api_key_env}" if target.api_key_env and target.api_key()
+               else f"${target.api_key_env} is not set" if target.api_key_env
+               else "no key configured (set target.api_key_env)")
+        raise PreflightError(redact(f"authentication failed at {shown} (GET /v1/models): {answer.text} ({how}); "
+                                    "check the key the server expects"))
+    if answer.status != 200:
+        if target.model != "auto":  # reachable, but no /v1/models: trust the configured name
+            return Preflight(target.model, {"status": answer.status}, {}, waited)
+        raise PreflightError(redact(f"target {shown} answered GET /v1/models with {answer.text}, and "
+                                    "target.model is auto: set target.model to the model's name"))
+    data = answer.body.get("data") if isinstance(answer.body, dict) else None
+    cards = [c for c in data if isinstance(c, dict) and isinstance(c.get("id"), str)] if isinstance(data, list) else []
+    ids = [c["id"] for c in cards]
+    models = {"ids": ids, "max_model_len": {c["id"]: c.get("max_model_len") for c in cards}}
+    if target.model == "auto":
+        if not ids:
+            raise PreflightError(redact(f"target {shown} lists no models at GET /v1/models; "
+                                        "set target.model to the model's name"))
+        return Preflight(ids[0], models, answer.headers, waited)
+    if ids and target.model not in ids:
+        raise PreflightError(redact(f"model {target.model!r} is not served by {shown}; the server has: "
+                                    f"{', '.join(ids)} (set target.model, e.g. --set target.model={ids[0]})"))
+    return Preflight(target.model, models, answer.headers, waited)

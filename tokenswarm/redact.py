@@ -1,0 +1,174 @@
+"""The one redaction function: no secret reaches a file, a terminal, a message or a web page.
+
+Every sink calls :func:`redact` (text, or JSON-like data) or :func:`redact_bytes` (encoded
+lines): records, the manifest, the run log, reports, CSV files, the web UI and its CSV,
+batches between workers and the master, error messages. Two kinds of secret are masked:
+
+* **known values** -- registered with :func:`remember` when a process learns them: the key
+  read from ``target.api_key_env``, secret-looking header values (scenario or ``--set``), the
+  password of a URL's user info (``http://user:password@host``). Any occurrence is masked,
+  whatever text surrounds it (a gateway that echoes request headers in its error, a URL in an
+  exception message).
+* **secret-looking patterns** -- for values never registered (a key typed in a ``--set``
+  before the scenario was parsed, a header a server invents): the value of any ``Authorization`` header,
+  ``Bearer <token>``, ``sk-...``-style keys, ``api_key=...``/``password: ...`` pairs, and the
+  user info of any URL.
+
+A masked value becomes ``***``. Redaction is idempotent and never raises.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterable
+from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
+
+MASK = "***"
+#: values shorter than this are not registered: masking "a" or "1" everywhere would garble output
+MIN_SECRET_LEN = 4
+
+_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # the value of an Authorization header, whatever its scheme (echoed by a gateway, in a --set)
+    (re.compile(r"(\b(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?)(?![\s\"']*\*\*\*)(?!(?:true|false|null)\b)"
+                r"[^\"'\r\n,;}]+", re.IGNORECASE),
+     r"\1" + MASK),
+    # a bearer credential anywhere else
+    (re.compile(r"\b(Bearer)\s+(?![\s\"']*\*\*\*)[A-Za-z0-9._~+/\-]{8,}=*", re.IGNORECASE), r"\1 " + MASK),
+    # user info of a URL: scheme://user:password@host -> scheme://***@host
+    (re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)(?!\*\*\*@)[^/\s@'\"<>]+@"), r"\1" + MASK + "@"),
+    # provider key shapes (OpenAI sk-, Hugging Face hf_, Groq gsk_, xAI xai-, GitHub ghp_ ...)
+    (re.compile(r"\b(?:sk|pk|rk|hf|gsk|xai|ghp|gho|glpat)[-_][A-Za-z0-9_\-]{8,}"), MASK),
+    # key=value / "key": "value" forms naming a secret (not "is_secret": false: JSON must stay valid)
+    (re.compile(r"(\b(?:api[_-]?key|access[_-]?token|password|secret)[\"']?\s*[:=]\s*[\"']?)"
+                r"(?![\s\"']*\*\*\*)(?!(?:true|false|null)\b)[^\s\"',;&}]+",
+                re.IGNORECASE), r"\1" + MASK),
+)
+
+_lock = threading.Lock()
+_known: set[str] = set()
+_known_re: re.Pattern[str] | None = None
+_known_re_b: re.Pattern[bytes] | None = None
+_PATTERNS_B = tuple((re.compile(p.pattern.encode(), p.flags & ~re.UNICODE), r.encode()) for p, r in _PATTERNS)
+
+T = TypeVar("T")
+
+
+def remember(*values: str | None) -> None:
+    """Register secret values (keys, passwords, header values) to be masked from now on."""
+    global _known_re, _known_re_b
+    new = {v for v in values if isinstance(v, str) and len(v.strip()) >= MIN_SECRET_LEN}
+    new |= {unquote(v) for v in new}  # a password in a URL may be percent-encoded
+    with _lock:
+        if new <= _known:
+            return
+        _known.update(new)
+        alternatives = "|".join(re.escape(v) for v in sorted(_known, key=len, reverse=True))
+        _known_re = re.compile(alternatives)
+        _known_re_b = re.compile(alternatives.encode())
+
+
+def forget_all() -> None:
+    """Drop every registered value (tests; a process reused for another run)."""
+    global _known_re, _known_re_b
+    with _lock:
+        _known.clear()
+        _known_re = _known_re_b = None
+
+
+def url_secrets(url: str | None) -> list[str]:
+    """The user info of ``url`` (password, and the whole ``user:password``), if any."""
+    if not url or "@" not in url:
+        return []
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return []
+    out = []
+    if parts.password:
+        out += [parts.password, f"{parts.username}:{parts.password}"]
+    elif parts.username:
+        out.append(parts.username)  # a bare token as user name (https://TOKEN@host)
+    return out
+
+
+def remember_target(target: Any, base_url: str | None = None) -> None:
+    """Register everything secret a scenario's target holds (key, headers, URL user info)."""
+    from tokenswarm.load.scenario.credentials import _SECRET_HEADER
+
+    values: list[str | None] = [target.api_key()]
+    values += [v for k, v in target.headers.items() if _SECRET_HEADER.search(k)]
+    for url in (base_url, target.base_url, target.metrics_url, *(u for _, u in target.extra_metrics)):
+        values += url_secrets(url)
+    remember(*values)
+
+
+def redact_text(text: str) -> str:
+    """``text`` with known secrets and secret-looking patterns replaced by ``***``."""
+    known = _known_re
+    if known is not None:
+        text = known.sub(MASK, text)
+    for pattern, repl in _PATTERNS:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def redact_bytes(data: bytes) -> bytes:
+    """:func:`redact_text` for encoded text (JSON lines): no decode when nothing matches."""
+    known = _known_re_b
+    if known is not None:
+        data = known.sub(MASK.encode(), data)
+    for pattern, repl in _PATTERNS_B:
+        data = pattern.sub(repl, data)
+    return data
+
+
+def redact(value: T) -> T:
+    """The redaction function: strings, bytes, and dicts/lists/tuples of them (keys too), recursively.
+
+    Other values (numbers, None) are returned unchanged; the structure's type is kept.
+    """
+    if isinstance(value, str):
+        return redact_text(value)  # type: ignore[return-value]
+    if isinstance(value, bytes):
+        return redact_bytes(value)  # type: ignore[return-value]
+    if isinstance(value, dict):
+        return {redact(k): redact(v) for k, v in value.items()}  # type: ignore[return-value]
+    if isinstance(value, list):
+        return [redact(v) for v in value]  # type: ignore[return-value]
+    if isinstance(value, tuple):
+        return tuple(redact(v) for v in value)  # type: ignore[return-value]
+    return value
+
+
+def redact_all(values: Iterable[str]) -> list[str]:
+    """A command line (or any list of strings) with every element redacted."""
+    return [redact_text(v) for v in values]
+
+
+class _RedactingFactory:
+    """A log record factory that formats and redacts each message once, at creation."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        record = self.inner(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format string stays the logging module's problem
+            return record
+        clean = redact_text(message)
+        if clean != message or record.args:
+            record.msg, record.args = clean, ()
+        return record
+
+
+def install_log_redaction() -> None:
+    """Redact every log record of this process (Locust's and ours), whatever handler prints it."""
+    import logging
+
+    factory = logging.getLogRecordFactory()
+    if not isinstance(factory, _RedactingFactory):
+        logging.setLogRecordFactory(_RedactingFactory(factory))
