@@ -55,6 +55,10 @@ _PATTERNS_B = tuple((re.compile(p.pattern.encode(), p.flags & ~re.UNICODE), r.en
 T = TypeVar("T")
 
 
+#: Header names whose values are secrets (defined here, the lowest layer; the scenario loader
+#: masks the same headers when it prints a resolved scenario).
+SECRET_HEADER = re.compile(r"auth|key|token|secret|cookie|password", re.IGNORECASE)
+
 def remember(*values: str | None) -> None:
     """Register secret values (keys, passwords, header values) to be masked from now on."""
     global _known_re, _known_re_b
@@ -95,10 +99,8 @@ def url_secrets(url: str | None) -> list[str]:
 
 def remember_target(target: Any, base_url: str | None = None) -> None:
     """Register everything secret a scenario's target holds (key, headers, URL user info)."""
-    from tokenswarm.load.scenario.credentials import _SECRET_HEADER
-
     values: list[str | None] = [target.api_key()]
-    values += [v for k, v in target.headers.items() if _SECRET_HEADER.search(k)]
+    values += [v for k, v in target.headers.items() if SECRET_HEADER.search(k)]
     for url in (base_url, target.base_url, target.metrics_url, *(u for _, u in target.extra_metrics)):
         values += url_secrets(url)
     remember(*values)

@@ -159,7 +159,6 @@ static PyObject *dated_cuts(const watch_note *notes, int k, unsigned long long r
 
 static PyObject *read_events(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
 {
-    (void)self;
     if (nargs != 8) {
         PyErr_SetString(PyExc_TypeError, "read_events takes 8 arguments");
         return NULL;
@@ -469,7 +468,6 @@ static PyObject *read_stats(PyObject *self, PyObject *unused)
  * half of read_events, for tests. With allow_tail, returns (events, tail bytes). */
 static PyObject *split(PyObject *Py_UNUSED(self), PyObject *args)
 {
-    (void)self;
     Py_buffer view;
     int chunked, allow_tail = 0;
     if (!PyArg_ParseTuple(args, "y*p|p", &view, &chunked, &allow_tail))

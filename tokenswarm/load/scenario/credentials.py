@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from tokenswarm.load.scenario.errors import ScenarioError
+from tokenswarm.redact import SECRET_HEADER as _SECRET_HEADER  # one definition of a secret header
 
 #: field names that would hold a literal secret; the key must come from ``api_key_env``
 _SECRET_FIELDS = (
@@ -27,7 +28,7 @@ _SECRET_FIELDS = (
     "bearer",
     "access_token",
 )
-_SECRET_HEADER = re.compile(r"auth|key|token|secret|cookie|password", re.IGNORECASE)
+
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _KEY_LIKE = re.compile(r"^(sk|pk|rk|hf|gsk|xai)[-_]|^[A-Za-z0-9_\-]{40,}$")
 
