@@ -81,7 +81,7 @@ static inline int position_fast(float v, int clamp_pos, float clamp) {
     return cell_base[c] + (v >= cell_edge[c]);
 }
 
-static PyObject *accumulate(PyObject *self, PyObject *args) {
+static PyObject *accumulate(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *o[14];
     int width;
     float a, b, clamp;
@@ -161,6 +161,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_chunkhist", "Fast path of analysis.chunkhist.", -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_chunkhist", "Fast path of analysis.chunkhist.", -1, methods,
+                                     NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__chunkhist(void) { return PyModule_Create(&module); }

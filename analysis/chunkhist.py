@@ -68,7 +68,7 @@ def _positions(values: np.ndarray) -> np.ndarray:
     lg += _B
     pos = lg.astype(np.int32)
     np.minimum(pos, _NKEYS - 1, out=pos)
-    return pos
+    return np.asarray(pos)
 
 
 class HistogramParts:
@@ -113,7 +113,7 @@ class HistogramParts:
         v, cw = self.values[order], np.cumsum(self.weights[order])
         n = int(cw[-1])
         ranks = np.maximum(1, np.ceil(np.asarray(ps, dtype=np.float64) / 100.0 * n)).astype(np.int64)
-        return np.clip(v[np.searchsorted(cw, ranks, side="left")], self.lo, self.hi)
+        return np.asarray(np.clip(v[np.searchsorted(cw, ranks, side="left")], self.lo, self.hi))
 
 
 @dataclass
@@ -147,7 +147,7 @@ class ChunkHistograms:
 
     @property
     def exact_gaps(self) -> np.ndarray:
-        return self.gaps - self.unknown.sum(axis=1)
+        return np.asarray(self.gaps - self.unknown.sum(axis=1))
 
     def inter_chunk(self, gs: list[int]) -> HistogramParts:
         w = self.cube[gs].sum(axis=(0, 1)) + self.unknown[gs].sum(axis=0) + self.big[gs].sum(axis=0)

@@ -78,7 +78,7 @@ def check_comparable(base: Run, cand: Run) -> int:
             f"by the other ({shared} of {min(ov['baseline_keys_count'], ov['candidate_keys_count'])} request keys, "
             f"at least {MIN_SHARED_KEY_SHARE:.0%} needed) - the runs did not send the same traffic"
         )
-    return shared
+    return int(shared)
 
 
 def _match_windows(wa: list[Window], wb: list[Window]) -> tuple[list[tuple[Window, Window]], list[str]]:

@@ -228,7 +228,8 @@ def _value(rows: list[dict[str, Any]], signal: str, step_name: str) -> float | N
         if r["signal"] == signal:
             for s in r["steps"]:
                 if s["step_name"] == step_name:
-                    return s["signal_value"]
+                    value: float | None = s["signal_value"]
+                    return value
     return None
 
 

@@ -376,8 +376,9 @@ def observability_blocks(obs: list[dict[str, Any]] | None, breakdown: list[dict[
     out.append(("p", f"{n} of {len(obs)} signals the method asks for are exposed by the server's /metrics."))
     rows = []
     for o in obs:
-        show = (lambda v: pct(v, 1)) if o["unit"] == "fraction" else (lambda v: fmt(v, 3))
-        values = ", ".join(f"{v['step_name']}: {show(v['signal_value'])}" for v in o["steps"]) or "—"
+        frac = o["unit"] == "fraction"
+        values = ", ".join(f"{v['step_name']}: {pct(v['signal_value'], 1) if frac else fmt(v['signal_value'], 3)}"
+                           for v in o["steps"]) or "—"
         per_req = "—"
         if o["per_request_records_count"] is not None:
             per_req = f"{o['per_request_records_count']:,} records"

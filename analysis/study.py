@@ -256,7 +256,8 @@ def cv(values: list[float | None]) -> float | None:
 def _load_manifest(study_dir: Path) -> dict[str, Any]:
     path = study_dir / "study.json"
     try:
-        return orjson.loads(path.read_bytes())
+        data: dict[str, Any] = orjson.loads(path.read_bytes())
+        return data
     except FileNotFoundError:
         raise RunInputError(f"{path}: no study manifest (is {study_dir} a tokenswarm study directory?)") from None
     except orjson.JSONDecodeError as e:

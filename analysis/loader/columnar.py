@@ -31,7 +31,7 @@ _SCALARS: tuple[str, ...] = FLOAT_FIELDS + CATEGORICAL_FIELDS + ("step", "seq", 
 _LAZY_BYTES: tuple[str, ...] = ("request_key", "output_sha256")
 
 
-class LazyColumns(dict):
+class LazyColumns(dict[str, np.ndarray]):
     """Columns dict that reads ``request_key``/``output_sha256`` from the store on first access."""
 
     def __init__(self, data: dict[str, np.ndarray], parts: list[Path]) -> None:
@@ -49,7 +49,7 @@ class LazyColumns(dict):
 
 
 def _floats(col: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    return pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False)  # null -> NaN
+    return np.asarray(pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False))  # null -> NaN
 
 
 class _Categories:
@@ -65,7 +65,7 @@ class _Categories:
         labels = col.dictionary.to_pylist()
         lut = np.array([m.setdefault(v, len(m)) for v in labels] + [-1], dtype=np.int32)
         idx = pc.fill_null(col.indices, len(labels)).to_numpy(zero_copy_only=False)
-        return lut[idx]
+        return np.asarray(lut[idx])
 
 
 def _chunk_columns(offs: pa.Array, toks: pa.Array) -> dict[str, np.ndarray]:
