@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tokenswarm.redact import redact
 from tokenswarm.study.spec import Study
 
 STUDY_FORMAT_VERSION = 1
@@ -123,7 +124,7 @@ class StudyManifest:
     def save(self) -> None:
         """Write atomically (a reader never sees half a file)."""
         tmp = self.path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.data, indent=2, sort_keys=False))
+        tmp.write_text(json.dumps(redact(self.data), indent=2, sort_keys=False))  # the one redaction, as every sink
         os.replace(tmp, self.path)
 
 

@@ -24,6 +24,8 @@ from typing import Any
 
 import yaml
 
+from tokenswarm.redact import redact
+
 _ARM_NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
 _TOP = ("scenario", "baseline", "rounds", "out", "set", "arms", "ready_timeout_s", "warmup_requests",
         "stop_timeout_s")
@@ -87,12 +89,12 @@ def mask_command(command: str) -> str:
     out = _SECRET_FLAG.sub(lambda m: f"{m.group(1)}{m.group(2)}***", command)
     out = _SECRET_ENV.sub(lambda m: f"{m.group(1)}=***", out)
     out = _URL_PASSWORD.sub(r"\1:***@", out)
-    return _KEY_VALUE.sub("***", out)
+    return redact(_KEY_VALUE.sub("***", out))  # and what the one redaction function knows to be secret
 
 
 def mask_url(url: str) -> str:
     """``url`` without the password of its user info."""
-    return _URL_PASSWORD.sub(r"\1:***@", url)
+    return redact(_URL_PASSWORD.sub(r"\1:***@", url))
 
 
 def parse_arm_flag(text: str) -> Arm:
