@@ -209,7 +209,8 @@ def test_report_works_on_a_run_in_progress(tmp_path):
     with start_sim("--profile", "tiny-fast") as sim:
         proc = subprocess.Popen(
             [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfiles" / "llm.py"), "--headless", "--scenario",
-             str(sc), "--host", sim.base_url, "--out", str(run), "--only-summary", "-t", "25s"],
+             str(sc), "--host", sim.base_url, "--out", str(run), "--only-summary", "-t", "25s",
+             "--records-format", "jsonl"],  # a soak's Parquet store writes a row group a minute at most
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, start_new_session=True)
         try:
             deadline = time.monotonic() + 40
@@ -227,5 +228,6 @@ def test_report_works_on_a_run_in_progress(tmp_path):
             live = json.loads((run / "live_summary.json").read_text())
             assert live["cumulative"]["requests"] > 0 and "ttft_p99_ms" in live["window"]
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(30)

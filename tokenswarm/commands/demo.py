@@ -56,12 +56,12 @@ def demo_study(args: argparse.Namespace):  # -> Study
 
 def run(args: argparse.Namespace) -> int:
     from tokenswarm.load.scenario import ScenarioError, load_scenario, parse_override
-    from tokenswarm.study.cli import write_study_report
+    from tokenswarm.study.cli import checkable, write_study_report
     from tokenswarm.study.runner import run_study
 
     study = demo_study(args)
     try:
-        load_scenario(study.scenario, dict(parse_override(o) for o in study.overrides))
+        load_scenario(study.scenario, dict(parse_override(checkable(o)) for o in study.overrides))
     except (ScenarioError, ValueError) as exc:
         print(f"tokenswarm demo: {exc}", file=sys.stderr)
         return 2
@@ -69,8 +69,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"tokenswarm demo: baseline vs {args.candidate} speculation on the simulated {args.profile}, "
           f"steps {args.steps} x {args.step_duration} s, {args.rounds} rounds (a few minutes)")
     code = run_study(study, out)
-    if code != 0:
-        return code
-    code = write_study_report(out)
-    print(f"\ntokenswarm demo: done. Study directory {out} (one run directory per arm and round under runs/).")
+    if code == 0:
+        code = write_study_report(out)
+    # The last line names the exit status the demo returns, whatever ended it.
+    outcome = "done" if code == 0 else "the study did not complete" if code != 130 else "interrupted"
+    print(f"\ntokenswarm demo: {outcome}. Study directory {out} (one run directory per arm and round under "
+          f"runs/; verdict table in report/) (exit status {code})")
     return code

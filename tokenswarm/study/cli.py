@@ -28,6 +28,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-report", action="store_true", help="do not write the study report at the end")
 
 
+#: What ``{host}`` in an override is checked as before the arm's server (and its port) exists.
+HOST_PLACEHOLDER_URL = "http://127.0.0.1:1"
+
+
+def checkable(override: str) -> str:
+    """An override as it can be validated before the study starts (``{host}`` is the arm's server)."""
+    return override.replace("{host}", HOST_PLACEHOLDER_URL)
+
+
 def run(args: argparse.Namespace) -> int:
     from tokenswarm.load.scenario import ScenarioError, load_scenario, parse_override
     from tokenswarm.study.runner import run_study
@@ -35,10 +44,11 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         study = study_from_args(args)
-        overrides = dict(parse_override(o) for o in study.overrides)
+        overrides = dict(parse_override(checkable(o)) for o in study.overrides)
         load_scenario(study.scenario, overrides or None)  # a bad scenario fails now, before any server starts
         for arm in study.arms:
-            load_scenario(study.scenario, {**overrides, **dict(parse_override(o) for o in arm.overrides)} or None)
+            load_scenario(study.scenario,
+                          {**overrides, **dict(parse_override(checkable(o)) for o in arm.overrides)} or None)
     except (StudyError, ScenarioError, ValueError) as exc:
         print(f"tokenswarm study: {exc}", file=sys.stderr)
         return 2
