@@ -83,6 +83,9 @@ def proc_cpu(pid: int) -> float:
         return 0.0
 
 
+_GROUPS = itertools.count(1)
+
+
 class CpuQuota:
     """A cgroup that caps its processes at ``share`` of one core (Linux, root; v1 or v2 ``cpu``).
 
@@ -94,7 +97,7 @@ class CpuQuota:
         self.share, self.path, self.procs_file = share, None, None
         period_us = 10_000
         quota_us = max(1000, int(share * period_us))
-        name = f"tokenswarm-bench-{os.getpid()}"
+        name = f"tokenswarm-bench-{os.getpid()}-{next(_GROUPS)}"  # one group per quota: each its own budget
         for root, v2 in ((Path("/sys/fs/cgroup/cpu"), False), (Path("/sys/fs/cgroup"), True)):
             try:
                 if v2 and "cpu" not in (root / "cgroup.controllers").read_text().split():

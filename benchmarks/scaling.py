@@ -134,9 +134,18 @@ def run_n(n: int, sim: SimHandle, args: argparse.Namespace, work: Path) -> dict:
         a = snapshot()
         time.sleep(args.seconds)
         b = snapshot()
+        for q, w in zip(quotas, workers):  # uncapped again: stopping 120 users at 0.08 of a core takes long
+            q.path.parent.joinpath("cgroup.procs").write_text(str(w.pid))
         log, _ = master.communicate(timeout=total_s + 180)
-        for w in workers:
-            w.wait(timeout=30)
+        master_end = time.monotonic()
+        lingered_s = 0.0
+        for w in workers:  # workers should follow their master within seconds; the row says how long
+            try:
+                w.wait(timeout=max(0.1, 60 - (time.monotonic() - master_end)))
+            except subprocess.TimeoutExpired:
+                pass
+            lingered_s = time.monotonic() - master_end
+        left = sum(w.poll() is None for w in workers)
     finally:
         for p in (master, *workers):
             if p.poll() is None:
@@ -161,6 +170,7 @@ def run_n(n: int, sim: SimHandle, args: argparse.Namespace, work: Path) -> dict:
         "records_received": totals["records_received"], "records_lost": totals["records_lost"],
         "missing_seq_ranges": missing, "finals": finals, "exit_status": master.returncode,
         "void": lag is not None and lag > SERVER_LATE_P99_S, "log_tail": log[-1500:],
+        "workers_lingered_s": lingered_s, "workers_left": left,
     }
 
 
@@ -219,6 +229,10 @@ def main() -> int:
         if not complete:
             ok = False
             print(f"  {r['workers']} workers: records NOT complete (exit {r['exit_status']}):\n{r['log_tail']}")
+        if r["workers_left"] or r["workers_lingered_s"] > 10:
+            ok = False
+            print(f"  {r['workers']} workers: {r['workers_left']} worker(s) still running "
+                  f"{r['workers_lingered_s']:.0f} s after the master ended (killed)")
         if r["void"]:
             ok = False
             print(f"  {r['workers']} workers: VOID, the simulator was late (emission lag p99 {lag} > "
