@@ -63,6 +63,7 @@ sys.path.insert(0, str(ROOT))
 from tokenswarm.sim.testing import SimHandle, start_sim  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from spec_workload import process_tree_cpu  # noqa: E402
 from truthjoin import join, load_truth  # noqa: E402
 
 
@@ -157,7 +158,6 @@ def run_client(kind: str, sim: SimHandle, streams: int, seconds: float, workdir:
     # CPU per event is measured over a steady window in the middle of the run (after start-up
     # and ramp, before shutdown), from the client process tree's CPU times and the simulator's
     # chunk counter at the same two moments: start-up work is not charged to the events.
-    import psutil
 
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=quota.enter if quota is not None else None)
@@ -166,18 +166,7 @@ def run_client(kind: str, sim: SimHandle, streams: int, seconds: float, workdir:
     time.sleep(warm + 1.0)
 
     def tree_cpu() -> float:
-        try:
-            ps = [psutil.Process(proc.pid)] + psutil.Process(proc.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            return 0.0
-        total = 0.0
-        for p in ps:
-            try:
-                t = p.cpu_times()
-                total += t.user + t.system
-            except psutil.NoSuchProcess:
-                pass
-        return total
+        return process_tree_cpu(proc.pid)
 
     s0 = proc_cpu(sim.proc.pid)
     c0, k0, t0 = tree_cpu(), sim_chunks(sim), time.perf_counter()

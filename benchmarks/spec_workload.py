@@ -23,7 +23,8 @@ from truthserver.testing import start_truth
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _tree_cpu(pid: int) -> float:
+def process_tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of a process and its children so far (0 once it is gone)."""
     try:
         procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
     except psutil.NoSuchProcess:
@@ -70,9 +71,9 @@ def run_whole(kind: str, srv, args, work: Path, n: int) -> dict:
     warm = min(6.0, args.seconds / 3)
     window = max(2.0, args.seconds - warm - 3.0)
     time.sleep(warm + 1.0)
-    c0, t0 = _tree_cpu(proc.pid), time.monotonic()
+    c0, t0 = process_tree_cpu(proc.pid), time.monotonic()
     time.sleep(window)
-    c1, t1 = _tree_cpu(proc.pid), time.monotonic()
+    c1, t1 = process_tree_cpu(proc.pid), time.monotonic()
     _out, err = proc.communicate(timeout=args.seconds + 180)
     end = time.monotonic()
     whole_cpu = _children_cpu() - before
