@@ -2,6 +2,7 @@
 record with the right outcome, partial tokens kept, timings taken per read."""
 
 import gc
+import time
 
 import gevent
 import pytest
@@ -9,7 +10,7 @@ from geventhttpclient import HTTPClient
 
 from tests.helpers.procs import scripted_server
 from tests.helpers.scripted_server import ROLE
-from tokenswarm.load.client import stream_call
+from tokenswarm.load.client import StreamHooks, stream_call
 from tokenswarm.load.stream import WallAnchor
 
 BASE = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="QAUser", request_key="k",
@@ -186,13 +187,18 @@ def test_killed_greenlet_yields_a_cancelled_record(server):
     host, port = server.split("//")[1].split(":")
     client = HTTPClient(host, int(port), connection_timeout=2, network_timeout=30)
 
+    chunks: list[int] = []
+
     def run():
         stream_call(client, "/normal/v1/chat/completions?n=50&gap_ms=20", BODY, {}, base=BASE,
                     anchor=WallAnchor(0.0, 0.0), first_token_timeout_s=5, total_timeout_s=10,
+                    hooks=StreamHooks(on_chunks=lambda base, ms, n: chunks.append(n)),
                     on_cancel=lambda r, t: got.append(r))
 
     g = gevent.spawn(run)
-    gevent.sleep(0.25)
+    deadline = time.monotonic() + 10
+    while sum(chunks) < 3 and time.monotonic() < deadline:  # killed mid-stream, once 3 chunks came
+        gevent.sleep(0.005)
     g.kill()
     assert len(got) == 1 and got[0].outcome == "cancelled" and got[0].output_tokens >= 3
 
