@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from analysis.chunkhist import ChunkAccumulator, ChunkHistograms
 from analysis.errors import RunInputError
-from analysis.loader.records import CATEGORICAL_FIELDS, FLOAT_FIELDS, SPEC_FIELDS, _spec_fields
+from analysis.loader.records import CATEGORICAL_FIELDS, FLOAT_FIELDS, SPEC_FIELDS, _spec_fields, chunk_bounds
 from tokenswarm.collect.parquet_store import REJECTED_NAME, StoreFormatError, check_part, store_parts
 from tokenswarm.record import OUTCOMES
 
@@ -158,16 +158,8 @@ def _batch(t: pa.Table, cats: _Categories, pieces: dict[str, list[np.ndarray]]) 
 
 def _chunk_summaries(ch: dict[str, Any], pieces: dict[str, list[np.ndarray]]) -> None:
     """Per-request chunk columns the exact loader also makes (first/last offsets, counts)."""
-    n, flat, tok, exact = ch["n"], ch["flat"], ch["tok"], ch["exact"]
-    ptr = np.zeros(n.size + 1, dtype=np.int64)
-    np.cumsum(n, out=ptr[1:])
-    has = n > 0
-    first = np.full(n.size, np.nan)
-    last = np.full(n.size, np.nan)
-    first_tok = np.full(n.size, -1, dtype=np.int32)
-    first[has] = flat[ptr[:-1][has]]
-    last[has] = flat[ptr[1:][has] - 1]
-    first_tok[has] = np.where(exact[has], tok[ptr[:-1][has]], -1)
+    n, exact = ch["n"], ch["exact"]
+    _ptr, first, last, first_tok = chunk_bounds(n, ch["flat"], ch["tok"], exact)
     for name, arr in (("n_chunks", n.astype(np.int32)), ("first_chunk_ms", first), ("last_chunk_ms", last),
                       ("first_chunk_tokens", first_tok), ("has_chunk_tokens", exact.astype(bool))):
         pieces.setdefault(name, []).append(arr)

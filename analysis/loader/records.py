@@ -115,6 +115,26 @@ _REQUIRED = ("run_id", "worker_id", "seq", "task", "user_class", "outcome", "req
 _IDX = {name: i for i, name in enumerate(_READ_FIELDS)}
 
 
+
+def chunk_bounds(n: np.ndarray, offsets: np.ndarray, tokens: np.ndarray, exact: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per-request chunk summaries from flat chunk lists: ``(ptr, first_ms, last_ms, first_tokens)``.
+
+    ``n`` chunks per request, ``offsets``/``tokens`` flat; ``ptr`` is the CSR index (request i's
+    chunks are ``ptr[i]:ptr[i + 1]``). Requests without chunks get NaN offsets; the first
+    chunk's tokens are -1 where the request has no exact counts (``exact`` false).
+    """
+    ptr = np.zeros(n.size + 1, dtype=np.int64)
+    np.cumsum(n, out=ptr[1:])
+    has = n > 0
+    first = np.full(n.size, np.nan)
+    last = np.full(n.size, np.nan)
+    first_tok = np.full(n.size, -1, dtype=np.int32)
+    first[has] = offsets[ptr[:-1][has]]
+    last[has] = offsets[ptr[1:][has] - 1]
+    first_tok[has] = np.where(exact[has], tokens[ptr[:-1][has]], -1)
+    return ptr, first, last, first_tok
+
 class _Columns:
     """Accumulates one batch of records as tuples, then converts the batch to numpy columns.
 
@@ -210,17 +230,8 @@ class _Columns:
         total = int(n.sum())
         tok, has_tok_list = self._tokens(n.tolist(), toks_col, segs, n, total)
         del cols, toks_col
-        ptr = np.zeros(n.size + 1, dtype=np.int64)
-        np.cumsum(n, out=ptr[1:])
-        has = n > 0
-        first = np.full(n.size, np.nan)
-        last = np.full(n.size, np.nan)
-        first_tok = np.full(n.size, -1, dtype=np.int32)
-        first[has] = off[ptr[:-1][has]]
-        last[has] = off[ptr[1:][has] - 1]
         has_tok = np.array(has_tok_list, dtype=bool)
-        ft = tok[ptr[:-1][has]]
-        first_tok[has] = np.where(has_tok[has], ft, -1)
+        ptr, first, last, first_tok = chunk_bounds(n, off, tok, has_tok)
         if off.size > 1:
             keep = np.ones(off.size - 1, dtype=bool)
             starts = ptr[1:-1]
