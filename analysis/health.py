@@ -75,7 +75,7 @@ def generator_health(manifest: Mapping[str, Any], rows: Sequence[Mapping[str, An
 
 
 #: Counters of ``workers[].timing`` that mean some arrival times were coarser than the path
-#: promises, and what to say about them.
+#: promises, or that requests went out later than due, and what to say about them.
 _TIMING_FALLBACKS = {
     "one_stamp_many_chunks_reads_count": "read(s) held more chunks than the fast path dates apart and kept one "
                                          "arrival time for all of them",
@@ -83,6 +83,8 @@ _TIMING_FALLBACKS = {
                            "dated by a later note",
     "notes_over_cap_count": "arrival note(s) fell in reads that held more notes than are used: those bytes were "
                             "dated by a later note",
+    "stale_connection_retries_count": "request(s) met a kept-alive connection the server had already closed and "
+                                      "were sent again on a new one (the lost attempt is in their send_delay_ms)",
 }
 
 

@@ -73,6 +73,7 @@ def handle(sock, _addr) -> None:
     # unacknowledged one (with the client's delayed ACK, that held answers for ~40 ms).
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     f = sock.makefile("rb")
+    answered = 0  # requests answered on this connection
     try:
         while True:
             line = f.readline()
@@ -92,6 +93,12 @@ def handle(sock, _addr) -> None:
             url = urlsplit(target)
             q = {k: v[0] for k, v in parse_qs(url.query).items()}
             name = url.path.strip("/").split("/")[0]
+            if name == "closes_kept_alive" and answered:
+                # A server that closes a kept-alive connection instead of answering on it
+                # (what a close racing the client's next request looks like from the client).
+                sock.close()
+                return
+            answered += 1
             gap = float(q.get("gap_ms", "5")) / 1000.0
             n = int(q.get("n", "5"))
             per_chunk = int(q.get("per_chunk", "1"))

@@ -57,6 +57,15 @@ def _call(client, clock, anchor, scheduled_s, query="n=3&gap_ms=1"):
     return rec
 
 
+def _call_path(client, clock, anchor, path):
+    due = clock()
+    base = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="U", request_key="k",
+                scheduled_at=anchor.epoch(due), schedule_lag_ms=None)
+    rec, _ = stream_call(client, path, BODY, {}, base=base, anchor=anchor, first_token_timeout_s=5,
+                         total_timeout_s=10, clock=clock, scheduled_s=due)
+    return rec
+
+
 def _slow_connects(client, clock, seconds):
     """The pool's connect takes ``seconds`` of scripted time (before tokenswarm times it)."""
     cpool = client._connection_pool
@@ -138,6 +147,50 @@ def test_keep_alive_off_opens_a_new_connection_for_every_request(server):
     assert [r.conn_reused for r in records] == [False] * 3
     assert all(r.connect_ms is not None and r.connect_ms > 0 for r in records)
     assert client._connection_pool._socket_queue.qsize() == 0  # nothing was kept
+
+
+def test_a_kept_alive_connection_closed_before_any_answer_is_retried_on_a_fresh_one(server):
+    clock = ScriptedClock()
+    anchor = WallAnchor(1_700_000_000.0, clock())
+    client = _client(server)
+    retries_before = pool.stats["stale_connection_retries_count"]
+    records = [_call_path(client, clock, anchor, "/closes_kept_alive/v1/chat/completions?n=3&gap_ms=1")
+               for _ in range(3)]
+    # Every request was answered: none charged the server for the connection it had closed.
+    assert [r.outcome for r in records] == ["ok"] * 3
+    # Each later request found its kept-alive connection closed and went out again on a new one,
+    # whose phases (a connect, then the send) are the ones recorded.
+    assert [r.conn_reused for r in records] == [False] * 3
+    assert all(r.connect_ms is not None for r in records)
+    assert pool.stats["stale_connection_retries_count"] - retries_before == 2
+    for rec in records:
+        assert rec.schedule_lag_ms == pytest.approx((rec.sent_at - rec.scheduled_at) * 1000.0, abs=ROUNDING_MS)
+
+
+def test_a_connection_closed_before_any_answer_is_an_error_when_it_was_new():
+    # Only a kept-alive connection is retried: a new one closed before answering is the server's doing.
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+
+    def close_the_connection() -> None:
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        conn.close()
+
+    threading.Thread(target=close_the_connection, daemon=True).start()
+    clock = ScriptedClock()
+    anchor = WallAnchor(1_700_000_000.0, clock())
+    client = HTTPClient("127.0.0.1", port, connection_timeout=2, network_timeout=5, concurrency=1)
+    retries_before = pool.stats["stale_connection_retries_count"]
+    rec = _call(client, clock, anchor, clock())
+    listener.close()
+    assert rec.outcome == "http_error" and rec.conn_reused is False
+    assert pool.stats["stale_connection_retries_count"] == retries_before
 
 
 def test_a_refused_connection_is_a_record_with_what_was_observed():

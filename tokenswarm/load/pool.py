@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 import gevent.socket
 from geventhttpclient.connectionpool import ConnectionPool, SSLConnectionPool
-from geventhttpclient.response import HTTPSocketPoolResponse
+from geventhttpclient.response import HTTPConnectionClosed, HTTPSocketPoolResponse
 from greenlet import getcurrent
 
 from tokenswarm import kstamp
@@ -166,12 +166,25 @@ def _timed_connects(create: Callable[[], Any]) -> Callable[[], Any]:
     return create_socket
 
 
+#: Fresh connections tried after kept-alive ones the server had already closed, per request.
+STALE_RETRY_LIMIT = 2
+#: How often a request was re-sent because its kept-alive connection turned out closed.
+stats = {"stale_connection_retries_count": 0}
+
+
 def send_request(http_client: Any, path: str, body: bytes, headers: dict[str, str],
                  timing: RequestTiming) -> Any:
     """POST ``body`` to ``path`` on a pooled connection and read the response headers.
 
-    What ``HTTPClient.request`` does for a POST with a bytes body (one attempt: a POST is not
-    retried once it may have reached the server), with each phase timed into ``timing``.
+    What ``HTTPClient.request`` does for a POST with a bytes body, with each phase timed into
+    ``timing``. A POST is sent again only in the one case where the server provably never
+    read it: the connection was a kept-alive one and it ended before a single byte of a
+    response (the server had closed it while idle; llama.cpp's server closes every
+    connection after a streamed response without saying ``Connection: close``, and a close
+    that lands after the liveness peek races the next request). Then the request goes out
+    again on a fresh connection, as Go's ``net/http`` does for ``errServerClosedIdle``; the
+    retry is counted (``stats``) and the phases are those of the attempt that was answered,
+    so the lost attempt's time is the generator's send delay, never server time.
     Returns the library's response, its body unread.
     """
     cpool = http_client._connection_pool
@@ -180,6 +193,19 @@ def send_request(http_client: Any, path: str, body: bytes, headers: dict[str, st
         cpool._tokenswarm_timed = True
     head = http_client._build_request("POST", path, body=body, headers=headers, chunked=False)
     data = head.encode("latin-1") + body  # one write: a separate small write stalls on Nagle
+    for attempt in range(STALE_RETRY_LIMIT + 1):
+        try:
+            return _send_once(http_client, cpool, data, timing)
+        except HTTPConnectionClosed:
+            if not timing.reused or attempt == STALE_RETRY_LIMIT:
+                raise
+            stats["stale_connection_retries_count"] += 1
+            timing.connect_start_s = timing.connect_end_s = timing.sent_s = None
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _send_once(http_client: Any, cpool: Any, data: bytes, timing: RequestTiming) -> Any:
+    """One attempt: a socket from the pool, the request written, the response headers read."""
     me = getcurrent()
     _sending[me] = timing
     try:

@@ -45,7 +45,7 @@ import time
 from typing import Any, Callable
 
 from tokenswarm import kstamp
-from tokenswarm.load import reader, watch
+from tokenswarm.load import pool, reader, watch
 from tokenswarm.load.pool import library_read_time
 from tokenswarm.load.sse import SSEParser
 
@@ -165,7 +165,9 @@ def provenance() -> dict[str, Any]:
     ``one_stamp_many_chunks_reads_count`` (noted reads of more chunks than the fast path
     dates: one stamp kept), ``notes_count`` / ``stalled_sweeps_count`` (the watcher's work),
     ``notes_dropped_count`` (a stream's notes were full) and ``notes_over_cap_count`` (a read
-    covered more notes than are used).
+    covered more notes than are used); ``stale_connection_retries_count`` (requests sent again
+    because their kept-alive connection had been closed by the server, see
+    :func:`tokenswarm.load.pool.send_request`).
     """
     counters: dict[str, int] = {}
     native = reader._read_events is not None
@@ -191,5 +193,5 @@ def provenance() -> dict[str, Any]:
         "arrival_watcher": watch.ENABLED and kstamp.ENABLED,
         "read_batch_ms": reader.READ_BATCH_S * 1000.0,
         "overrides": {name: os.environ[name] for name in OVERRIDES if name in os.environ},
-        "counters": counters,
+        "counters": {**counters, **pool.stats},
     }
