@@ -34,6 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--dtype", choices=["float32", "float16"], default=d.dtype, help="weights dtype")
     parser.add_argument("--force", action="store_true", help="overwrite a model already in DIR")
+    parser.add_argument(
+        "--gguf", action="store_true",
+        help="also write DIR/model.gguf, the same model for llama.cpp's server (needs the gguf package)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,4 +70,13 @@ def run(args: argparse.Namespace) -> int:
         f"{manifest['cycle_token_count']} tokens in successor cycles, "
         f"P(successor) at temperature 1: median {p['median']}"
     )
+    if args.gguf:
+        try:
+            from tokenswarm.testmodel.gguf_export import export_gguf
+
+            print(f"wrote {export_gguf(args.dir)} (GGUF, for llama-server -m)")
+        except ImportError as exc:
+            print(f"make-test-model: --gguf: {exc}; install with: pip install 'tokenswarm[testmodel]'",
+                  file=sys.stderr)
+            return 2
     return 0

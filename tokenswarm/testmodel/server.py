@@ -47,7 +47,8 @@ PYTHON_ENV_VAR = "TOKENSWARM_VLLM_PYTHON"
 
 
 class VllmStartError(RuntimeError):
-    """The server exited or did not become healthy in time; the message ends with its log."""
+    """The server (vLLM or another engine started here) exited or did not become healthy in
+    time; the message ends with its log."""
 
 
 def default_python() -> str:
@@ -112,8 +113,8 @@ def vllm_command(
 
 
 @dataclass
-class VllmServer:
-    """A running vLLM server; use as a context manager or call :meth:`stop`."""
+class EngineServer:
+    """A running engine server (vLLM, llama.cpp); use as a context manager or call :meth:`stop`."""
 
     process: subprocess.Popen
     port: int
@@ -151,7 +152,7 @@ class VllmServer:
             self._log_file = None
         return self.process.returncode
 
-    def __enter__(self) -> VllmServer:
+    def __enter__(self) -> EngineServer:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -170,7 +171,7 @@ def start_vllm(
     served_model_name: str = DEFAULT_SERVED_MODEL_NAME,
     log_path: str | Path | None = None,
     env: dict[str, str] | None = None,
-) -> VllmServer:
+) -> EngineServer:
     """Start vLLM on ``model_dir`` and return once ``/health`` answers 200.
 
     Raises :class:`VllmStartError` (with the log's tail) if the process exits or is not healthy
@@ -188,22 +189,41 @@ def start_vllm(
         model_dir, port=port, speculative=speculative, python=python,
         max_model_len=max_model_len, served_model_name=served_model_name, extra_args=extra_args,
     )
+    return launch_server(cmd, port=port, speculative=speculative, served_model_name=served_model_name,
+                         log_path=log_path, env={**SERVER_ENV_DEFAULTS, **os.environ, **(env or {})},
+                         timeout_s=timeout_s, engine="vLLM")
+
+
+def launch_server(
+    cmd: list[str],
+    *,
+    port: int,
+    speculative: bool,
+    served_model_name: str,
+    log_path: str | Path | None,
+    env: dict[str, str],
+    timeout_s: float,
+    engine: str,
+) -> EngineServer:
+    """Run ``cmd`` in a new session (its log in ``log_path`` or a new temporary file) and return
+    once ``/health`` on ``port`` answers 200; on failure stop it and raise :class:`VllmStartError`
+    with the log's tail."""
     if log_path is None:
-        fd, name = tempfile.mkstemp(prefix=f"vllm-{port}-", suffix=".log")
+        fd, name = tempfile.mkstemp(prefix=f"{engine.lower().replace('.', '')}-{port}-", suffix=".log")
         os.close(fd)
         log_path = name
     log_path = Path(log_path)
     log_file = open(log_path, "wb")
     process = subprocess.Popen(
-        cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        env={**SERVER_ENV_DEFAULTS, **os.environ, **(env or {})}, start_new_session=True,
+        cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+        start_new_session=True,
     )
-    server = VllmServer(
+    server = EngineServer(
         process=process, port=port, log_path=log_path, command=cmd, speculative=speculative,
         served_model_name=served_model_name, _log_file=log_file,
     )
     try:
-        wait_until_healthy(server.base_url + "/health", process.poll, timeout_s=timeout_s)
+        wait_until_healthy(server.base_url + "/health", process.poll, timeout_s=timeout_s, engine=engine)
     except VllmStartError as exc:
         server.stop(timeout_s=10)
         raise VllmStartError(f"{exc}\ncommand: {' '.join(cmd)}\n--- log tail ({log_path}) ---\n"
@@ -223,6 +243,7 @@ def wait_until_healthy(
     get_status: Callable[[str], int | None] | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    engine: str = "vLLM",
 ) -> float:
     """Poll ``url`` until it answers 200; return the seconds waited.
 
@@ -234,11 +255,11 @@ def wait_until_healthy(
     while True:
         code = poll_exit()
         if code is not None:
-            raise VllmStartError(f"vLLM exited with status {code} before {url} answered")
+            raise VllmStartError(f"{engine} exited with status {code} before {url} answered")
         if get_status(url) == 200:
             return clock() - start
         if clock() - start >= timeout_s:
-            raise VllmStartError(f"vLLM not healthy at {url} after {timeout_s:.0f} s")
+            raise VllmStartError(f"{engine} not healthy at {url} after {timeout_s:.0f} s")
         sleep(interval_s)
 
 
