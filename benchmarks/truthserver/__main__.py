@@ -1,14 +1,16 @@
 """Command line: ``python -m benchmarks.truthserver --port P --truth PATH [options]``.
 
 Serves ``/v1/chat/completions``, ``/v1/completions`` and ``/v1/models`` on uvicorn (httptools
-protocol, uvloop when installed: the stack vLLM runs on) until SIGINT/SIGTERM, then flushes
-the truth log.
+protocol, the stack vLLM runs on) until SIGINT/SIGTERM, then flushes the truth log. The loop is
+asyncio's by default: its socket reads can keep the kernel's receive stamps, so ``received`` is
+when a request arrived; ``--loop uvloop`` is vLLM's own loop, whose C reads drop them.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 
 from benchmarks.truthserver.plan import IntRange, ServerOptions
@@ -34,8 +36,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="answer length without ignore_eos, capped by max_tokens (default %(default)s)")
     ap.add_argument("--default-max-tokens", type=int, default=d.default_max_tokens)
     ap.add_argument("--seed", type=int, default=d.seed)
-    ap.add_argument("--loop", default="auto", choices=["auto", "uvloop", "asyncio"],
-                    help="uvicorn's event loop (auto: uvloop when installed)")
+    ap.add_argument("--loop", default="asyncio", choices=["auto", "uvloop", "asyncio"],
+                    help="uvicorn's event loop (default %(default)s: kernel arrival stamps for 'received'; "
+                         "uvloop: vLLM's loop, 'received' from the loop's read)")
     ap.add_argument("--access-log", action="store_true", help="uvicorn's access log (off by default)")
     return ap.parse_args(argv)
 
@@ -72,8 +75,28 @@ def main(argv: list[str] | None = None) -> int:
     config = uvicorn.Config(build_app(server), host=args.host, port=args.port, http=StampingProtocol,
                             loop=args.loop, log_level="warning", access_log=args.access_log,
                             timeout_keep_alive=5, timeout_graceful_shutdown=3)  # vLLM keeps alive 5 s too
-    uvicorn.Server(config).run()
+    uvicorn.Server(config).run(sockets=[listening_socket(args.host, args.port)])
     return 0
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The server's listening socket, with kernel receive stamps on.
+
+    Set here, not per connection: a new connection's request usually arrives before the loop
+    accepts it, and accepted sockets inherit the listener's flags, so even that first request
+    keeps its arrival stamp.
+    """
+    from benchmarks.truthserver.app import enable_receive_stamps
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP,
+    # and accepted sockets inherit the listener's proto (without it, Nagle held each first
+    # event behind the headers until the client's delayed ACK, ~24 ms on kept-alive connections)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    enable_receive_stamps(sock)
+    return sock
 
 
 if __name__ == "__main__":

@@ -2,12 +2,16 @@
 
 Where the truth is taken, and why there:
 
-* ``received``: when uvicorn's protocol was handed the bytes that completed the request
-  (:class:`StampingProtocol`, the first thing its ``data_received`` does), on
-  ``time.monotonic()`` like the simulator's log -- not when the app got round to reading
-  the body, which a busy event loop would move later. A busy loop still reads the socket
-  late, so ``read_delay_ms`` adds the kernel's count of how long before that the request's
-  last segment arrived (``TCP_INFO``, jiffy resolution: 4 ms at HZ=250);
+* ``received``: when the request's last byte arrived at this server's kernel, on
+  ``time.monotonic()`` like the simulator's log: the kernel's receive stamp
+  (``SO_TIMESTAMPNS``) of the read that completed the request (:class:`StampingProtocol`
+  makes asyncio's socket transport read with ``recvmsg``; nothing else of uvicorn changes).
+  A busy event loop reads a socket late, and that wait is the server's: it belongs inside
+  the truth's TTFT as it is inside the client's, so the truth counts from the arrival, not
+  from the read. ``read_delay_ms`` is that wait (the loop's read minus the arrival).
+  ``received_source`` says which clock gave ``received``: ``kernel``, or ``loop`` (uvloop,
+  whose C reads drop the stamps: then ``received`` is when uvicorn's protocol was handed the
+  bytes, and ``read_delay_ms`` is the kernel's coarse ``TCP_INFO`` count, 4 ms resolution);
 * each content event: right after uvicorn's ``send`` returned, i.e. after its
   ``transport.write`` handed the chunked frame to the kernel (or to the transport's buffer
   when the socket was full). Writes are uvicorn's own: one chunked frame per ``data:``
@@ -25,6 +29,7 @@ import contextlib
 import random
 import socket
 import struct
+import sys
 import time
 import uuid
 from collections import deque
@@ -67,16 +72,88 @@ def read_delay_ms(sock: Any) -> int | None:
         return None
 
 
+#: ``struct timespec`` of an ``SCM_TIMESTAMPNS`` control message: seconds, nanoseconds
+_TIMESPEC = struct.Struct("qq")
+_ANC_BYTES = socket.CMSG_SPACE(_TIMESPEC.size)
+#: Linux's SO_TIMESTAMPNS (= SCM_TIMESTAMPNS); Python's socket module does not name it
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else None)
+
+
+def arrival_s(ancillary: list[tuple[int, int, bytes]], now_mono_s: float, now_real_s: float) -> float | None:
+    """The kernel's receive stamp of a read on the monotonic clock, or None without one.
+
+    The stamp is wall-clock time; how long ago it was is the same on both clocks.
+    """
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
+            sec, nsec = _TIMESPEC.unpack_from(data)
+            return now_mono_s - (now_real_s - (sec + nsec * 1e-9))
+    return None
+
+
+def enable_receive_stamps(sock: socket.socket) -> bool:
+    """Turn on the kernel's receive stamps for ``sock`` (and, on a listener, what it accepts)."""
+    if _SO_TIMESTAMPNS is None:
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
+def stamp_reads(transport: Any, protocol: StampingProtocol) -> bool:
+    """Make an asyncio socket transport read with ``recvmsg`` and hand each read's kernel stamp
+    to ``protocol`` before its bytes; False (nothing changed) where that is not possible.
+
+    The replacement is asyncio's own ``_read_ready__data_received`` with ``recv`` swapped for
+    ``recvmsg`` (same size, same error handling); uvloop's transports have no such hook.
+    """
+    raw = getattr(transport, "_sock", None)
+    if raw is None or not hasattr(transport, "_read_ready_cb") or not enable_receive_stamps(raw):
+        return False
+
+    def read_ready() -> None:
+        if transport._conn_lost:
+            return
+        try:
+            data, anc, _flags, _addr = raw.recvmsg(transport.max_size, _ANC_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            transport._fatal_error(exc, "Fatal read error on socket transport")
+            return
+        if not data:
+            transport._read_ready__on_eof()
+            return
+        protocol.kernel_arrival_s = arrival_s(anc, monotonic(), time.time())
+        try:
+            protocol.data_received(data)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            transport._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
+
+    transport._read_ready_cb = read_ready
+    return True
+
+
 class StampingProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, unchanged except that it notes when each request's last bytes arrived."""
 
     _data_s = 0.0
-    _stamp: dict[str, float]
+    _stamp: dict[str, Any]
     _sock: Any = None
+    _kernel = False
+    #: the kernel's receive stamp of the latest read (monotonic seconds), set by :func:`stamp_reads`
+    kernel_arrival_s: float | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._sock = transport.get_extra_info("socket")
+        self._kernel = stamp_reads(transport, self)
 
     def data_received(self, data: bytes) -> None:
         self._data_s = monotonic()  # before parsing: the moment the loop handed us the bytes
@@ -89,10 +166,15 @@ class StampingProtocol(HttpToolsProtocol):
         self.scope["extensions"] = {STAMP_KEY: self._stamp}  # type: ignore[typeddict-unknown-key,dict-item]
 
     def on_message_complete(self) -> None:
-        self._stamp["received_s"] = self._data_s
-        delay = read_delay_ms(self._sock)
-        if delay is not None:
-            self._stamp["read_delay_ms"] = delay
+        arrived = self.kernel_arrival_s if self._kernel else None
+        if arrived is not None:
+            self._stamp.update(received_s=arrived, received_source="kernel",
+                               read_delay_ms=max(0.0, (self._data_s - arrived) * 1000.0))
+        else:
+            self._stamp.update(received_s=self._data_s, received_source="loop")
+            delay = read_delay_ms(self._sock)
+            if delay is not None:
+                self._stamp["read_delay_ms"] = delay
         super().on_message_complete()
 
 
@@ -149,9 +231,10 @@ class TruthServer:
     # -- truth -----------------------------------------------------------------------------
     def record(self, rid: str, endpoint: str, status: int, received: float, req: Completion | None,
                output_tokens: int, finish_reason: str | None, outcome: str, chunks: list[list[float]],
-               read_delay: float | None = None) -> None:
+               read_delay: float | None = None, received_source: str | None = None) -> None:
         if self.truth is not None:
             self.truth.add({"id": rid, "endpoint": endpoint, "status": status, "received": received,
+                            "received_source": received_source,
                             "prompt_tokens": None if req is None else req.prompt_tokens,
                             "output_tokens": output_tokens, "finish_reason": finish_reason, "outcome": outcome,
                             "chunks": chunks, "read_delay_ms": read_delay})
@@ -188,6 +271,7 @@ class TruthServer:
         stamp = scope.get("extensions", {}).get(STAMP_KEY, {})
         received = stamp.get("received_s") or monotonic()
         read_delay = stamp.get("read_delay_ms")
+        source = stamp.get("received_source")
         rid = f"{'chatcmpl' if endpoint == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
         try:
             try:
@@ -197,7 +281,7 @@ class TruthServer:
             req = parse_request(data, endpoint, self.opts)
         except BadRequest as e:
             await JSONResponse(e.body(), status_code=400)(scope, receive, send)
-            self.record(rid, endpoint, 400, received, None, 0, None, "error", [], read_delay)
+            self.record(rid, endpoint, 400, received, None, 0, None, "error", [], read_delay, source)
             return
         rng = random.Random(f"{self.opts.seed}:{self.requests}")
         self.requests += 1
@@ -208,7 +292,7 @@ class TruthServer:
             while (delay := done_at - monotonic()) > 0:
                 await asyncio.sleep(delay)
             await Response(orjson.dumps(events.whole(rid, plan)), media_type="application/json")(scope, receive, send)
-            self.record(rid, endpoint, 200, received, req, plan.output_tokens, plan.finish_reason, "ok", [], read_delay)
+            self.record(rid, endpoint, 200, received, req, plan.output_tokens, plan.finish_reason, "ok", [], read_delay, source)
             return
 
         chunks: list[list[float]] = []  # [written_s, tokens] per content event
@@ -249,7 +333,7 @@ class TruthServer:
             await StreamingResponse(body(), media_type="text/event-stream")(scope, receive, timed_send)
         finally:
             self.record(rid, endpoint, 200, received, req, sum(int(c[1]) for c in chunks),
-                        plan.finish_reason if finished else None, "ok" if finished else "aborted", chunks, read_delay)
+                        plan.finish_reason if finished else None, "ok" if finished else "aborted", chunks, read_delay, source)
 
     # -- small endpoints --------------------------------------------------------------------
     async def models(self, _request: Request) -> JSONResponse:

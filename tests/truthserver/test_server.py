@@ -160,12 +160,59 @@ def test_the_kernel_says_how_long_a_request_waited_before_the_server_read_it():
     assert read_delay_ms(None) is None
 
 
-def test_every_truth_line_carries_the_kernels_read_delay_where_it_exists(tmp_path):
+@pytest.mark.timing
+def test_a_request_the_loop_reads_late_is_dated_by_its_arrival_in_the_kernel():
+    import asyncio
+
+    from benchmarks.truthserver.app import monotonic, stamp_reads
+
+    async def scenario() -> tuple[float, float | None, float]:
+        loop = asyncio.get_running_loop()
+        got: asyncio.Future = loop.create_future()
+        installed = []
+
+        class Probe(asyncio.Protocol):
+            kernel_arrival_s: float | None = None
+
+            def connection_made(self, transport) -> None:  # type: ignore[override]
+                installed.append(stamp_reads(transport, self))
+
+            def data_received(self, data: bytes) -> None:
+                got.set_result((self.kernel_arrival_s, monotonic()))
+
+        server = await loop.create_server(Probe, "127.0.0.1", 0)
+        client = socket.create_connection(server.sockets[0].getsockname()[:2])
+        await asyncio.sleep(0.05)  # accepted, connection_made ran
+        sent = monotonic()
+        client.sendall(b"x")
+        time.sleep(0.05)  # the loop is blocked: the byte waits unread in the kernel for 50 ms
+        arrived, read = await asyncio.wait_for(got, 5)
+        client.close()
+        server.close()
+        assert installed == [True]
+        return sent, arrived, read
+
+    sent, arrived, read = asyncio.run(scenario())
+    assert arrived is not None and 0 <= arrived - sent < 0.005  # it arrived at once ...
+    assert read - arrived >= 0.045  # ... and was read 50 ms later: the stamp keeps the arrival
+
+
+def test_every_truth_line_says_when_its_request_arrived_and_how_long_it_waited_unread(tmp_path):
     truth = tmp_path / "truth.jsonl"
     with start_truth(truth, *ARGS) as srv:
         read_sse(srv.port, "/v1/completions", {"prompt": "a", "max_tokens": 2, "stream": True})
-    delays = [t["read_delay_ms"] for t in load_truth(truth).values()]
+    lines = list(load_truth(truth).values())
+    assert len(lines) == 2  # the warm-up and ours
+    assert [t["received_source"] for t in lines] == ["kernel", "kernel"]
+    assert all(isinstance(t["read_delay_ms"], float) and 0 <= t["read_delay_ms"] < 1000 for t in lines)
+
+
+def test_on_uvloop_received_is_the_loops_read_and_the_delay_comes_from_tcp_info(tmp_path):
+    pytest.importorskip("uvloop")
+    truth = tmp_path / "truth.jsonl"
+    with start_truth(truth, *ARGS, "--loop", "uvloop") as srv:
+        read_sse(srv.port, "/v1/completions", {"prompt": "a", "max_tokens": 2, "stream": True})
+    lines = list(load_truth(truth).values())
+    assert [t["received_source"] for t in lines] == ["loop", "loop"]
     if hasattr(socket, "TCP_INFO"):
-        assert len(delays) == 2 and all(isinstance(d, int) and d >= 0 for d in delays)
-    else:
-        assert delays == [None, None]
+        assert all(isinstance(t["read_delay_ms"], int) and t["read_delay_ms"] >= 0 for t in lines)

@@ -383,6 +383,9 @@ class SimServer:
     def start(self) -> None:
         """Bind and start serving (non-blocking)."""
         self.server.start()
+        # On the listener too: a new connection's first request often arrives before it is
+        # accepted, and accepted sockets inherit the flag, so that request keeps its stamp.
+        kstamp.enable(self.server.socket)
         self._engine = gevent.spawn(self._engine_loop)
         self._flusher = gevent.spawn(self._flush_loop)
         self._reaper = gevent.spawn(self._reap_loop)
