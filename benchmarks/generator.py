@@ -45,6 +45,7 @@ streams and batches its writes), ~256 chunks per request.
 
     python benchmarks/generator.py --streams 256 --seconds 20
     python benchmarks/generator.py --workload spec --seconds 20 --repeat 2
+    python benchmarks/generator.py --workload spec --seconds 15 --repeat 2 --spec-src /tmp/older-checkout
 """
 
 from __future__ import annotations
@@ -254,6 +255,9 @@ def main() -> int:
     ap.add_argument("--spec-output-tokens", type=int, default=256)
     ap.add_argument("--spec-one-token-streams", type=int, default=256,
                     help="second spec case: this many streams of one-token chunks (0 = skip)")
+    ap.add_argument("--spec-src", action="append", metavar="DIR",
+                    help="spec workload: also run the tokenswarm of this checkout (C extensions built in place) "
+                         "in every round, between the baseline and this one: before/after side by side")
     ap.add_argument("--spec-one-token-step-ms", type=float, default=10.0,
                     help="the one-token case's step: at 5 ms x 256 streams the truth server falls behind and "
                          "batches its writes, which the clients then read several events at a time")
