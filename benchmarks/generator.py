@@ -37,10 +37,15 @@ not the simulator): ``--spec-streams`` streams (96), one event every 5 ms carryi
 prompts of ``scenarios/qa.yaml``. Each client is run as a whole process, A B A B: its CPU from
 start to exit (start-up, ramp and teardown included, from ``getrusage`` of the waited
 process tree) per chunk it received and per request, next to the steady mid-run window's
-CPU per chunk, and the per-core ceilings that follow (1 s of CPU / CPU per chunk).
+CPU per chunk, and the per-core ceilings that follow (1 s of CPU / CPU per chunk, and per
+request). A second case follows with the same measurement on one-token chunks at
+``--spec-one-token-streams`` streams (256; 0 skips it), one event every
+``--spec-one-token-step-ms`` (10 ms: at 5 ms the truth server cannot keep up with 256
+streams and batches its writes), ~256 chunks per request.
 
     python benchmarks/generator.py --streams 256 --seconds 20
     python benchmarks/generator.py --workload spec --seconds 20 --repeat 2
+    python benchmarks/generator.py --workload spec --seconds 15 --repeat 2 --spec-src /tmp/older-checkout
 """
 
 from __future__ import annotations
@@ -248,6 +253,14 @@ def main() -> int:
     ap.add_argument("--spec-tokens-per-chunk", default="3", help="truth server --tokens-per-chunk (N or LO-HI)")
     ap.add_argument("--spec-step-ms", type=float, default=5.0)
     ap.add_argument("--spec-output-tokens", type=int, default=256)
+    ap.add_argument("--spec-one-token-streams", type=int, default=256,
+                    help="second spec case: this many streams of one-token chunks (0 = skip)")
+    ap.add_argument("--spec-src", action="append", metavar="DIR",
+                    help="spec workload: also run the tokenswarm of this checkout (C extensions built in place) "
+                         "in every round, between the baseline and this one: before/after side by side")
+    ap.add_argument("--spec-one-token-step-ms", type=float, default=10.0,
+                    help="the one-token case's step: at 5 ms x 256 streams the truth server falls behind and "
+                         "batches its writes, which the clients then read several events at a time")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tokenswarm-genbench-"))
     if args.workload == "spec":

@@ -45,28 +45,34 @@ def _children_cpu() -> float:
 
 
 def client_command(kind: str, host: str, args, run: Path) -> tuple[list[str], dict[str, str]]:
+    """The command and extra environment of one client; ``tokenswarm@DIR`` runs DIR's tokenswarm."""
     common = ["--headless", "--host", host, "-u", str(args.spec_streams), "-r", str(args.spec_streams),
               "-t", f"{int(args.seconds)}s", "--only-summary", "--stop-timeout", "5"]
     if kind == "baseline":
         return ([sys.executable, "-m", "locust", "-f", str(ROOT / "benchmarks" / "baseline_locustfile.py"), *common],
                 {"BENCH_MODEL": "truth", "BENCH_MAX_TOKENS": str(args.spec_output_tokens)})
     out = json.dumps({"dist": "fixed", "value": args.spec_output_tokens})
-    return ([sys.executable, "-m", "locust", "-f", str(ROOT / "locustfiles" / "llm.py"),
+    src, env = ROOT, {}
+    if kind.startswith("tokenswarm@"):  # another checkout (C extensions built in place), side by side
+        src = Path(kind.split("@", 1)[1])
+        env = {"PYTHONPATH": str(src)}
+    return ([sys.executable, "-m", "locust", "-f", str(src / "locustfiles" / "llm.py"),
              "--scenario", str(ROOT / "scenarios" / "qa.yaml"), "--out", str(run), *common,
              "--set", f"traffic.classes.qa.output_tokens={out}",
              "--set", 'traffic.classes.qa.sampling={"ignore_eos": true, "temperature": 0.7}',
-             "--set", "target.metrics_url=null", "--set", "slo={}"], {})
+             "--set", "target.metrics_url=null", "--set", "slo={}"], env)
 
 
 def run_whole(kind: str, srv, args, work: Path, n: int) -> dict:
     """One client from start to exit; CPU of the whole process, and of a steady mid-run window."""
     import os
 
-    run = work / f"spec-{kind}-{n}"
+    run = work / f"spec-{kind.replace('/', '_')}-{n}"
     cmd, env = client_command(kind, srv.base_url, args, run)
     before = _children_cpu()
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE,
+    cwd = Path(env["PYTHONPATH"]) if "PYTHONPATH" in env else ROOT  # python -m puts the cwd first on sys.path
+    proc = subprocess.Popen(cmd, cwd=cwd, env={**os.environ, **env}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     warm = min(6.0, args.seconds / 3)
     window = max(2.0, args.seconds - warm - 3.0)
@@ -97,39 +103,73 @@ def count_chunks(row: dict, truth: dict[str, dict]) -> None:
     row["window_share"] = row["window_cpu_s"] / (t1 - t0)
 
 
+def spec_cases(args) -> list[tuple[int, str, float]]:
+    """(streams, tokens per chunk, step ms) of each case: the speculative one, then one-token chunks."""
+    cases = [(args.spec_streams, str(args.spec_tokens_per_chunk), args.spec_step_ms)]
+    if getattr(args, "spec_one_token_streams", 0):
+        cases.append((args.spec_one_token_streams, "1", args.spec_one_token_step_ms))
+    return cases
+
+
 def run_spec_workload(args, work: Path) -> None:
-    truth_path = work / "spec-truth.jsonl"
+    for streams, tokens, step_ms in spec_cases(args):
+        run_spec_case(args, work, streams, tokens, step_ms)
+
+
+def run_spec_case(args, work: Path, streams: int, tokens_per_chunk: str, step_ms: float) -> None:
+    """One case, A B A B, against its own truth server; prints its table, ratios and ceilings."""
+    args.spec_streams = streams  # client_command reads the case's streams from args
+    truth_path = work / f"spec-truth-{streams}x{tokens_per_chunk}.jsonl"
     rows: list[dict] = []
-    with start_truth(truth_path, "--step-ms", str(args.spec_step_ms), "--tokens-per-chunk",
-                     args.spec_tokens_per_chunk, cpus="1") as srv:
-        for n in range(args.repeat):  # A B A B: slow drifts of the machine hit both alike
-            for kind in ("baseline", "tokenswarm"):
+    kinds = ["baseline", *(f"tokenswarm@{Path(d).resolve()}" for d in getattr(args, "spec_src", None) or []),
+             "tokenswarm"]
+    with start_truth(truth_path, "--step-ms", str(step_ms), "--tokens-per-chunk",
+                     tokens_per_chunk, cpus="1") as srv:
+        for n in range(args.repeat):  # A B A B: slow drifts of the machine hit all alike
+            for kind in kinds:
                 rows.append(run_whole(kind, srv, args, work, n))
         srv.flush()
         lateness = srv.stats()
     truth = load_truth(truth_path)
     for r in rows:
         count_chunks(r, truth)
-    print(f"\nspeculative chunking: {args.spec_streams} streams, one event every {args.spec_step_ms:g} ms with "
-          f"{args.spec_tokens_per_chunk} tokens, {args.spec_output_tokens}-token answers, scenarios/qa.yaml prompts; "
-          f"uvicorn truth server on core 1; whole process = start to exit, {args.seconds:g} s of load")
-    print(f"{'client':<12} {'chunks':>8} {'requests':>8} {'chunks/req':>10} {'whole us/chunk':>14} "
+    print(f"\n{streams} streams, one event every {step_ms:g} ms with {tokens_per_chunk} token(s), "
+          f"{args.spec_output_tokens}-token answers, scenarios/qa.yaml prompts; uvicorn truth server on core 1; "
+          f"whole process = start to exit, {args.seconds:g} s of load")
+    print(f"{'client':<24} {'chunks':>8} {'requests':>8} {'chunks/req':>10} {'whole us/chunk':>14} "
           f"{'us/request':>10} {'window us/chunk':>15} {'window CPU':>10}")
     for r in rows:
         per_req = r["chunks"] / r["requests"] if r["requests"] else 0
-        print(f"{r['kind']:<12} {r['chunks']:>8} {r['requests']:>8} {per_req:>10.1f} {r['us_per_chunk'] or 0:>14.1f} "
+        print(f"{_label(r['kind']):<24} {r['chunks']:>8} {r['requests']:>8} {per_req:>10.1f} {r['us_per_chunk'] or 0:>14.1f} "
               f"{r['us_per_request'] or 0:>10.0f} {r['window_us_per_chunk'] or 0:>15.1f} {r['window_share']:>10.2f}")
-    pairs = list(zip(rows[0::2], rows[1::2]))
-    whole = sorted(b["us_per_chunk"] / t["us_per_chunk"] for b, t in pairs if b["us_per_chunk"] and t["us_per_chunk"])
-    steady = sorted(b["window_us_per_chunk"] / t["window_us_per_chunk"] for b, t in pairs
-                    if b["window_us_per_chunk"] and t["window_us_per_chunk"])
-    if whole:
-        w = statistics.median(whole)
-        print(f"whole-process CPU per chunk, baseline / tokenswarm: {w:.2f}x (pairs: "
-              f"{', '.join(f'{x:.2f}x' for x in whole)}); goal >= 2.00x: {'met' if w >= 2.0 else 'NOT met'}")
-    if steady:
-        print(f"steady-window CPU per chunk, baseline / tokenswarm: {statistics.median(steady):.2f}x")
-    for kind in ("baseline", "tokenswarm"):
-        us = statistics.median(r["us_per_chunk"] for r in rows if r["kind"] == kind and r["us_per_chunk"])
-        print(f"ceiling per core, {kind}: {1e6 / us:.0f} chunks/s whole-process")
+    for kind in kinds[1:]:
+        pairs = [(b, t) for b, t in zip(rows[0::len(kinds)], rows[kinds.index(kind)::len(kinds)])]
+
+        def ratio(key: str, pairs: list = pairs) -> list[float]:
+            return sorted(b[key] / t[key] for b, t in pairs if b[key] and t[key])
+
+        whole, steady, per_request = ratio("us_per_chunk"), ratio("window_us_per_chunk"), ratio("us_per_request")
+        name = _label(kind)
+        if whole:
+            w = statistics.median(whole)
+            print(f"whole-process CPU per chunk, baseline / {name}: {w:.2f}x (pairs: "
+                  f"{', '.join(f'{x:.2f}x' for x in whole)}); goal >= 2.00x: {'met' if w >= 2.0 else 'NOT met'}")
+        if steady:
+            print(f"steady-window CPU per chunk, baseline / {name}: {statistics.median(steady):.2f}x")
+        if per_request:
+            print(f"whole-process CPU per request, baseline / {name}: {statistics.median(per_request):.2f}x")
+    for kind in kinds:
+        mine = [r for r in rows if r["kind"] == kind and r["us_per_chunk"] and r["us_per_request"]]
+        if not mine:
+            continue
+        us = statistics.median(r["us_per_chunk"] for r in mine)
+        us_req = statistics.median(r["us_per_request"] for r in mine)
+        steady_us = statistics.median(r["window_us_per_chunk"] or 0 for r in mine)
+        print(f"{_label(kind)}: {us:.1f} us/chunk whole process ({steady_us:.1f} steady), {us_req:.0f} us/request; "
+              f"ceiling per core {1e6 / us:.0f} chunks/s, {1e6 / us_req:.0f} requests/s")
     print(f"truth server lateness over the runs: {json.dumps(lateness)[:300]}")
+
+
+def _label(kind: str) -> str:
+    """``tokenswarm@/path/to/checkout`` as ``tokenswarm@checkout``."""
+    return kind if "@" not in kind else "tokenswarm@" + Path(kind.split("@", 1)[1]).name

@@ -50,7 +50,26 @@ _lock = threading.Lock()
 _known: set[str] = set()
 _known_re: re.Pattern[str] | None = None
 _known_re_b: re.Pattern[bytes] | None = None
+_known_b: tuple[bytes, ...] = ()  # the registered values, encoded: redact_bytes's cheap test
 _PATTERNS_B = tuple((re.compile(p.pattern.encode(), p.flags & ~re.UNICODE), r.encode()) for p, r in _PATTERNS)
+
+# redact_bytes runs each pattern only where it can match (the writer redacts every record line,
+# and the five patterns cost ~140 us per 2 KB record; these tests ~12 us). A test looks for the
+# literals a match must contain in ``data`` with every byte but letters and ``-_:/@`` deleted
+# (lower-cased for the case-insensitive patterns): deleting bytes never splits a literal made of
+# kept bytes, so a pattern whose literals are absent cannot match (false positives only run it).
+_KEPT = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz-_:/@")
+_DROP = bytes(b for b in range(256) if b not in _KEPT)
+_PROVIDER_PREFIX_B = re.compile(rb"(?:sk|pk|rk|hf|gsk|xai|ghp|gho|glpat)[-_]")
+_GATES_B: tuple[Any, ...] = (  # one per entry of _PATTERNS, in order: (kept, lowered) -> may match
+    lambda kept, low: b"authorization" in low,
+    lambda kept, low: b"bearer" in low,
+    lambda kept, low: b"://" in kept and b"@" in kept,
+    lambda kept, low: _PROVIDER_PREFIX_B.search(kept) is not None,
+    lambda kept, low: any(w in low for w in (b"password", b"secret", b"apikey", b"api_key", b"api-key",
+                                              b"accesstoken", b"access_token", b"access-token")),
+)
+assert len(_GATES_B) == len(_PATTERNS)
 
 T = TypeVar("T")
 
@@ -61,7 +80,7 @@ SECRET_HEADER = re.compile(r"auth|key|token|secret|cookie|password", re.IGNORECA
 
 def remember(*values: str | None) -> None:
     """Register secret values (keys, passwords, header values) to be masked from now on."""
-    global _known_re, _known_re_b
+    global _known_re, _known_re_b, _known_b
     new = {v for v in values if isinstance(v, str) and len(v.strip()) >= MIN_SECRET_LEN}
     new |= {unquote(v) for v in new}  # a password in a URL may be percent-encoded
     with _lock:
@@ -71,14 +90,16 @@ def remember(*values: str | None) -> None:
         alternatives = "|".join(re.escape(v) for v in sorted(_known, key=len, reverse=True))
         _known_re = re.compile(alternatives)
         _known_re_b = re.compile(alternatives.encode())
+        _known_b = tuple(v.encode() for v in _known)
 
 
 def forget_all() -> None:
     """Drop every registered value (tests; a process reused for another run)."""
-    global _known_re, _known_re_b
+    global _known_re, _known_re_b, _known_b
     with _lock:
         _known.clear()
         _known_re = _known_re_b = None
+        _known_b = ()
 
 
 def url_secrets(url: str | None) -> list[str]:
@@ -117,12 +138,20 @@ def redact_text(text: str) -> str:
 
 
 def redact_bytes(data: bytes) -> bytes:
-    """:func:`redact_text` for encoded text (JSON lines): no decode when nothing matches."""
-    known = _known_re_b
-    if known is not None:
+    """:func:`redact_text` for encoded text (JSON lines): no decode when nothing matches.
+
+    Each pattern runs only when the literals it needs are in ``data`` (``_GATES_B``), and the
+    registered values only when one of them is: the same result, without five regex scans of
+    every record line.
+    """
+    known, values = _known_re_b, _known_b
+    if known is not None and any(v in data for v in values):
         data = known.sub(MASK.encode(), data)
-    for pattern, repl in _PATTERNS_B:
-        data = pattern.sub(repl, data)
+    kept = data.translate(None, _DROP)
+    low = kept.lower()
+    for (pattern, repl), may_match in zip(_PATTERNS_B, _GATES_B):
+        if may_match(kept, low):
+            data = pattern.sub(repl, data)
     return data
 
 

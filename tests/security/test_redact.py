@@ -98,3 +98,24 @@ def test_every_log_line_is_redacted_once_the_factory_is_installed(caplog):
         assert caplog.records[-1].getMessage() == "connecting with *** to http://***@h/"
     finally:
         logging.setLogRecordFactory(old)
+
+
+def test_bytes_redaction_skips_patterns_only_where_they_cannot_match():
+    """redact_bytes runs a pattern only when its literals are present: same bytes as running them all."""
+    import random
+
+    def every_pattern(data: bytes) -> bytes:
+        if r._known_re_b is not None:
+            data = r._known_re_b.sub(r.MASK.encode(), data)
+        for pattern, repl in r._PATTERNS_B:
+            data = pattern.sub(repl, data)
+        return data
+
+    r.remember("planted-gate-1")
+    atoms = ["Bearer ", "bearer\t", "authorization", "Proxy-Authorization", ": ", "=", '"', "'", "http://", "u:p@",
+             "@", "sk-", "hf_", "glpat-", "API_KEY", "api-key", "Access_Token", "password", "SECRET", "abcdefghij",
+             "1234567890", "***", ",", ";", "}", "\n", " ", "é", "planted-gate-1", "true", "null", "/"]
+    rng = random.Random(7)
+    for _ in range(5000):
+        data = "".join(rng.choice(atoms) for _ in range(rng.randint(1, 12))).encode()
+        assert r.redact_bytes(data) == every_pattern(data), data

@@ -96,6 +96,10 @@ def build_worker_context(env: Any, sc: Any, run_id: str, base_url: str, model: s
                      role=role, worker_index=index, events=env.events, request_event=env.events.request.fire,
                      prompt_sources=sources)
     apply_user_settings(sc, base_url)
+    if any(t.kind == "extraction" and t.weight > 0 for t in sc.traffic.classes):
+        from tokenswarm.load import quality
+
+        quality.preload()  # answers are schema-checked: import the validator before the loop runs
     quiet_gc()
     return ctx
 

@@ -216,6 +216,9 @@ class ProseCorpus:
         if len(self.text) < 10_000:
             raise CorpusUnavailable("pydoc_data.topics is unexpectedly small")
         self._starts = [t.start for t in self.topics]
+        # each topic's index (what topics.index gives): excerpt() looked it up by a linear scan of
+        # dataclass comparisons, once per qa prompt
+        self._topic_index = {t: i for i, t in reversed(list(enumerate(self.topics)))}
         # paragraph starts, for excerpts that begin at a natural boundary
         self._paras = [0] + [m.end() for m in re.finditer(r"\n\n(?=\S)", self.text)]
 
@@ -229,7 +232,9 @@ class ProseCorpus:
             start = self._paras[rng.randrange(len(self._paras))]
         else:
             lo = bisect.bisect_left(self._paras, topic.start)
-            idx = self.topics.index(topic)
+            idx = self._topic_index.get(topic)
+            if idx is None:
+                idx = self.topics.index(topic)  # not one of ours: ValueError, as before
             end = self.topics[idx + 1].start if idx + 1 < len(self.topics) else len(self.text)
             hi = max(lo + 1, bisect.bisect_left(self._paras, end))
             start = self._paras[rng.randrange(lo, hi)]
