@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from analysis.stats import min_samples_for
+from tokenswarm.manifest import RunManifest
 from tokenswarm.metrics import SLO_METRICS
 
 #: Per-request goodput thresholds (not row SLOs).
@@ -190,7 +191,6 @@ def evaluate_rows(rows: Sequence[Mapping[str, Any]], slos: SloSpec) -> list[SloR
     return results
 
 
-def scenario_slos(manifest: Mapping[str, Any]) -> SloSpec:
+def scenario_slos(manifest: RunManifest) -> SloSpec:
     """The SLO block of a run's scenario (``manifest.scenario.slo``), validated."""
-    scenario = manifest.get("scenario") or {}
-    return parse_slos(scenario.get("slo") if isinstance(scenario, Mapping) else None, "manifest.scenario.slo")
+    return parse_slos(manifest.scenario_dict.get("slo"), "manifest.scenario.slo")

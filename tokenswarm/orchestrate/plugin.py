@@ -38,8 +38,8 @@ from tokenswarm.load.setup import (  # noqa: F401  (planned_duration_s, scenario
     set_class_weights,
 )
 from tokenswarm.load.timing import provenance as timing_provenance
-from tokenswarm.orchestrate.controller import EXIT_BAD_CONFIG, EXIT_RUN_BROKE, MSG_LIVE, MSG_STEP, RunController
-from tokenswarm.orchestrate.verdict import merge_slos, parse_slo_args
+from tokenswarm.orchestrate.controller import MSG_LIVE, MSG_STEP, RunController
+from tokenswarm.orchestrate.verdict import EXIT_BAD_CONFIG, EXIT_RUN_BROKE, merge_slos, parse_slo_args
 from tokenswarm.redact import install_log_redaction, remember_target
 from tokenswarm.webui import install as install_webui
 
