@@ -51,7 +51,8 @@ def install_events(evs: Any) -> None:
     """Add tokenswarm's streaming hooks to a Locust ``Events`` object (idempotent).
 
     * ``llm_request(record, user)`` -- a request finished (any outcome), with its record.
-    * ``llm_first_token(task, ttft_ms, base)`` -- the first content chunk arrived.
+    * ``llm_first_token(task, ttft_ms, base)`` -- the first content chunk arrived (``base``:
+      the request's :class:`~tokenswarm.record.RecordIdentity`).
     * ``llm_chunk(task, offset_ms, chunks, base)`` -- content chunk(s) arrived in one read.
     """
     for name in ("llm_request", "llm_first_token", "llm_chunk"):
