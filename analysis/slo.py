@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 
 from analysis.stats import min_samples_for
 from tokenswarm.manifest import RunManifest
-from tokenswarm.metrics import SLO_METRICS
+from tokenswarm.metrics import SLO_METRICS, slo_name
 
 #: Per-request goodput thresholds (not row SLOs).
 REQUEST_THRESHOLDS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "e2e_ms")
@@ -75,7 +75,8 @@ def _check_block(block: Any, where: str) -> dict[str, float]:
     if not isinstance(block, Mapping):
         raise ValueError(f"{where}: expected a mapping of SLO name to threshold, got {type(block).__name__}")
     out: dict[str, float] = {}
-    for name, value in block.items():
+    for old, value in block.items():
+        name = slo_name(old, f"{where}.{old}")
         if name not in SLO_METRICS and name not in REQUEST_THRESHOLDS:
             known = ", ".join(list(SLO_METRICS) + list(REQUEST_THRESHOLDS))
             raise ValueError(f"{where}.{name}: unknown SLO name (known: {known})")

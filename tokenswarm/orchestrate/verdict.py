@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
+from tokenswarm.metrics import slo_name
+
 EXIT_OK, EXIT_SLO_MISSED, EXIT_BAD_CONFIG, EXIT_RUN_BROKE = 0, 1, 2, 3
 
 
@@ -35,6 +37,7 @@ def parse_slo_args(items: list[str]) -> dict[str, Any]:
         task = None
         if "." in name:
             task, name = name.split(".", 1)
+        name = slo_name(name, f"--slo {item}")
         known = tuple(SLO_NAMES) + ("ttft_ms", "tpot_ms", "e2e_ms")
         if name not in known:
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
