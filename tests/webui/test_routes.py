@@ -149,13 +149,13 @@ def test_stats_requests_carries_the_llm_rows_matching_the_records(ui):
     assert rows["qa"]["requests"] == 30 and rows["code"]["requests"] == 13 and rows["Total"]["requests"] == 43
     assert rows["code"]["failures"] == 1 and rows["Total"]["failures"] == 1
     exact = nearest_rank([r.ttft_ms for r in recs if r.task == "qa"], 0.5)
-    assert abs(rows["qa"]["ttft_p50_ms"] - exact) <= 0.01 * exact + 0.05  # 1 % buckets, 0.1 ms rounding
+    assert abs(rows["qa"]["live_ttft_p50_ms"] - exact) <= 0.01 * exact + 0.05  # 1 % buckets, 0.1 ms rounding
     exact99 = nearest_rank([r.ttft_ms for r in recs if r.task == "code"], 0.99)
-    assert abs(rows["code"]["ttft_p99_ms"] - exact99) <= 0.01 * exact99 + 0.05
-    assert rows["qa"]["itl_p50_ms"] == pytest.approx(10.0, rel=0.01)
+    assert abs(rows["code"]["live_ttft_p99_ms"] - exact99) <= 0.01 * exact99 + 0.05
+    assert rows["qa"]["live_itl_p50_ms"] == pytest.approx(10.0, rel=0.01)
     assert rows["qa"]["tokens_per_chunk"] == 1.0
     assert rows["Total"]["output_tokens"] == sum(r.output_tokens for r in recs)
-    assert rows["Total"]["output_tps_run"] is None  # no run started: no elapsed time
+    assert rows["Total"]["output_tokens_per_s_run"] is None  # no run started: no elapsed time
     assert rows["Total"]["spec_acceptance_rate"] is None  # "not observed", not 0
 
 
@@ -174,7 +174,7 @@ def test_json_and_csv_routes_serve_the_same_table(ui, tmp_path):
     assert [r["name"] for r in rows] == [r["name"] for r in js["rows"]]
     total = rows[-1]
     assert int(total["requests"]) == js["rows"][-1]["requests"] == 43
-    assert float(total["output_tps_run"]) == pytest.approx(js["rows"][-1]["output_tokens"] / 20.0, abs=0.051)  # rounded to 0.1
+    assert float(total["output_tokens_per_s_run"]) == pytest.approx(js["rows"][-1]["output_tokens"] / 20.0, abs=0.051)  # rounded to 0.1
     assert total["spec_acceptance_rate"] == ""  # not observed -> empty field
 
 
@@ -210,10 +210,10 @@ def test_chart_series_samples_rates_windowed_percentiles_and_server_gauges(ui, t
         state.sample_once()
     samples = client.get("/tokenswarm/series.json").get_json()["samples"]
     assert len(samples) == 8
-    assert samples[0]["ttft_p50_ms"] == pytest.approx(500, rel=0.01)
-    assert samples[1]["ttft_p50_ms"] == pytest.approx(10, rel=0.01)  # window holds only the new ones
-    assert samples[-1]["ttft_p50_ms"] is None  # nothing finished in the last 10 s
-    assert samples[1]["output_tps"] == pytest.approx(10 * 5 / 2.0)
+    assert samples[0]["live_ttft_p50_ms"] == pytest.approx(500, rel=0.01)
+    assert samples[1]["live_ttft_p50_ms"] == pytest.approx(10, rel=0.01)  # window holds only the new ones
+    assert samples[-1]["live_ttft_p50_ms"] is None  # nothing finished in the last 10 s
+    assert samples[1]["output_tokens_per_s"] == pytest.approx(10 * 5 / 2.0)
     assert samples[1]["req_s"] == pytest.approx(10 / 2.0)
     assert samples[0]["waiting"] == 7 and samples[0]["running"] == 3 and samples[0]["kv_cache_pct"] == 25.0
     later = client.get(f"/tokenswarm/series.json?since={samples[5]['t']}").get_json()["samples"]

@@ -37,8 +37,8 @@ def progress_line(live: LiveStats, *, step: str, users: int, in_flight: int, lat
     total = [r for r in summary_rows(live, []) if r["name"] == "Total"][0]
     line = (f"[tokenswarm] step {step} | users {users} | in flight {in_flight} | "
             f"out {tok_s:.0f} tok/s | {req_s:.1f} req/s | errors {total['failures']} | "
-            f"live TTFT p50 {fmt(total['ttft_p50_ms'])} p99 {fmt(total['ttft_p99_ms'])} ms | "
-            f"live TPOT p50 {fmt(total['tpot_p50_ms'])} ms")
+            f"live TTFT p50 {fmt(total['live_ttft_p50_ms'])} p99 {fmt(total['live_ttft_p99_ms'])} ms | "
+            f"live TPOT p50 {fmt(total['live_tpot_p50_ms'])} ms")
     if late_dispatches:
         line += f" | WARNING generator behind schedule: {late_dispatches} late dispatches"
     return line
