@@ -346,12 +346,12 @@ def compare_runs(
                                     f"(x{row[f'{key}_ratio']:.2f}, 95 % CI below 1): it does not pay here.")
             rows.append(row)
     return {
-        "baseline": {"path": str(base.path), "name": base.name, "run_id": base.manifest.get("run_id"),
+        "baseline": {"path": str(base.path), "name": base.name, "run_id": base.manifest.run_id,
                      "records_count": len(base)},
-        "candidate": {"path": str(cand.path), "name": cand.name, "run_id": cand.manifest.get("run_id"),
+        "candidate": {"path": str(cand.path), "name": cand.name, "run_id": cand.manifest.run_id,
                       "records_count": len(cand)},
-        "scenario_name": base.manifest.get("scenario_name"),
-        "candidate_scenario_name": cand.manifest.get("scenario_name"),
+        "scenario_name": base.manifest.scenario_name,
+        "candidate_scenario_name": cand.manifest.scenario_name,
         "shared_request_keys_count": shared,
         "bootstrap": {"replicates_count": n_boot, "rng_seed_value": seed, "confidence_level_share": CONFIDENCE,
                       "method": "percentile bootstrap, runs resampled independently; quantiles via the exact "

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from tokenswarm.manifest import RunManifest
 
-def price(manifest: Mapping[str, Any], gpu_hour_usd: float | None = None, gpus: float | None = None) -> dict[str, Any] | None:
+
+def price(manifest: RunManifest, gpu_hour_usd: float | None = None, gpus: float | None = None) -> dict[str, Any] | None:
     """Price from the command line (wins) or ``manifest.scenario.cost``; ``None`` if unknown."""
-    scenario = manifest.get("scenario") or {}
-    cost = scenario.get("cost") if isinstance(scenario, Mapping) else None
+    cost = manifest.scenario_dict.get("cost")
     cost = cost if isinstance(cost, Mapping) else {}
     hour = gpu_hour_usd if gpu_hour_usd is not None else cost.get("gpu_hour_usd")
     n = gpus if gpus is not None else cost.get("gpus", 1)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from tokenswarm.manifest import RunManifest
+
 #: Event-loop lag above which the generator is called overloaded.
 LOOP_LAG_LIMIT_MS = 100.0
 #: p99 schedule lag of an open-loop step above which sends were late.
@@ -18,10 +20,10 @@ SCHEDULE_LAG_P99_LIMIT_MS = 100.0
 SEND_DELAY_P99_LIMIT_MS = 1.0
 
 
-def generator_health(manifest: Mapping[str, Any], rows: Sequence[Mapping[str, Any]] | None = None,
+def generator_health(manifest: RunManifest, rows: Sequence[Mapping[str, Any]] | None = None,
                      load_warnings: list[str] | None = None) -> dict[str, Any]:
     """``{"overloaded": bool, "messages": [...], ...}``; ``overloaded`` means results are suspect."""
-    gh = manifest.get("generator_health") or {}
+    gh = manifest.generator_health
     messages: list[str] = []
     overloaded = False
     if gh.get("cpu_warning"):
@@ -35,13 +37,12 @@ def generator_health(manifest: Mapping[str, Any], rows: Sequence[Mapping[str, An
     if late:
         overloaded = True
         messages.append(f"{late} request(s) were dispatched late by the generator.")
-    for w in manifest.get("warnings") or []:
-        messages.append(f"Run warning: {w}")
-    totals = manifest.get("totals") or {}
-    lost = totals.get("records_lost")
+    for text in manifest.warnings:
+        messages.append(f"Run warning: {text}")
+    lost = manifest.totals.records_lost
     if lost:
         messages.append(f"{lost} record(s) were lost between workers and master: counts are incomplete.")
-    for w in manifest.get("workers") or []:
+    for w in manifest.workers:
         if w.get("missing_seqs") or w.get("lost_reason"):
             messages.append(
                 f"Worker {w.get('worker_id')}: missing seqs {w.get('missing_seqs')!r}, lost reason {w.get('lost_reason')!r}."
@@ -67,8 +68,8 @@ def generator_health(manifest: Mapping[str, Any], rows: Sequence[Mapping[str, An
             )
     timing = timing_summary(manifest)
     messages += timing["messages"]
-    for w in load_warnings or []:
-        messages.append(f"Input: {w}")
+    for text in load_warnings or []:
+        messages.append(f"Input: {text}")
     return {"overloaded": overloaded, "messages": messages,
             "cpu_warning": bool(gh.get("cpu_warning")), "max_loop_lag_ms": lag, "late_dispatches_count": late,
             "late_send_steps": late_sends, "timing_paths": timing["paths"], "timing_counters": timing["counters"]}
@@ -88,13 +89,13 @@ _TIMING_FALLBACKS = {
 }
 
 
-def timing_summary(manifest: Mapping[str, Any]) -> dict[str, Any]:
+def timing_summary(manifest: RunManifest) -> dict[str, Any]:
     """The timing paths the workers ran (``manifest.workers[].timing``), their summed counters,
     and messages for paths without kernel stamps and for every fallback that happened."""
     paths: list[str] = []
     counters: dict[str, int] = {}
     messages: list[str] = []
-    for w in manifest.get("workers") or []:
+    for w in manifest.workers:
         t = w.get("timing")
         if not isinstance(t, dict):
             continue

@@ -17,6 +17,7 @@ import numpy as np
 
 from analysis.stats import percentiles_sorted
 from analysis.tables import Window, derived
+from tokenswarm.manifest import RunManifest
 
 #: Relative and absolute mismatch beyond which prompt sizing is called wrong.
 SIZING_RATIO_LIMIT = 0.25
@@ -33,11 +34,11 @@ def _dist(x: np.ndarray, prefix: str) -> dict[str, Any]:
             f"{prefix}_max_tokens": float(x[-1]), f"{prefix}_mean_tokens": float(x.mean())}
 
 
-def requested_prompt_mean(manifest: dict[str, Any], task: str) -> float | None:
+def requested_prompt_mean(manifest: RunManifest, task: str) -> float | None:
     """Mean of the scenario's prompt-length distribution for ``task`` (``None`` if not sized by tokens)."""
     from tokenswarm.load.distributions import DistSpecError, make_dist
 
-    classes = ((manifest.get("scenario") or {}).get("traffic") or {}).get("classes") or {}
+    classes = (manifest.scenario_dict.get("traffic") or {}).get("classes") or {}
     if isinstance(classes, list):
         classes = {c.get("name"): c for c in classes if isinstance(c, dict)}
     cfg = classes.get(task) if isinstance(classes, dict) else None

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from analysis.stats import min_samples_for
-from tokenswarm.metrics import SLO_METRICS
+from tokenswarm.manifest import RunManifest
+from tokenswarm.metrics import SLO_METRICS, slo_name
 
 #: Per-request goodput thresholds (not row SLOs).
 REQUEST_THRESHOLDS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "e2e_ms")
@@ -74,7 +75,8 @@ def _check_block(block: Any, where: str) -> dict[str, float]:
     if not isinstance(block, Mapping):
         raise ValueError(f"{where}: expected a mapping of SLO name to threshold, got {type(block).__name__}")
     out: dict[str, float] = {}
-    for name, value in block.items():
+    for old, value in block.items():
+        name = slo_name(old, f"{where}.{old}")
         if name not in SLO_METRICS and name not in REQUEST_THRESHOLDS:
             known = ", ".join(list(SLO_METRICS) + list(REQUEST_THRESHOLDS))
             raise ValueError(f"{where}.{name}: unknown SLO name (known: {known})")
@@ -190,7 +192,6 @@ def evaluate_rows(rows: Sequence[Mapping[str, Any]], slos: SloSpec) -> list[SloR
     return results
 
 
-def scenario_slos(manifest: Mapping[str, Any]) -> SloSpec:
+def scenario_slos(manifest: RunManifest) -> SloSpec:
     """The SLO block of a run's scenario (``manifest.scenario.slo``), validated."""
-    scenario = manifest.get("scenario") or {}
-    return parse_slos(scenario.get("slo") if isinstance(scenario, Mapping) else None, "manifest.scenario.slo")
+    return parse_slos(manifest.scenario_dict.get("slo"), "manifest.scenario.slo")

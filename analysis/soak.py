@@ -178,7 +178,7 @@ def soak(run: Run, window_s: float = 60.0, alpha: float = 0.01, min_relative_cha
     rows = time_windows(run, window_s)
     n_full = sum(not r["window_partial"] for r in rows)
     # Drift belongs to constant-load runs: across a sweep every series changes with the load.
-    sweep = len(run.manifest.get("steps") or []) > 1
+    sweep = len(run.manifest.steps) > 1
     return {
         "window_s": window_s,
         "applicable": n_full >= 4,

@@ -267,7 +267,7 @@ def _load_manifest(study_dir: Path) -> dict[str, Any]:
 def _conditions(m: dict[str, Any], runs: dict[tuple[str, int], Run]) -> dict[str, Any]:
     """Where the conclusion holds: model, commands, machine, traffic, sampling, load, rounds."""
     first = next(iter(runs.values()))
-    sc = first.manifest.get("scenario") or {}
+    sc = first.manifest.scenario_dict
     traffic = sc.get("traffic") or {}
     models = {}
     for e in m["arm_rounds"]:
@@ -289,7 +289,7 @@ def _conditions(m: dict[str, Any], runs: dict[tuple[str, int], Run]) -> dict[str
     load = sc.get("load") or {}
     return {
         "scenario": sc.get("name"), "scenario_path": m.get("scenario_path"),
-        "model": (first.manifest.get("target") or {}).get("model"), "served_models": models,
+        "model": first.manifest.target.model, "served_models": models,
         "arms": m.get("arms"), "baseline_arm": m.get("baseline_arm"), "overrides": m.get("overrides"),
         "tokenswarm_version": m.get("tokenswarm_version"), "machine": m.get("machine"),
         "load_mode": load.get("mode"), "load_steps": load.get("steps"), "warmup_s": load.get("warmup_s"),

@@ -52,17 +52,16 @@ UNIT_SUFFIXES: tuple[str, ...] = (
 def run_info(run: Run) -> dict[str, Any]:
     """Identifying facts of a run (for titles and the JSON header)."""
     m = run.manifest
-    target = m.get("target") or {}
-    started, ended = m.get("started_at"), m.get("ended_at")
+    started, ended = m.started_at, m.ended_at
     return {
         "path": str(run.path),
         "name": run.name,
-        "run_id": m.get("run_id"),
-        "scenario_name": m.get("scenario_name"),
-        "load_mode": m.get("load_mode"),
-        "model": target.get("model"),
-        "base_url": target.get("base_url"),
-        "tokenswarm_version": m.get("tokenswarm_version"),
+        "run_id": m.run_id,
+        "scenario_name": m.scenario_name,
+        "load_mode": m.load_mode,
+        "model": m.target.model,
+        "base_url": m.target.base_url,
+        "tokenswarm_version": m.tokenswarm_version,
         "started_at_s": started,
         "ended_at_s": ended,
         "run_duration_s": (ended - started) if started is not None and ended is not None else None,

@@ -167,7 +167,7 @@ def _span(run: Run, mask: np.ndarray) -> tuple[float | None, float | None]:
 def windows(run: Run) -> tuple[list[Window], list[str]]:
     """Steady windows of every load step (see module docstring) and notes about fallbacks."""
     notes: list[str] = []
-    steps = run.manifest.get("steps") or []
+    steps = run.manifest.steps
     step_col = run["step"]
     phase = run["phase"]
     steady = phase == run.code("phase", "steady")
@@ -179,23 +179,23 @@ def windows(run: Run) -> tuple[list[Window], list[str]]:
             "duration = first sent_at .. last request end."
         )
         return [
-            Window(None, "all", "rate" if run.manifest.get("load_mode") in ("open", "replay") else None, None, start, end,
+            Window(None, "all", "rate" if run.manifest.load_mode in ("open", "replay") else None, None, start, end,
                    None if start is None or end is None else end - start, "span of requests (sent_at .. end)", mask,
                    "no steps: warm-up not excluded")
         ], notes
     out: list[Window] = []
-    for pos, s in enumerate(steps):
-        index = int(s.get("index", pos))
+    for s in steps:
+        index = s.index
         in_step = step_col == index
         has_phase = (phase[in_step] >= 0).any()
         note = None
         if has_phase:
             mask = in_step & steady
-            start, end = s.get("steady_at"), s.get("ended_at")
+            start, end = s.steady_at, s.ended_at
             source = "manifest steps steady_at..ended_at"
         else:
             mask = in_step
-            start, end = s.get("started_at"), s.get("ended_at")
+            start, end = s.started_at, s.ended_at
             source = "manifest steps started_at..ended_at"
             note = "records carry no phase: warm-up could not be excluded"
             notes.append(f"step {index}: {note}")
@@ -203,13 +203,12 @@ def windows(run: Run) -> tuple[list[Window], list[str]]:
             start, end = _span(run, mask)
             source = "span of requests (sent_at .. end)"
             notes.append(f"step {index}: manifest lacks a valid steady window; duration from the span of its requests")
-        target = s.get("target")
         out.append(
             Window(
                 index=index,
-                name=str(s.get("name", index)),
-                kind=s.get("kind"),
-                target=None if target is None else float(target),
+                name=s.name,
+                kind=s.kind,
+                target=s.target,
                 start_s=start,
                 end_s=end,
                 duration_s=None if start is None or end is None else float(end - start),

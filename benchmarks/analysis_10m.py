@@ -118,7 +118,7 @@ def generate(run_dir: Path, n_records: int, mean_chunks: int, seed: int = 0) -> 
         "scenario": {"slo": {"ttft_p95_ms": 400, "tpot_p99_ms": 40, "error_rate": 0.02},
                      "cost": {"gpu_hour_usd": 2.5, "gpus": 1}},
         "target": {"base_url": "http://127.0.0.1:8000", "model": "sim-27b"}, "load_mode": "soak",
-        "records_store": "parquet", "started_at": T0, "ended_at": T0 + len(STEPS) * STEP_LEN_S, "steps": steps,
+        "records_store": {"format": "parquet", "format_version": 1}, "started_at": T0, "ended_at": T0 + len(STEPS) * STEP_LEN_S, "steps": steps,
         "workers": [], "totals": {"records_lost": 0},
         "generator_health": {"cpu_warning": False, "max_loop_lag_ms": 3.0, "late_dispatches": 0}, "warnings": [],
     }

@@ -73,14 +73,25 @@ GLOSSARY: dict[str, tuple[str, str]] = {
         "or inferred as one per chunk when a request's number of content chunks equals its "
         "usage.completion_tokens -- record field chunk_tokens_inferred).",
     ),
-    "output_tps": (
+    "request_output_tps": (
         "tokens/s",
         "Output tokens per second of one request: output_tokens / (e2e_ms / 1000).",
+    ),
+    "output_tokens_per_s": (
+        "tokens/s",
+        "Aggregate output throughput of a step: output tokens of its successful steady-window requests / "
+        "the window's duration (the SLO min_output_tokens_per_s bounds it).",
+    ),
+    "live_ttft_p99_ms": (
+        "ms",
+        "A live, approximate percentile (here TTFT p99; likewise live_tpot_p50_ms, live_itl_p99_ms ...) as "
+        "the web UI, the progress line and live_summary.json show it: from log-bucketed histograms merged "
+        "across workers, within 1 % of the exact value. The report's ttft_p99_ms is exact, from the records.",
     ),
     # study metrics (tokenswarm study; analysis.study)
     "speedup": (
         "ratio",
-        "Candidate / baseline median per-request output tokens/s (output_tps) of one step and task; "
+        "Candidate / baseline median per-request output tokens/s (request_output_tps) of one step and task; "
         "geometric mean over rounds.",
     ),
     "aggregate_speedup": (
@@ -137,9 +148,31 @@ SLO_METRICS: dict[str, tuple[str, str, str]] = {
     "e2e_p95_ms": ("e2e_p95_ms", "max", "ms"),
     "e2e_p99_ms": ("e2e_p99_ms", "max", "ms"),
     "error_rate": ("error_rate", "max", "fraction"),
-    "min_output_tps": ("output_tokens_per_s", "min", "tokens/s"),
+    "min_output_tokens_per_s": ("output_tokens_per_s", "min", "tokens/s"),
     "min_goodput_share": ("goodput_share", "min", "fraction"),
 }
+
+
+#: SLO names that were renamed: old name -> new name. An old name still works, with a
+#: deprecation warning naming the file (or option) and the new name (see :func:`slo_name`).
+DEPRECATED_SLO_NAMES: dict[str, str] = {
+    # "output_tps" meant three things; the SLO bounds the aggregate output_tokens_per_s
+    "min_output_tps": "min_output_tokens_per_s",
+}
+
+
+def slo_name(name: str, where: str) -> str:
+    """The current name of SLO ``name``; warns (naming ``where`` and the new name) for an old one."""
+    new = DEPRECATED_SLO_NAMES.get(name)
+    if new is None:
+        return name
+    import warnings
+
+    # FutureWarning, not DeprecationWarning: it is meant for whoever wrote the scenario or the
+    # command line, and Python hides DeprecationWarning outside __main__ by default.
+    warnings.warn(f"{where}: the SLO {name!r} is deprecated, write {new!r} (the same bound on the "
+                  "aggregate output tokens/s of a step)", FutureWarning, stacklevel=3)
+    return new
 
 
 def tpot_ms(ttft_ms: float | None, e2e_ms: float | None, output_tokens: int | None) -> float | None:
@@ -201,8 +234,8 @@ def itl_samples(gaps_ms: Any, tokens: Any, first_gap: Any) -> tuple[np.ndarray, 
     return per[group].astype(g.dtype, copy=False), np.where(live[group], n, 0)
 
 
-def output_tps(output_tokens: int | None, e2e_ms: float | None) -> float | None:
-    """Output tokens per second of one request."""
+def request_output_tps(output_tokens: int | None, e2e_ms: float | None) -> float | None:
+    """Output tokens per second of one request (glossary: ``request_output_tps``)."""
     if output_tokens is None or e2e_ms is None or e2e_ms <= 0:
         return None
     return output_tokens / (e2e_ms / 1000.0)

@@ -118,6 +118,61 @@ class RequestRecord:
         return RequestRecord(*values[:_SEQ], seq, *values[_SEQ + 1:])  # type: ignore[call-arg]  # mypy cannot count *args
 
 
+@dataclass(frozen=True, slots=True)
+class RecordIdentity:
+    """Who sent a request, for what, and when it was due: the record fields known before sending.
+
+    Made once per request by :meth:`tokenswarm.load.context.RunContext.base`; the client adds
+    what it measures and builds the :class:`RequestRecord` from both. The names are the
+    record's own fields (a test checks), and ``seq`` stays ``-1`` until the record is emitted.
+    ``schedule_lag_ms`` is provisional here (from an estimate of the send time): the client
+    replaces it with the value from the send's own clock reading.
+
+    It also reads as a ``Mapping`` (``identity["task"]``, ``{**identity, **phases}``) so the
+    per-request code that spreads it into the record needs no change; see
+    :meth:`record_fields` for the plain dict.
+    """
+
+    run_id: str
+    worker_id: str
+    task: str
+    user_class: str
+    request_key: str
+    scheduled_at: float  # epoch seconds
+    seq: int = -1
+    schedule_lag_ms: float | None = None
+    session_id: str | None = None
+    turn: int | None = None
+    step: int | None = None
+    phase: str | None = None
+    api: str | None = None
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    extra: dict[str, Any] | None = None
+
+    def record_fields(self) -> dict[str, Any]:
+        """The identity as keyword arguments of :class:`RequestRecord`."""
+        return {name: getattr(self, name) for name in IDENTITY_FIELDS}
+
+    # -- the Mapping protocol, for ``**identity`` and ``identity[name]`` ------------------------
+    def keys(self) -> tuple[str, ...]:
+        return IDENTITY_FIELDS
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in _IDENTITY_SET:
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return getattr(self, name) if name in _IDENTITY_SET else default
+
+
+#: The fields of :class:`RecordIdentity`, in order (all of them are :class:`RequestRecord` fields).
+IDENTITY_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(RecordIdentity))
+_IDENTITY_SET = frozenset(IDENTITY_FIELDS)
+
+
 #: What every record field means, one entry per field of :class:`RequestRecord` (a test
 #: checks that they match). The manual's record table is generated from it.
 FIELD_DOCS: dict[str, str] = {

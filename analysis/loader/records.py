@@ -112,6 +112,24 @@ _READ_FIELDS: tuple[str, ...] = FLOAT_FIELDS + CATEGORICAL_FIELDS + (
     "chunk_tokens", "run_id",
 )
 _REQUIRED = ("run_id", "worker_id", "seq", "task", "user_class", "outcome", "request_key", "scheduled_at", "sent_at")
+#: Fields read apart from that tuple: the chunk offsets (into the CSR gap arrays) and, with
+#: ``keep_text``, the output text.
+READ_APART: tuple[str, ...] = ("chunk_offsets_ms", "output_text")
+#: Every record field this loader reads.
+READ_FIELDS: tuple[str, ...] = _READ_FIELDS + READ_APART
+#: Record fields the analysis deliberately does not read, and why. Every field of
+#: :class:`tokenswarm.record.RequestRecord` is in :data:`READ_FIELDS` or here (a test checks),
+#: so a field added to the record is either analysed or consciously left out.
+IGNORED_FIELDS: dict[str, str] = {
+    "session_id": "identifies a multi-turn conversation for tracing and replay; the analysis groups by task "
+                  "and turn, and no metric is per session",
+    "response_id": "the server's id of the response, kept to find a record in the server's logs",
+    "extra": "free-form data from plugins and user code; the analysis defines no meaning for it",
+    "chunk_tokens_inferred": "says how chunk_tokens were obtained (proven one per event); the analysis uses the "
+                             "counts the same way either way",
+    "answer_chunks": "reasoning analyses use reasoning_chunks and first_answer_token_ms; the answer's chunk "
+                     "count is n_chunks - reasoning_chunks",
+}
 _IDX = {name: i for i, name in enumerate(_READ_FIELDS)}
 
 

@@ -24,7 +24,7 @@ from analysis.loader.lines import _iter_json
 from analysis.loader.records import _release_free_memory, read_records
 from analysis.loader.server_metrics import ServerMetrics, read_server_metrics
 from tokenswarm.collect.parquet_store import PARTS_GLOB
-from tokenswarm.record import FORMAT_VERSION
+from tokenswarm.manifest import ManifestError, RunManifest
 
 
 @dataclass
@@ -39,7 +39,7 @@ class Run:
     """
 
     path: Path
-    manifest: dict[str, Any]
+    manifest: RunManifest
     columns: dict[str, np.ndarray]
     categories: dict[str, list[str]]
     gap_ptr: np.ndarray
@@ -95,8 +95,13 @@ class Run:
         return pd.DataFrame(data)
 
 
-def read_manifest(run_dir: Path) -> dict[str, Any]:
-    """Load and validate ``manifest.json``; raise :class:`RunInputError` naming the file."""
+def read_manifest(run_dir: str | os.PathLike[str]) -> RunManifest:
+    """Load and validate ``manifest.json``; raise :class:`RunInputError` naming the file and field.
+
+    The typed value is :class:`tokenswarm.manifest.RunManifest`, the one the controller writes:
+    keys it does not know are kept in ``extra``, keys older manifests lack get its defaults.
+    """
+    run_dir = Path(run_dir)
     path = run_dir / "manifest.json"
     if not run_dir.is_dir():
         raise RunInputError(f"{run_dir}: not a run directory (does not exist or is not a directory)")
@@ -106,14 +111,10 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
         manifest = orjson.loads(path.read_bytes())
     except orjson.JSONDecodeError as exc:
         raise RunInputError(f"{path}: truncated or not valid JSON ({exc})") from None
-    if not isinstance(manifest, dict):
-        raise RunInputError(f"{path}: expected a JSON object, got {type(manifest).__name__}")
-    version = manifest.get("format_version")
-    if version != FORMAT_VERSION:
-        raise RunInputError(
-            f"{path}: unknown format_version {version!r}; this analysis reads format_version {FORMAT_VERSION}"
-        )
-    return manifest
+    try:
+        return RunManifest.from_json(manifest, str(path))
+    except ManifestError as exc:
+        raise RunInputError(str(exc)) from None
 
 
 _ROTATED = re.compile(r"^records-\d+\.jsonl(\.gz)?$")
@@ -190,7 +191,7 @@ def read_gpu_metrics(path: Path, warnings: list[str]) -> GpuMetrics | None:
     return gpu_metrics_from_lines(obj for _lineno, obj in _iter_json(path, warnings))
 
 
-def _load_store(run_dir: Path, manifest: dict[str, Any], keep_text: bool) -> Run:
+def _load_store(run_dir: Path, manifest: RunManifest, keep_text: bool) -> Run:
     """:func:`load_run` for a Parquet store: per-request columns, chunks as histograms."""
     cols, cats, warnings, texts, hists, parts = read_store(run_dir, keep_text=keep_text)
     _release_free_memory()

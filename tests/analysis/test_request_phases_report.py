@@ -10,6 +10,7 @@ from analysis.health import SEND_DELAY_P99_LIMIT_MS, generator_health
 from analysis.render_doc import report_doc
 from analysis.summary import analyse, unitless_keys
 from tests.analysis.runfactory import T0, record, step, write_run
+from tokenswarm.manifest import RunManifest
 
 
 def _phases(i: int, step_index: int, late: bool) -> dict:
@@ -67,7 +68,7 @@ def test_records_without_request_phases_report_none_and_flag_nothing(tmp_path):
     row = step_table(load_run(path)).row(0)
     assert row["connect_count"] == row["send_delay_count"] == 0
     assert row["connect_p99_ms"] is None and row["conn_reused_share"] is None
-    health = generator_health({}, [row])
+    health = generator_health(RunManifest(run_id="run"), [row])
     assert not health["overloaded"] and health["late_send_steps"] == []
 
 
@@ -80,14 +81,14 @@ def _worker(wid: str, **timing) -> dict:
 
 
 def test_generator_health_names_the_timing_paths_and_every_fallback_that_happened():
-    quiet = generator_health({"workers": [_worker("w0"), _worker("w1")]})
+    quiet = generator_health(RunManifest(run_id="run", workers=(_worker("w0"), _worker("w1"))))
     assert quiet["timing_paths"] == ["hub reader, native fast path, kernel stamps, arrival watcher"]
     assert quiet["timing_counters"]["reads_count"] == 200 and quiet["messages"] == []
     counters = {"reads_count": 5, "one_stamp_many_chunks_reads_count": 2, "notes_dropped_count": 3}
-    noisy = generator_health({"workers": [
+    noisy = generator_health(RunManifest(run_id="run", workers=(
         _worker("w0", counters=counters),
         _worker("w1", kernel_stamps=False, native_fast_path=False, overrides={"TOKENSWARM_NATIVE": "0"}),
-    ]})
+    )))
     assert len(noisy["timing_paths"]) == 2
     assert "Python parsers, no kernel stamps" in noisy["timing_paths"][1]
     assert "TOKENSWARM_NATIVE=0" in noisy["timing_paths"][1]

@@ -50,7 +50,7 @@ def test_evaluate_checks_every_row_and_applies_task_overrides(two_step_run):
 
 
 def test_evaluate_accepts_tables_or_rows_with_the_same_result(two_step_run):
-    slos = {"min_output_tps": 3.0, "min_goodput_share": 0.96, "ttft_p99_ms": 1000}
+    slos = {"min_output_tokens_per_s": 3.0, "min_goodput_share": 0.96, "ttft_p99_ms": 1000}
     a = evaluate(two_step_run, slos)
     tables = step_table(two_step_run, slo=slos)
     assert evaluate(tables, slos) == a == evaluate(tables.rows, slos)
@@ -76,3 +76,12 @@ def test_a_percentile_slo_over_too_few_samples_says_not_enough_samples_instead_o
     recs.append(record(199, chunk_offsets_ms=[100.0, 120.0]))
     res = evaluate(load_run(write_run(tmp_path / "run200", recs)), {"ttft_p95_ms": 1000})
     assert res[0].passed and res[0].observed == 100.0
+
+
+def test_the_old_slo_name_min_output_tps_still_works_with_a_warning_naming_the_new_one(two_step_run):
+    with pytest.warns(FutureWarning, match=r"--slo.*'min_output_tps' is deprecated, write 'min_output_tokens_per_s'"):
+        spec = parse_slos({"min_output_tps": 3.0}, "--slo")
+    assert dict(spec.overall) == {"min_output_tokens_per_s": 3.0}
+    with pytest.warns(FutureWarning):
+        old = evaluate(two_step_run, {"min_output_tps": 3.0})
+    assert old == evaluate(two_step_run, {"min_output_tokens_per_s": 3.0})

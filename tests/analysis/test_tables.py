@@ -39,7 +39,7 @@ def test_vectorised_per_request_metrics_equal_the_glossary(random_run):
     d = derived(run)
     for i, r in enumerate(recs):
         exp_tpot = metrics.tpot_ms(r["ttft_ms"], r["e2e_ms"], r["output_tokens"])
-        exp_tps = metrics.output_tps(r["output_tokens"], r["e2e_ms"])
+        exp_tps = metrics.request_output_tps(r["output_tokens"], r["e2e_ms"])
         got_tpot, got_tps = d["tpot_ms"][i], d["request_output_tps"][i]
         assert (np.isnan(got_tpot) if exp_tpot is None else got_tpot == pytest.approx(exp_tpot, rel=1e-12))
         assert (np.isnan(got_tps) if exp_tps is None else got_tps == pytest.approx(exp_tps, rel=1e-12))

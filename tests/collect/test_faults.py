@@ -226,7 +226,7 @@ def test_report_works_on_a_run_in_progress(tmp_path):
             summary = json.loads((tmp_path / "rep" / "summary.json").read_text())
             assert (tmp_path / "rep" / "report.html").exists() and summary
             live = json.loads((run / "live_summary.json").read_text())
-            assert live["cumulative"]["requests"] > 0 and "ttft_p99_ms" in live["window"]
+            assert live["cumulative"]["requests"] > 0 and "live_ttft_p99_ms" in live["window"]
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)

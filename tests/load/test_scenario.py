@@ -364,3 +364,11 @@ def test_tokenizer_named_but_package_missing(tmp_path, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_tokenizers)
     err = error_of(with_(MINIMAL, "traffic.tokenizer", str(tok)))
     assert err.field == "traffic.tokenizer" and "pip install tokenizers" in str(err)
+
+
+def test_the_old_slo_key_min_output_tps_still_loads_with_a_warning_naming_the_file_and_the_new_key(tmp_path):
+    f = tmp_path / "old.yaml"
+    f.write_text(yaml.safe_dump({**MINIMAL, "slo": {"min_output_tps": 100, "per_task": {}}}))
+    with pytest.warns(FutureWarning, match=rf"{f}: slo.min_output_tps: .*write 'min_output_tokens_per_s'"):
+        s = load_scenario(f)
+    assert s.slo.overall == {"min_output_tokens_per_s": 100}

@@ -14,11 +14,13 @@ import orjson
 import pytest
 from locust.env import Environment
 
-from tokenswarm.collect.manifest import Manifest
+from tokenswarm.collect.manifest import ManifestFile, new_manifest
 from tokenswarm.collect.scrape import Scraper
 from tokenswarm.load.scenario import load_scenario
 from tokenswarm.load.users import CodeUser, QAUser
+from tokenswarm.manifest import LoadStep, Totals
 from tokenswarm.orchestrate.controller import RunController
+from tokenswarm.orchestrate.recording import RunRecording
 from tokenswarm.record import RequestRecord, encode_lines
 from tokenswarm.webui import install
 from tokenswarm.webui.report import default_command
@@ -85,11 +87,10 @@ def ui(tmp_path):
 def begin_run(ctl, run_dir: Path, first_scrape: dict | None = None) -> None:
     """What RunController.start() leaves behind."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    ctl.run_dir = run_dir
-    ctl.manifest = Manifest(run_dir, "run-1", scenario=ctl.scenario.resolved(), scenario_name="mix",
-                            command=["test"], load_mode="closed")
-    ctl.manifest.data["started_at"] = T0
-    ctl.manifest.write()
+    manifest = ManifestFile(run_dir, new_manifest("run-1", scenario=ctl.scenario.resolved(), scenario_name="mix",
+                                                  command=["test"], load_mode="closed", started_at=T0))
+    ctl.recording = RunRecording(run_dir, manifest, writer=None, collector=None)
+    manifest.write()
     ctl.finished = False
     if first_scrape is not None:
         fh = open(run_dir / "server_metrics.jsonl", "ab")
@@ -98,20 +99,19 @@ def begin_run(ctl, run_dir: Path, first_scrape: dict | None = None) -> None:
         s = Scraper("target", first_scrape["url"], 1.0, fh, step=lambda: 0)
         s.last = first_scrape
         ctl.scrapers.append(s)
-        ctl.metrics_fh = fh
+        ctl.recording.metrics_fh = fh
 
 
 def end_run(ctl, records) -> None:
     """What RunController.stop() leaves behind (records file, final manifest)."""
     (ctl.run_dir / "records.jsonl").write_bytes(encode_lines(records))
     ctl.finished = True
-    ctl.manifest.data["steps"] = [{"index": 0, "name": "c2", "kind": "concurrency", "target": 2, "started_at": T0,
-                                   "steady_at": T0, "ended_at": T0 + 30}]
-    ctl.manifest.data["totals"] = {"requests_started": len(records), "records_received": len(records),
-                                   "records_lost": 0}
+    ctl.recording.manifest.update(
+        steps=(LoadStep(0, "c2", "concurrency", 2, started_at=T0, steady_at=T0, ended_at=T0 + 30),),
+        totals=Totals(requests_started=len(records), records_received=len(records)))
     ctl.finalize_manifest()
-    if ctl.metrics_fh is not None:
-        ctl.metrics_fh.close()
+    if ctl.recording.metrics_fh is not None:
+        ctl.recording.metrics_fh.close()
 
 
 def records_mix(n_qa: int = 30, n_code: int = 12) -> list[RequestRecord]:
@@ -149,13 +149,13 @@ def test_stats_requests_carries_the_llm_rows_matching_the_records(ui):
     assert rows["qa"]["requests"] == 30 and rows["code"]["requests"] == 13 and rows["Total"]["requests"] == 43
     assert rows["code"]["failures"] == 1 and rows["Total"]["failures"] == 1
     exact = nearest_rank([r.ttft_ms for r in recs if r.task == "qa"], 0.5)
-    assert abs(rows["qa"]["ttft_p50_ms"] - exact) <= 0.01 * exact + 0.05  # 1 % buckets, 0.1 ms rounding
+    assert abs(rows["qa"]["live_ttft_p50_ms"] - exact) <= 0.01 * exact + 0.05  # 1 % buckets, 0.1 ms rounding
     exact99 = nearest_rank([r.ttft_ms for r in recs if r.task == "code"], 0.99)
-    assert abs(rows["code"]["ttft_p99_ms"] - exact99) <= 0.01 * exact99 + 0.05
-    assert rows["qa"]["itl_p50_ms"] == pytest.approx(10.0, rel=0.01)
+    assert abs(rows["code"]["live_ttft_p99_ms"] - exact99) <= 0.01 * exact99 + 0.05
+    assert rows["qa"]["live_itl_p50_ms"] == pytest.approx(10.0, rel=0.01)
     assert rows["qa"]["tokens_per_chunk"] == 1.0
     assert rows["Total"]["output_tokens"] == sum(r.output_tokens for r in recs)
-    assert rows["Total"]["output_tps_run"] is None  # no run started: no elapsed time
+    assert rows["Total"]["output_tokens_per_s_run"] is None  # no run started: no elapsed time
     assert rows["Total"]["spec_acceptance_rate"] is None  # "not observed", not 0
 
 
@@ -174,7 +174,7 @@ def test_json_and_csv_routes_serve_the_same_table(ui, tmp_path):
     assert [r["name"] for r in rows] == [r["name"] for r in js["rows"]]
     total = rows[-1]
     assert int(total["requests"]) == js["rows"][-1]["requests"] == 43
-    assert float(total["output_tps_run"]) == pytest.approx(js["rows"][-1]["output_tokens"] / 20.0, abs=0.051)  # rounded to 0.1
+    assert float(total["output_tokens_per_s_run"]) == pytest.approx(js["rows"][-1]["output_tokens"] / 20.0, abs=0.051)  # rounded to 0.1
     assert total["spec_acceptance_rate"] == ""  # not observed -> empty field
 
 
@@ -210,10 +210,10 @@ def test_chart_series_samples_rates_windowed_percentiles_and_server_gauges(ui, t
         state.sample_once()
     samples = client.get("/tokenswarm/series.json").get_json()["samples"]
     assert len(samples) == 8
-    assert samples[0]["ttft_p50_ms"] == pytest.approx(500, rel=0.01)
-    assert samples[1]["ttft_p50_ms"] == pytest.approx(10, rel=0.01)  # window holds only the new ones
-    assert samples[-1]["ttft_p50_ms"] is None  # nothing finished in the last 10 s
-    assert samples[1]["output_tps"] == pytest.approx(10 * 5 / 2.0)
+    assert samples[0]["live_ttft_p50_ms"] == pytest.approx(500, rel=0.01)
+    assert samples[1]["live_ttft_p50_ms"] == pytest.approx(10, rel=0.01)  # window holds only the new ones
+    assert samples[-1]["live_ttft_p50_ms"] is None  # nothing finished in the last 10 s
+    assert samples[1]["output_tokens_per_s"] == pytest.approx(10 * 5 / 2.0)
     assert samples[1]["req_s"] == pytest.approx(10 / 2.0)
     assert samples[0]["waiting"] == 7 and samples[0]["running"] == 3 and samples[0]["kv_cache_pct"] == 25.0
     later = client.get(f"/tokenswarm/series.json?since={samples[5]['t']}").get_json()["samples"]
@@ -231,10 +231,10 @@ def test_sampler_is_bounded_and_a_new_run_clears_it(ui, tmp_path):
     assert state.sampler.samples[0]["t"] == T0 + 2 * 12, "the oldest samples were dropped, not the newest"
     ctl.finished = True
     assert state.sample_once() is None  # stopping: the last records are still coming in
-    ctl.manifest.data["complete"] = True
+    ctl.recording.manifest.update(complete=True)
     assert state.sample_once() is not None  # one final sample after the end...
     assert state.sample_once() is None  # ...and no more
-    ctl.manifest.data.update(run_id="run-2", complete=False)
+    ctl.recording.manifest.update(run_id="run-2", complete=False)
     ctl.finished = False
     state.sample_once()
     assert len(state.sampler.samples) == 1 and state.sampler.run_id == "run-2"
@@ -268,7 +268,7 @@ def test_report_failure_is_shown_with_the_reason(ui, tmp_path):
     run_dir = tmp_path / "run"
     begin_run(ctl, run_dir)
     ctl.finished = True  # a run whose records file is missing: analysis refuses it
-    ctl.manifest.data["complete"] = True
+    ctl.recording.manifest.update(complete=True)
     client.get("/tokenswarm/report/")
     assert state.reports.wait(run_dir, 120) == "failed"
     resp = client.get("/tokenswarm/report/")
@@ -341,8 +341,8 @@ def test_an_api_key_set_before_the_ui_is_built_never_reaches_a_page_during_or_af
     try:
         run_dir = tmp_path / "run"
         begin_run(ctl, run_dir)
-        ctl.manifest.data["command"] = ["tokenswarm", "run", "mix", "--set", f"target.headers.X-Key={key}"]
-        ctl.manifest.write()
+        ctl.recording.manifest.update(command=("tokenswarm", "run", "mix", "--set", f"target.headers.X-Key={key}"))
+        ctl.recording.manifest.write()
         # a gateway that echoes the request's headers in its errors puts the key into server text
         echoed = dataclasses.replace(make_record(99, "qa", ttft_ms=30.0, outcome="http_error"),
                                      error=f"HTTP 502: bad gateway (authorization: Bearer {key})", http_status=502)

@@ -21,7 +21,7 @@ import orjson
 from tokenswarm.load.auth import split_userinfo, target_headers
 from tokenswarm.load.livestats import LiveStats
 from tokenswarm.load.stream import WallAnchor
-from tokenswarm.record import RequestRecord
+from tokenswarm.record import RecordIdentity, RequestRecord
 
 log = logging.getLogger("tokenswarm")
 
@@ -142,17 +142,18 @@ class RunContext:
 
     def base(self, *, task: str, user_class: str, scheduled_s: float, sent_estimate_s: float, key: str,
              session_id: str | None = None, turn: int | None = None, max_tokens: int | None = None,
-             temperature: float | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Identity fields of a record; ``seq`` is assigned when the record is emitted.
+             temperature: float | None = None, extra: dict[str, Any] | None = None) -> RecordIdentity:
+        """The record's identity (:class:`~tokenswarm.record.RecordIdentity`); ``seq`` is assigned
+        when the record is emitted.
 
         ``schedule_lag_ms`` here is provisional (from ``sent_estimate_s``): the client replaces
         it with the value from the send's own clock reading."""
         lag = (sent_estimate_s - scheduled_s) * 1000.0
-        return {"run_id": self.run_id, "worker_id": self.worker_id, "seq": -1, "task": task,
-                "user_class": user_class, "request_key": key, "scheduled_at": self.anchor.epoch(scheduled_s),
-                "schedule_lag_ms": round(lag, 3), "session_id": session_id, "turn": turn,
-                "step": self.step_index, "phase": self.phase, "api": self.api, "model": self.model,
-                "max_tokens": max_tokens, "temperature": temperature, "extra": extra}
+        return RecordIdentity(run_id=self.run_id, worker_id=self.worker_id, task=task, user_class=user_class,
+                              request_key=key, scheduled_at=self.anchor.epoch(scheduled_s),
+                              schedule_lag_ms=round(lag, 3), session_id=session_id, turn=turn,
+                              step=self.step_index, phase=self.phase, api=self.api, model=self.model,
+                              max_tokens=max_tokens, temperature=temperature, extra=extra)
 
     def note_late(self, lag_ms: float) -> None:
         """Count a dispatch that left later than planned; warn loudly the first time."""

@@ -1,11 +1,18 @@
 """Running a load test: the layer that puts load generation, recording and analysis together.
 
+One job per module:
+
 * :mod:`~tokenswarm.orchestrate.plugin` wires tokenswarm into Locust (options, events,
-  messages) for ``locust -f locustfiles/llm.py`` and ``tokenswarm run``;
-* :mod:`~tokenswarm.orchestrate.controller` is the master/local side of a run (run directory,
-  plan, scrapers, worker collection, progress);
+  messages, the worker side) for ``locust -f locustfiles/llm.py`` and ``tokenswarm run``;
+* :mod:`~tokenswarm.orchestrate.controller` orchestrates the run on the master or local
+  process (shape ticks, step broadcasts, scrapers, health, circuit breaker, progress);
+* :mod:`~tokenswarm.orchestrate.recording` owns the run directory's files (manifest, records
+  sink, generator health log, live summaries);
+* :mod:`~tokenswarm.orchestrate.workers` is the master's view of its workers (reports, stop,
+  every final batch received);
+* :mod:`~tokenswarm.orchestrate.progress` formats the progress line and the live windows;
 * :mod:`~tokenswarm.orchestrate.verdict` is the CI verdict on the exact records (``slo.json``,
-  ``junit.xml``, exit statuses).
+  ``junit.xml``) and the exit statuses.
 
 It sits above ``tokenswarm.load`` (generating load), ``tokenswarm.collect`` (recording),
 ``analysis`` and ``tokenswarm.webui``, which never import it (``lint-imports`` checks).

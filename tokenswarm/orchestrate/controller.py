@@ -1,9 +1,21 @@
-"""The master (or single local process) side of a run: run directory, plan, scraping, progress.
+"""Orchestrating a run on the master (or the single local process): plan, broadcasts, scrapers, health.
 
-:class:`RunController` owns the manifest, the load plan's state machine (driven by the
-scenario shape's ticks), the Prometheus scrapers, the records writer and -- on a master --
-the collector of worker batches, the merged live statistics and the workers' health. At the
-end it waits for every worker's final batch, writes the manifest and the CI verdict.
+:class:`RunController` drives one Locust run: it turns the scenario's load plan into shape
+ticks (a :class:`~tokenswarm.load.steps.StepMachine`), broadcasts every step/phase change to
+the workers, starts the Prometheus scrapers and the health monitor, merges the workers'
+reports and live statistics, stops the run on the circuit breaker or the run-time guard,
+and prints the progress line. What it decides is written by the modules that own the files
+and the verdict:
+
+* :mod:`~tokenswarm.orchestrate.recording` -- the run directory, manifest, records sink,
+  health log and live summaries;
+* :mod:`~tokenswarm.orchestrate.workers` -- the workers' last reports, stopping them, and
+  knowing they all sent their final batch;
+* :mod:`~tokenswarm.orchestrate.progress` -- the progress line and the live window documents;
+* :mod:`~tokenswarm.orchestrate.verdict` -- the CI verdict and the process exit status.
+
+The web UI reads the run through :meth:`RunController.snapshot` (a
+:class:`~tokenswarm.webui.view.RunView`), never through these attributes.
 """
 
 from __future__ import annotations
@@ -19,16 +31,14 @@ from typing import Any
 import gevent
 from locust.runners import MasterRunner
 
-from tokenswarm.collect.manifest import Manifest, command_line, default_run_dir, new_run_id
-from tokenswarm.collect.parquet_store import STORE_FORMAT_VERSION, ParquetRecordsWriter, choose_format
+from tokenswarm.collect.manifest import default_run_dir, new_run_id
 from tokenswarm.collect.relay import Collector, FileSink
 from tokenswarm.collect.scrape import Scraper
-from tokenswarm.collect.writer import RecordsWriter
 from tokenswarm.load import runtime
 from tokenswarm.load.breaker import CircuitBreaker
 from tokenswarm.load.context import RunContext
-from tokenswarm.load.health import HealthMonitor, merge_windows
-from tokenswarm.load.livestats import LiveStats, summary_rows
+from tokenswarm.load.health import HealthMonitor
+from tokenswarm.load.livestats import LiveStats
 from tokenswarm.load.preflight import Preflight, PreflightError, preflight
 from tokenswarm.load.setup import (
     build_worker_context,
@@ -38,21 +48,23 @@ from tokenswarm.load.setup import (
 )
 from tokenswarm.load.steps import StepMachine, plan_steps
 from tokenswarm.load.timing import provenance as timing_provenance
+from tokenswarm.manifest import RunTarget, Totals
+from tokenswarm.orchestrate import progress
+from tokenswarm.orchestrate.recording import RunRecording
+from tokenswarm.orchestrate.verdict import EXIT_BAD_CONFIG, EXIT_RUN_BROKE, conclude
+from tokenswarm.orchestrate.workers import WorkerReports, stop_workers, workers_settled
 from tokenswarm.redact import redact, remember_target
+from tokenswarm.webui.view import RunSnapshot
 
-#: Locust worker states in which a worker generates no load (and so sends no final message).
-_IDLE_WORKER_STATES = ("missing", "stopped", "ready", "init")
 log = logging.getLogger("tokenswarm")
 
 MSG_STEP = "tokenswarm_step"
 MSG_LIVE = "tokenswarm_live"  # a worker's last live-stats delta at test stop (web UI / progress on the master)
-EXIT_BAD_CONFIG = 2
-EXIT_RUN_BROKE = 3
-
+__all__ = ["EXIT_BAD_CONFIG", "EXIT_RUN_BROKE", "MSG_LIVE", "MSG_STEP", "RunController"]
 
 
 class RunController:
-    """Owns the run directory, manifest, shape state, scraping and progress (master/local)."""
+    """One Locust run on the master or local process: plan, broadcasts, scrapers, health, progress."""
 
     def __init__(self, environment: Any, scenario: Any, fixed_users: bool) -> None:
         self.env = environment
@@ -61,15 +73,12 @@ class RunController:
         self.fixed_users = fixed_users
         self.is_master = isinstance(environment.runner, MasterRunner)
         self.machine: StepMachine | None = None
-        self.manifest: Manifest | None = None
-        self.writer: RecordsWriter | None = None
-        self.collector: Collector | None = None
+        #: the run's files; None until the first run starts
+        self.recording: RunRecording | None = None
         self.ctx: RunContext | None = None
         self.scrapers: list[Scraper] = []
-        self.metrics_fh = None
-        self.run_dir: Path | None = None
         self.live = LiveStats()  # master: merged worker deltas; local: the ctx's own
-        self.worker_status: dict[str, dict[str, Any]] = {}
+        self.workers = WorkerReports()
         self._greenlets: list[gevent.Greenlet] = []
         self._last_broadcast = 0.0
         self._step_msg: dict[str, Any] | None = None
@@ -81,27 +90,53 @@ class RunController:
         self.force_end = False
         self.verdict: dict[str, Any] | None = None
         self.health: HealthMonitor | None = None
-        self.health_fh = None
-        self.untrusted: list[list[Any]] = []  # [start, end, reason] windows where timings are suspect
-        self.health_peaks: dict[str, float] = {}
         self.preflight: Preflight | None = None
         self.breaker = CircuitBreaker()
         self.broken: str | None = None  # the circuit breaker's message, when it stopped the run
         if hasattr(environment.events, "llm_request") and not self.is_master:
             environment.events.llm_request.add_listener(self._on_record)
 
+    # -- what other parts read -----------------------------------------------------------------
+    @property
+    def run_dir(self) -> Path | None:
+        return None if self.recording is None else self.recording.run_dir
+
+    @property
+    def collector(self) -> Collector | None:
+        """The master's collector of worker batches (None locally and before the first run)."""
+        return None if self.recording is None else self.recording.collector
+
+    def snapshot(self) -> RunSnapshot:
+        """The web UI's read-only view of the run (see :mod:`tokenswarm.webui.view`)."""
+        if self.recording is None:
+            return RunSnapshot()
+        m = self.recording.manifest.current
+        ctx = self.ctx
+        scrape = next((s.last for s in reversed(self.scrapers) if s.source == "target"), None)
+        return RunSnapshot(run_id=m.run_id, run_dir=self.recording.run_dir, started_at=m.started_at,
+                           ended_at=m.ended_at, finished=self.finished, complete=m.complete,
+                           in_flight=self._in_flight(), step_name=getattr(ctx, "step_name", None),
+                           phase=getattr(ctx, "phase", None), target_scrape=scrape)
+
+    def _in_flight(self) -> int:
+        if self.is_master:
+            return self.workers.sum("in_flight")
+        return self.ctx.in_flight if self.ctx else 0
+
+    def _warn(self, text: str) -> None:
+        if self.recording is not None:
+            self.recording.manifest.warn(text)
+
     # -- start -------------------------------------------------------------------------------
     def start(self) -> None:
         opts = self.env.parsed_options
-        sc = self.scenario
         self.runs += 1
         self.force_end = False
-        self._last_window = None
         if self.machine is None:  # no shape tick made the plan (fixed -u mode)
             self._apply_option_overrides(opts)
         sc = self.scenario
         self.finished = False
-        self.worker_status = {}
+        self.workers = WorkerReports()
         self.live = LiveStats()  # a new run starts from zero (also when restarted from the UI)
         # -u on the command line, or the UI's class picker choosing Locust's default (no) shape
         self.fixed_users = self.env.shape_class is None
@@ -116,38 +151,29 @@ class RunController:
         except PreflightError as exc:
             self._abort(str(exc), EXIT_RUN_BROKE)
             return
-        model, models_response, server_headers = pf.model, pf.models, pf.server_headers
+        model = pf.model
         self.breaker, self.broken = CircuitBreaker(), None
         run_id = new_run_id()
         out = Path(opts.out) if opts.out else default_run_dir(run_id)
         if opts.out and self.runs > 1:
             out = Path(f"{opts.out}-{self.runs}")
-        self.run_dir = out
-        out.mkdir(parents=True, exist_ok=True)
-        self.manifest = Manifest(out, run_id, scenario=sc.resolved(), scenario_name=sc.name,
-                                 command=command_line(), load_mode="fixed" if self.fixed_users else sc.load.mode)
-        self.manifest.data["target"] = {"base_url": base_url, "api": sc.target.api, "model": model,
-                                        "models_response": models_response, "server_headers": server_headers}
-        records_format = choose_format(getattr(opts, "records_format", "auto") or "auto", sc.load,
-                                       bool(opts.records_gzip or opts.records_rotate_mb))
-        self.manifest.data["records_store"] = {"format": records_format, "format_version": STORE_FORMAT_VERSION}
-        if records_format == "parquet":
-            self.writer = ParquetRecordsWriter(out)  # type: ignore[assignment]  # same interface
-        else:
-            self.writer = RecordsWriter(out, gzip_output=bool(opts.records_gzip),
-                                        rotate_bytes=int(opts.records_rotate_mb * 1e6) or None)
+        rec = self.recording = RunRecording.open(
+            out, run_id, sc, load_mode="fixed" if self.fixed_users else sc.load.mode,
+            target=RunTarget(base_url=base_url, api=sc.target.api, model=model, models_response=pf.models,
+                             server_headers=pf.server_headers or {}),
+            records_format=getattr(opts, "records_format", "auto") or "auto", records_gzip=bool(opts.records_gzip),
+            records_rotate_mb=float(opts.records_rotate_mb or 0), is_master=self.is_master)
         # Workers get everything they need through the spawn message's parsed options.
         opts.tokenswarm_scenario_data = json.dumps(sc_data(sc, self.overrides))
         opts.tokenswarm_run_id = run_id
         opts.tokenswarm_base_url = base_url
         opts.tokenswarm_model = model
         if self.is_master:
-            self.collector = Collector(self.writer)
-            ctx_sink = FileSink(self.writer)  # unused for records on the master, keeps the API uniform
+            ctx_sink = FileSink(rec.writer)  # unused for records on the master, keeps the API uniform
             self.ctx = RunContext(scenario=sc, run_id=run_id, worker_id="master", base_url=base_url, model=model,
                                   sink=ctx_sink, role="master", events=self.env.events)
         else:
-            self.ctx = build_worker_context(self.env, sc, run_id, base_url, model, FileSink(self.writer), "local", 0)
+            self.ctx = build_worker_context(self.env, sc, run_id, base_url, model, FileSink(rec.writer), "local", 0)
             self.live = self.ctx.live
         runtime.set_context(self.ctx)
         if self.fixed_users:
@@ -155,18 +181,15 @@ class RunController:
             users = opts.num_users or getattr(self.env.runner, "target_user_count", None) or 0
             self._step_msg = {"index": 0, "name": f"u{users}", "kind": "concurrency",
                               "target": users, "phase": "steady", "worker_count": 1}
-            self.manifest.data["steps"] = [{"index": 0, "name": self._step_msg["name"], "kind": "concurrency",
-                                            "target": users, "started_at": time.time(),
-                                            "steady_at": time.time(), "ended_at": None}]
+            now = time.time()
+            rec.manifest.start_step(0, self._step_msg["name"], "concurrency", users, at=now, steady_at=now)
             self._broadcast(self._step_msg)
         for tr in self._pending:  # the shape's first tick comes before test_start
             self._record_transition(tr)
         self._pending = []
-        self.manifest.write()
+        rec.manifest.write()
         self.scrapers = []
         self._start_scrapers(base_url)
-        self.untrusted, self.health_peaks = [], {}
-        self.health_fh = open(out / "generator_health.jsonl", "ab")
         ctx = self.ctx
         self.health = HealthMonitor(ctx.worker_id, self.on_health_sample,
                                     extra=lambda: {"in_flight": ctx.in_flight, "late_dispatches": ctx.late_dispatches,
@@ -228,19 +251,17 @@ class RunController:
             return
         self.broken = message
         print(f"tokenswarm: {redact(message)}", file=sys.stderr, flush=True)
-        if self.manifest is not None:
-            self.manifest.warn(message)
+        self._warn(message)
         if self.ctx is not None:
             self.ctx.halted = True  # local users send nothing more while the run winds down
-        if self.fixed_users:
-            gevent.spawn(self.env.runner.quit)  # not from this greenlet: stopping kills the run's greenlets
-        else:
-            self.force_end = True  # the shape ends the test at its next tick, Locust's normal path
+        self._end_run()
 
     def _max_run_time_reached(self, cap: float) -> None:
         log.error("tokenswarm: maximum run time (%.0f s) reached; stopping the run", cap)
-        if self.manifest is not None:
-            self.manifest.warn(f"stopped by the maximum run time guard after {cap:.0f} s")
+        self._warn(f"stopped by the maximum run time guard after {cap:.0f} s")
+        self._end_run()
+
+    def _end_run(self) -> None:
         if self.fixed_users:
             gevent.spawn(self.env.runner.quit)  # not from this greenlet: stopping kills the run's greenlets
         else:
@@ -261,14 +282,14 @@ class RunController:
         endpoints.extend(t.extra_metrics)
         if not endpoints:
             return
-        assert self.run_dir is not None
-        self.metrics_fh = open(self.run_dir / "server_metrics.jsonl", "ab")
+        assert self.recording is not None
+        fh = self.recording.open_metrics_log()
         from tokenswarm.load.auth import target_headers, url_headers
 
         for source, u in endpoints:
             # the target's /metrics carries the target's auth; an extra endpoint only its own URL's
             u, headers = (url_headers(u)[0], target_headers(t, base_url)) if source == "target" else url_headers(u)
-            s = Scraper(source, u, t.scrape_interval_s, self.metrics_fh,
+            s = Scraper(source, u, t.scrape_interval_s, fh,
                         step=lambda: self.ctx.step_index if self.ctx else None, headers=headers,
                         verify_tls=t.verify_tls)
             s.scrape_once()  # a baseline sample before any load
@@ -288,7 +309,7 @@ class RunController:
         return StepMachine(plan_steps(load.mode, list(load.steps), load.warmup_s, load.step_duration_s),
                            max_ramp_s=max(30.0, 3 * slowest_ramp_s + 10.0))
 
-    def shape_tick(self, runner: Any, now_s: float):
+    def shape_tick(self, runner: Any, now_s: float) -> tuple[int, float, list[Any]] | None:
         if self.fixed_users or self.force_end:
             return None
         if self.machine is None or (self.machine.done and self.finished):
@@ -298,11 +319,11 @@ class RunController:
         machine = self.machine
         timeouts = len(machine.ramp_timeouts)
         transitions = machine.advance(now_s, lambda step: runner.user_count >= self.users_for(step, runner))
-        if len(machine.ramp_timeouts) > timeouts and self.manifest is not None:
-            self.manifest.warn(f"step {machine.steps[machine.ramp_timeouts[-1]].name}: target load not reached "
-                               f"(only {runner.user_count} users); it ran at the load it had")
+        if len(machine.ramp_timeouts) > timeouts:
+            self._warn(f"step {machine.steps[machine.ramp_timeouts[-1]].name}: target load not reached "
+                       f"(only {runner.user_count} users); it ran at the load it had")
         for tr in transitions:
-            if self.manifest is None or self.finished:
+            if self.recording is None or self.finished:
                 self._pending.append(tr)
             else:
                 self._record_transition(tr)
@@ -321,31 +342,29 @@ class RunController:
         """Users/s towards ``step``: ``load.spawn_rate``, or a linear ramp over ``load.ramp_s``."""
         load = self.scenario.load
         if not load.ramp_s or step.kind != "concurrency":
-            return load.spawn_rate
+            return float(load.spawn_rate)
         prev = machine.steps[step.index - 1].target if step.index > 0 else 0.0
-        return max(0.1, abs(step.target - prev) / load.ramp_s)
+        return float(max(0.1, abs(step.target - prev) / load.ramp_s))
 
     def _record_transition(self, tr: Any) -> None:
-        assert self.manifest is not None and self.ctx is not None
-        steps = self.manifest.data["steps"]
+        assert self.recording is not None and self.ctx is not None
+        manifest = self.recording.manifest
         epoch = self.ctx.anchor.epoch(tr.at_s)  # at_s is perf_counter time, as the anchor's
         if tr.phase == "warmup":
-            steps.append({"index": tr.step.index, "name": tr.step.name, "kind": tr.step.kind,
-                          "target": tr.step.target, "started_at": epoch, "steady_at": None, "ended_at": None})
-            if len(steps) > 1 and steps[-2]["ended_at"] is None:
-                steps[-2]["ended_at"] = epoch
+            manifest.start_step(tr.step.index, tr.step.name, tr.step.kind, tr.step.target, at=epoch)
         elif tr.phase == "steady":
-            steps[-1]["steady_at"] = epoch
+            manifest.mark_last_step(steady_at=epoch)
         elif tr.phase == "done":
-            steps[-1]["ended_at"] = epoch
+            manifest.mark_last_step(ended_at=epoch)
         if tr.phase != "done":
             wc = getattr(self.env.runner, "worker_count", 1) if self.is_master else 1
             self._step_msg = {"index": tr.step.index, "name": tr.step.name, "kind": tr.step.kind,
                               "target": tr.step.target, "phase": tr.phase, "worker_count": max(1, wc),
-                              "steady_at": steps[-1]["steady_at"]}  # replay: the schedule's start (epoch)
+                              # replay: the schedule's start (epoch)
+                              "steady_at": manifest.current.steps[-1].steady_at}
             self._broadcast(self._step_msg)
             log.info("tokenswarm: step %s (%s %g) %s", tr.step.name, tr.step.kind, tr.step.target, tr.phase)
-        self.manifest.write()
+        manifest.write()
 
     def _broadcast(self, msg: dict[str, Any]) -> None:
         self._last_broadcast = time.monotonic()
@@ -362,15 +381,12 @@ class RunController:
         self.live.merge_delta(info.get("live", {}))
         for sample in info.get("health") or []:
             self.on_health_sample(sample)
-        info = {k: v for k, v in info.items() if k not in ("live", "health")}
-        info["client_id"] = client_id
-        info["seen_at"] = time.time()
-        self.worker_status[info["worker_id"]] = info
-        if self.collector is not None:
-            acc = self.collector.account(info["worker_id"])
-            acc.client_id, acc.host, acc.pid = client_id, info.get("host"), info.get("pid")
-            acc.clock_offset_s = round(info.get("wall_s", time.time()) - time.time(), 3)
-            self.collector.on_progress(info["worker_id"], info.get("last_seq"), info.get("requests_started", 0))
+        self.workers.record(client_id, info, self.collector)
+
+    @property
+    def worker_status(self) -> dict[str, dict[str, Any]]:
+        """The last report of every worker, by worker id (master)."""
+        return self.workers.status
 
     def reset_live(self) -> None:
         """Locust's "Reset Stats" also resets the live LLM statistics (records are untouched)."""
@@ -379,28 +395,17 @@ class RunController:
             self.ctx.live = self.live
 
     def on_health_sample(self, sample: dict[str, Any]) -> None:
-        """A generator health sample (own or a worker's): log it, remember untrusted windows."""
-        import orjson
-
-        if self.health_fh is not None and not self.health_fh.closed:
-            self.health_fh.write(orjson.dumps(sample) + b"\n")
-            self.health_fh.flush()
-        for key in ("cpu_pct", "loop_lag_max_ms", "rss_mb"):
-            v = sample.get(key)
-            if v is not None:
-                self.health_peaks[key] = max(self.health_peaks.get(key, 0.0), float(v))
-        if sample.get("untrusted") and sample.get("role") != "master":
-            reason = f"{sample['worker_id']}: " + "; ".join(sample["untrusted"])
-            self.untrusted.append([sample["t"] - 5.0, sample["t"], reason])
-            self.untrusted = merge_windows(self.untrusted, 5.0)[-200:]  # bounded for soak runs
+        """A generator health sample (own or a worker's): recorded with the run."""
+        if self.recording is not None:
+            self.recording.on_health_sample(sample)
 
     def _periodic(self) -> None:
         interval = self.scenario.load.report_interval_s or 60.0
         next_summary = time.monotonic() + interval
         while True:
             gevent.sleep(5.0)
-            if self.writer is not None:
-                self.writer.flush()
+            if self.recording is not None:
+                self.recording.writer.flush()
             if self.env.parsed_options.headless:
                 print(self.progress_line(), flush=True)
             if time.monotonic() >= next_summary:
@@ -408,71 +413,39 @@ class RunController:
                 self.write_live_summary()
 
     def write_live_summary(self) -> None:
-        """``live_summary.json`` (last window, replaced atomically) + a line in ``live_windows.jsonl``.
-
-        A soak that is killed still leaves these readable next to the records.
-        """
-        import orjson
-
-        from tokenswarm.load.livestats import snapshot, window_summary
-
-        if self.run_dir is None or self.ctx is None:
+        """The live window since the last one, into ``live_summary.json`` and ``live_windows.jsonl``."""
+        rec, ctx = self.recording, self.ctx
+        if rec is None or ctx is None:
             return
-        now_t = time.time()
-        total = self.live.total()
-        prev_t, prev = self._last_window or (self.manifest.data["started_at"] if self.manifest else now_t, None)
-        window = window_summary(total, prev, now_t - prev_t)
-        doc = {"written_at": round(now_t, 3), "window_start": round(prev_t, 3), "window_end": round(now_t, 3),
-               "step": self.ctx.step_name, "phase": self.ctx.phase, "window": window,
-               "cumulative": {"requests": total.requests, "failures": total.failures,
-                              "output_tokens": total.output_tokens},
-               "generator": self.health.last if self.health is not None else None,
-               "untrusted_windows": len(self.untrusted)}
-        self._last_window = (now_t, snapshot(total))
-        tmp = self.run_dir / "live_summary.json.tmp"
-        tmp.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
-        os.replace(tmp, self.run_dir / "live_summary.json")
-        with open(self.run_dir / "live_windows.jsonl", "ab") as fh:
-            fh.write(orjson.dumps(doc) + b"\n")
+        rec.write_live_summary(lambda prev_t, prev, now_t: progress.live_window_doc(
+            self.live, prev_t, prev, now_t, step=ctx.step_name, phase=ctx.phase,
+            generator=self.health.last if self.health is not None else None,
+            untrusted_windows=len(rec.untrusted)))
 
     def progress_line(self) -> str:
-        live = self.live
-        tok_s, req_s, err_s = live.rate(10)
-        in_flight = (sum(w.get("in_flight", 0) for w in self.worker_status.values()) if self.is_master
-                     else (self.ctx.in_flight if self.ctx else 0))
-        late = (sum(w.get("late_dispatches", 0) for w in self.worker_status.values()) if self.is_master
-                else (self.ctx.late_dispatches if self.ctx else 0))
-        total = [r for r in summary_rows(live, []) if r["name"] == "Total"][0]
-        step = "-"
-        if self.ctx is not None and self.ctx.step_name:
-            step = f"{self.ctx.step_name} {self.ctx.phase}"
-            if self.machine is not None:
-                left = self.machine.remaining_s(time.perf_counter())
-                nsteps = len(self.machine.steps)
-                step += f" ({self.machine.index + 1}/{nsteps}" + (f", {left:.0f}s left)" if left is not None else ", ramping)")
-        line = (f"[tokenswarm] step {step} | users {self.env.runner.user_count} | in flight {in_flight} | "
-                f"out {tok_s:.0f} tok/s | {req_s:.1f} req/s | errors {total['failures']} | "
-                f"TTFT p50 {fmt(total['ttft_p50_ms'])} p99 {fmt(total['ttft_p99_ms'])} ms | "
-                f"TPOT p50 {fmt(total['tpot_p50_ms'])} ms")
-        if late:
-            line += f" | WARNING generator behind schedule: {late} late dispatches"
-        return line
+        ctx = self.ctx
+        late = self.workers.sum("late_dispatches") if self.is_master else (ctx.late_dispatches if ctx else 0)
+        step = progress.step_label(ctx.step_name if ctx else None, ctx.phase if ctx else None, self.machine)
+        return progress.progress_line(self.live, step=step, users=self.env.runner.user_count,
+                                      in_flight=self._in_flight(), late_dispatches=late)
 
     # -- stop ------------------------------------------------------------------------------------
     def stop(self) -> None:
-        if self.manifest is None or self.finished:
+        rec = self.recording
+        if rec is None or self.finished:
             return
         self.finished = True
         if self.ctx is not None:
             self.ctx.stopping = True
-        if self.collector is not None:
-            self._stop_workers()
+        collector = rec.collector
+        if collector is not None:
+            stop_workers(self.env.runner)
             deadline = time.monotonic() + float(self.env.stop_timeout or 0) + 20.0
-            while not self._workers_settled() and time.monotonic() < deadline:
+            while not workers_settled(self.env.runner, collector) and time.monotonic() < deadline:
                 gevent.sleep(0.2)
-            for wid, acc in self.collector.workers.items():
+            for wid, acc in collector.workers.items():
                 if not acc.final_received:
-                    self.collector.on_worker_lost(wid, "worker stopped reporting before the end (killed or lost)")
+                    collector.on_worker_lost(wid, "worker stopped reporting before the end (killed or lost)")
         for g in self._greenlets:
             if g is not gevent.getcurrent():
                 g.kill(block=False)
@@ -480,124 +453,43 @@ class RunController:
             self.health.stop()
         for s in self.scrapers:
             s.stop(final_scrape=True)
-        if self.metrics_fh is not None:
-            self.metrics_fh.close()
-        if self.writer is not None:
-            self.writer.close()
+        rec.close_records()
         self.write_live_summary()
         self.finalize_manifest()
-        if self.health_fh is not None:
-            self.health_fh.close()
-        print(f"tokenswarm: records and manifest written to {self.run_dir}", flush=True)
-        self._verdict()
+        rec.close()
+        print(f"tokenswarm: records and manifest written to {rec.run_dir}", flush=True)
+        self.verdict, code = conclude(rec.run_dir, self.slos, broken=self.broken)
+        self.env.process_exit_code = code
         print(
-            f"tokenswarm: report: tokenswarm report {self.run_dir}  (writes {os.path.join(str(self.run_dir), 'report', 'report.html')})",
+            f"tokenswarm: report: tokenswarm report {rec.run_dir}  (writes {os.path.join(str(rec.run_dir), 'report', 'report.html')})",
             flush=True,
         )
 
-    def _verdict(self) -> None:
-        """SLO verdict on the exact records: slo.json, junit.xml, a table, the exit status."""
-        from tokenswarm.orchestrate.verdict import verdict_table, write_verdict
-
-        try:
-            v = write_verdict(self.run_dir, self.slos)
-        except Exception as exc:  # the verdict must never hide the run's own files
-            log.exception("tokenswarm: could not evaluate the SLO verdict: %s", exc)
-            self.env.process_exit_code = EXIT_RUN_BROKE
-            return
-        self.verdict = v
-        print(verdict_table(v), flush=True)
-        self.env.process_exit_code = v["exit_status"]
-        if self.broken:
-            self.env.process_exit_code = EXIT_RUN_BROKE  # stopped by the circuit breaker
-
-    def _stop_workers(self) -> None:
-        """Make sure workers stop (and so flush) before the master closes the run directory.
-
-        A worker still running here means Locust is quitting (headless end, the run-time
-        limit, an abort): its quit fires the master's test_stop *before* telling workers
-        anything, so without this the last records would arrive after the files were closed.
-        The message is "quit", not "stop": a worker stops (and sends its final records) on
-        either, but after "stop" Locust's worker sleeps ``stop_timeout`` before it reads its
-        next message, so a later quit reached it 30 s late and it lingered until then.
-        """
-        from locust.rpc import Message
-
-        runner = self.env.runner
-        for client in list(runner.clients.all):
-            if client.state not in _IDLE_WORKER_STATES:
-                runner.server.send_to_client(Message("quit", None, client.id))
-
-    def _workers_settled(self) -> bool:
-        """Every worker that was generating load has sent its final message (or has gone).
-
-        Workers are matched by Locust client id, which every records/final message carries, so
-        a worker whose first heartbeat report had not arrived yet (a run of a few seconds) is
-        still waited for instead of being declared lost at once.
-        """
-        assert self.collector is not None
-        if not self.is_master:
-            return True
-        busy = {c.id for c in self.env.runner.clients.all if c.state not in _IDLE_WORKER_STATES}
-        final = {acc.client_id for acc in self.collector.workers.values() if acc.final_received}
-        return busy <= final
-
     def finalize_manifest(self) -> None:
-        m = self.manifest
-        assert m is not None
-        d = m.data
-        d["ended_at"] = time.time()
-        for st in d["steps"]:
-            if st.get("ended_at") is None:
-                st["ended_at"] = d["ended_at"]
-        if self.collector is not None:
-            d["workers"] = [a.to_dict() for a in self.collector.workers.values()]
-            for w in d["workers"]:  # each worker's timing paths, from its last report
-                t = self.worker_status.get(w.get("worker_id"), {}).get("timing")
+        """The final manifest: the workers' accounts and timing paths, totals, generator health."""
+        rec = self.recording
+        assert rec is not None
+        collector = rec.collector
+        if collector is not None:
+            workers = [a.to_dict() for a in collector.workers.values()]
+            for w in workers:  # each worker's timing paths, from its last report
+                t = self.workers.timing_of(w.get("worker_id"))
                 if t is not None:
                     w["timing"] = t
-            d["totals"] = self.collector.totals()
-            for a in self.collector.workers.values():
+            totals = Totals(**collector.totals())
+            for a in collector.workers.values():
                 if a.lost_reason:
-                    m.warn(f"worker {a.worker_id}: {a.lost_reason}; missing seqs {a.missing}")
-            health = self._health_from_workers()
+                    rec.manifest.warn(f"worker {a.worker_id}: {a.lost_reason}; missing seqs {a.missing}")
+            health = self.workers.health()
         elif self.ctx is not None:
             ctx = self.ctx
-            d["workers"] = [{"worker_id": ctx.worker_id, "host": os.uname().nodename, "pid": os.getpid(),
-                             "clock_offset_s": 0.0, "records_received": ctx._next_seq,
-                             "last_seq": ctx.last_seq, "missing_seqs": [], "lost_reason": None,
-                             "timing": timing_provenance()}]
-            d["totals"] = {"requests_started": ctx.requests_started, "records_received": ctx._next_seq,
-                           "records_lost": 0}
+            workers = [{"worker_id": ctx.worker_id, "host": os.uname().nodename, "pid": os.getpid(),
+                        "clock_offset_s": 0.0, "records_received": ctx._next_seq,
+                        "last_seq": ctx.last_seq, "missing_seqs": [], "lost_reason": None,
+                        "timing": timing_provenance()}]
+            totals = Totals(requests_started=ctx.requests_started, records_received=ctx._next_seq, records_lost=0)
             health = {"late_dispatches": ctx.late_dispatches, "max_schedule_lag_ms": round(ctx.max_schedule_lag_ms, 3)}
         else:
-            health = {}
-        health["cpu_warning"] = bool(getattr(self.env.runner, "cpu_warning_emitted", False)) or health.get("cpu_warning", False)
-        health["max_cpu_pct"] = self.health_peaks.get("cpu_pct")
-        health["max_loop_lag_ms"] = self.health_peaks.get("loop_lag_max_ms")
-        health["max_rss_mb"] = self.health_peaks.get("rss_mb")
-        health["untrusted_windows"] = self.untrusted
-        if self.untrusted:
-            health["cpu_warning"] = health["cpu_warning"] or any("CPU" in w[2] for w in self.untrusted)
-            m.warn(f"the load generator was a bottleneck in {len(self.untrusted)} window(s) "
-                   f"({self.untrusted[0][2]}): timings there are inflated")
-        d["generator_health"] = {**d.get("generator_health", {}), **health}
-        if health.get("late_dispatches"):
-            m.warn(f"the generator fell behind its arrival schedule {health['late_dispatches']} times "
-                   "(latencies count from the schedule; see schedule_lag_ms)")
-        if health.get("cpu_warning"):
-            m.warn("a load generator process used more than 90% CPU: timings may be inflated")
-        d["complete"] = True
-        m.write()
-
-    def _health_from_workers(self) -> dict[str, Any]:
-        ws = list(self.worker_status.values())
-        return {"late_dispatches": sum(w.get("late_dispatches", 0) for w in ws),
-                "max_schedule_lag_ms": max((w.get("max_schedule_lag_ms", 0) for w in ws), default=0.0),
-                "cpu_warning": any(w.get("cpu_warning") for w in ws)}
-
-
-
-
-def fmt(v: float | None) -> str:
-    return "-" if v is None else f"{v:.0f}"
+            workers, totals, health = list(rec.manifest.current.workers), rec.manifest.current.totals, {}
+        rec.finalize(workers=workers, totals=totals, health=health,
+                     cpu_warning_emitted=bool(getattr(self.env.runner, "cpu_warning_emitted", False)))

@@ -38,8 +38,8 @@ from tokenswarm.load.setup import (  # noqa: F401  (planned_duration_s, scenario
     set_class_weights,
 )
 from tokenswarm.load.timing import provenance as timing_provenance
-from tokenswarm.orchestrate.controller import EXIT_BAD_CONFIG, EXIT_RUN_BROKE, MSG_LIVE, MSG_STEP, RunController
-from tokenswarm.orchestrate.verdict import merge_slos, parse_slo_args
+from tokenswarm.orchestrate.controller import MSG_LIVE, MSG_STEP, RunController
+from tokenswarm.orchestrate.verdict import EXIT_BAD_CONFIG, EXIT_RUN_BROKE, merge_slos, parse_slo_args
 from tokenswarm.redact import install_log_redaction, remember_target
 from tokenswarm.webui import install as install_webui
 
@@ -51,7 +51,8 @@ def install_events(evs: Any) -> None:
     """Add tokenswarm's streaming hooks to a Locust ``Events`` object (idempotent).
 
     * ``llm_request(record, user)`` -- a request finished (any outcome), with its record.
-    * ``llm_first_token(task, ttft_ms, base)`` -- the first content chunk arrived.
+    * ``llm_first_token(task, ttft_ms, base)`` -- the first content chunk arrived (``base``:
+      the request's :class:`~tokenswarm.record.RecordIdentity`).
     * ``llm_chunk(task, offset_ms, chunks, base)`` -- content chunk(s) arrived in one read.
     """
     for name in ("llm_request", "llm_first_token", "llm_chunk"):

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
+from tokenswarm.metrics import slo_name
+
 EXIT_OK, EXIT_SLO_MISSED, EXIT_BAD_CONFIG, EXIT_RUN_BROKE = 0, 1, 2, 3
 
 
@@ -35,6 +37,7 @@ def parse_slo_args(items: list[str]) -> dict[str, Any]:
         task = None
         if "." in name:
             task, name = name.split(".", 1)
+        name = slo_name(name, f"--slo {item}")
         known = tuple(SLO_NAMES) + ("ttft_ms", "tpot_ms", "e2e_ms")
         if name not in known:
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
@@ -69,12 +72,13 @@ def evaluate_run(run_dir: str | Path, slos: dict[str, Any]) -> dict[str, Any]:
     """Verdict dict for a finished run directory (nothing printed, nothing written)."""
     import analysis
     from analysis.errors import AnalysisError, NoSuccessError
+    from analysis.loader import read_manifest
     from analysis.summary import require_success_in
 
     run_dir = Path(run_dir)
-    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest = read_manifest(run_dir)
     broken: list[str] = []
-    lost = [w for w in manifest.get("workers", []) if w.get("lost_reason")]
+    lost = [w for w in manifest.workers if w.get("lost_reason")]
     if lost:
         broken.append(f"{len(lost)} worker(s) lost: " + "; ".join(f"{w['worker_id']} ({w['lost_reason']})" for w in lost))
     results: list[dict[str, Any]] = []
@@ -96,9 +100,9 @@ def evaluate_run(run_dir: str | Path, slos: dict[str, Any]) -> dict[str, Any]:
             reason += f" ({short} of them not judged: not enough samples)"
     else:
         status, reason = EXIT_OK, (f"all {len(results)} SLO checks met" if results else "no SLOs given; the run worked")
-    return {"run_dir": str(run_dir), "run_id": manifest.get("run_id"), "exit_status": status,
+    return {"run_dir": str(run_dir), "run_id": manifest.run_id, "exit_status": status,
             "passed": status == EXIT_OK, "reason": reason, "slos": slos, "checks": results,
-            "warnings": manifest.get("warnings", [])}
+            "warnings": list(manifest.warnings)}
 
 
 def write_junit(verdict: dict[str, Any], path: str | Path) -> None:
@@ -132,6 +136,25 @@ def verdict_table(verdict: dict[str, Any]) -> str:
     word = {EXIT_OK: "PASS", EXIT_SLO_MISSED: "FAIL (SLO missed)", EXIT_RUN_BROKE: "FAIL (run broke)"}[verdict["exit_status"]]
     lines.append(f"verdict: {word} - {verdict['reason']} (exit status {verdict['exit_status']})")
     return "\n".join(lines)
+
+
+def conclude(run_dir: str | Path, slos: dict[str, Any], *, broken: str | None = None) -> tuple[dict[str, Any] | None, int]:
+    """The end of a run: write and print the verdict; return it and the process exit status.
+
+    ``broken`` is the circuit breaker's message when it stopped the run: the exit status is
+    then :data:`EXIT_RUN_BROKE` whatever the SLOs say, because the run did not measure the
+    server it was meant to. A verdict that cannot be evaluated is logged, never raised: it
+    must not hide the run's own files, and the status says the run broke.
+    """
+    import logging
+
+    try:
+        v = write_verdict(run_dir, slos)
+    except Exception as exc:
+        logging.getLogger("tokenswarm").exception("tokenswarm: could not evaluate the SLO verdict: %s", exc)
+        return None, EXIT_RUN_BROKE
+    print(verdict_table(v), flush=True)
+    return v, EXIT_RUN_BROKE if broken else int(v["exit_status"])
 
 
 def write_verdict(run_dir: str | Path, slos: dict[str, Any]) -> dict[str, Any]:

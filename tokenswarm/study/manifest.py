@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tokenswarm.manifest import RunManifest
 from tokenswarm.redact import redact
 from tokenswarm.study.spec import Study
 
@@ -34,10 +35,10 @@ def run_dir_name(arm: str, round_no: int) -> str:
 
 
 def run_complete(run_dir: Path) -> bool:
-    """A run directory whose manifest says it finished."""
+    """A run directory whose manifest says it finished (a missing or unreadable one did not)."""
     try:
-        return bool(json.loads((run_dir / "manifest.json").read_text()).get("complete"))
-    except (OSError, ValueError):
+        return RunManifest.from_json(json.loads((run_dir / "manifest.json").read_text())).complete
+    except (OSError, ValueError):  # ManifestError is a ValueError
         return False
 
 

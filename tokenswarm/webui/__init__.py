@@ -1,7 +1,8 @@
 """Live LLM metrics in Locust's web UI: an "LLM" tab, live charts, a CSV and the run report.
 
-``install(environment, ctl)`` is called by :mod:`tokenswarm.orchestrate.plugin` on the master or
-local process when Locust's web UI exists (not with ``--headless``, not on workers). It adds:
+``install(environment, run)`` is called by :mod:`tokenswarm.orchestrate.plugin` on the master or
+local process when Locust's web UI exists (not with ``--headless``, not on workers); ``run`` is
+the read-only :class:`~tokenswarm.webui.view.RunView` of the run (the controller). It adds:
 
 * the **LLM** tab (Locust ``extended_tabs``/``extended_tables``; rows injected into
   ``/stats/requests`` as ``extended_stats``) - per task and total: requests, failures,
@@ -18,16 +19,17 @@ from __future__ import annotations
 from typing import Any
 
 from tokenswarm.webui.state import WebState
+from tokenswarm.webui.view import RunSnapshot, RunView
 
-__all__ = ["WebState", "install"]
+__all__ = ["RunSnapshot", "RunView", "WebState", "install"]
 
 
-def install(environment: Any, ctl: Any, *, start_sampler: bool = True) -> WebState:
-    """Hook the LLM views into ``environment.web_ui`` for the run controller ``ctl``."""
+def install(environment: Any, run: RunView, *, start_sampler: bool = True) -> WebState:
+    """Hook the LLM views into ``environment.web_ui`` for the run ``run`` (read-only)."""
     from tokenswarm.webui.login import auto_enable
     from tokenswarm.webui.routes import register
 
-    state = WebState(environment, ctl)
+    state = WebState(environment, run)
     register(environment, state)
     auto_enable(environment)  # --web-login with TOKENSWARM_WEB_PASSWORD set
     if start_sampler:

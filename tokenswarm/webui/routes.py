@@ -86,7 +86,7 @@ def register(environment: Any, state: WebState) -> None:
 
     @route("/status.json", "status")
     def status_json() -> Any:
-        run_dir = state.ctl.run_dir
+        run_dir = state.run_dir
         report = state.reports.state(Path(run_dir)) if state.state() == "finished" else None
         return jsonify({"run_id": state.run_id, "state": state.state(), "run_dir": None if run_dir is None else str(run_dir),
                         "report": report})
@@ -105,7 +105,7 @@ def register(environment: Any, state: WebState) -> None:
 
     @route("/report/", "report")
     def report() -> Any:
-        run_dir = state.ctl.run_dir
+        run_dir = state.run_dir
         if run_dir is None or state.state() != "finished":
             msg = ("No run yet: start one, the report is built when it ends." if run_dir is None else
                    "The run is still going: the report is built when it ends (stop it, or wait for the last step).")
@@ -121,7 +121,7 @@ def register(environment: Any, state: WebState) -> None:
 
     @route("/report/<path:name>", "report_file")
     def report_file(name: str) -> Any:
-        run_dir = state.ctl.run_dir
+        run_dir = state.run_dir
         if run_dir is None or state.reports.state(Path(run_dir)) != "ready":
             return _page("Report not available yet", "Open the report page first.", refresh=False, home=base + "/"), 404
         return send_from_directory(state.reports.out_dir(Path(run_dir)).resolve(), name)

@@ -96,17 +96,17 @@ class ChartSampler:
         point: dict[str, Any] = {"t": round(obs.at_s, 3), "users": obs.users, "step": obs.step, "phase": obs.phase,
                                  "in_flight": obs.in_flight, "requests": snap.requests, "failures": snap.failures}
         if dt > 0:
-            point["output_tps"] = round((snap.tokens["Total"] - base.tokens.get("Total", 0)) / dt, 1)
+            point["output_tokens_per_s"] = round((snap.tokens["Total"] - base.tokens.get("Total", 0)) / dt, 1)
             point["req_s"] = round((snap.requests - base.requests) / dt, 2)
             point["err_s"] = round((snap.failures - base.failures) / dt, 2)
         else:
-            point["output_tps"] = point["req_s"] = point["err_s"] = None
+            point["output_tokens_per_s"] = point["req_s"] = point["err_s"] = None
         for metric, cur, prev in (("ttft", snap.ttft, base.ttft), ("tpot", snap.tpot, base.tpot)):
             if dt <= 0:
                 prev = {}  # the first sample: everything so far
             for p in (50, 95, 99):
                 v = delta_quantile(cur, prev, p / 100)
-                point[f"{metric}_p{p}_ms"] = None if v is None else round(v, 1)
+                point[f"live_{metric}_p{p}_ms"] = None if v is None else round(v, 1)
         point["waiting"] = gauge(obs.scrape, WAITING)
         point["running"] = gauge(obs.scrape, RUNNING)
         kv = gauge(obs.scrape, KV_CACHE, how="mean")

@@ -1,8 +1,9 @@
-"""What the web UI reads from the run controller (master or local process), in one place.
+"""What the web UI reads of the run (master or local process), in one place.
 
-Only public attributes of :class:`tokenswarm.orchestrate.controller.RunController` are read: ``live``
-(merged worker deltas on a master, the process's own stats locally), ``manifest``,
-``run_dir``, ``finished``, ``scrapers``, ``ctx``, ``worker_status`` and ``is_master``.
+The run is a :class:`~tokenswarm.webui.view.RunView`: its ``live`` statistics (merged worker
+deltas on a master, the process's own stats locally) and a frozen
+:class:`~tokenswarm.webui.view.RunSnapshot` (run id, run directory, times, state, in-flight
+count, step, the latest target scrape). Nothing else of the controller is read.
 """
 
 from __future__ import annotations
@@ -18,15 +19,16 @@ import orjson
 from tokenswarm.webui.report import ReportBuilder
 from tokenswarm.webui.series import ChartSampler, Observation
 from tokenswarm.webui.table import llm_rows, server_spec_decode
+from tokenswarm.webui.view import RunView
 
 
 class WebState:
     """Live table, chart samples and report state for one Locust master/local process."""
 
-    def __init__(self, environment: Any, ctl: Any, *, clock: Callable[[], float] = time.time,
+    def __init__(self, environment: Any, run: RunView, *, clock: Callable[[], float] = time.time,
                  interval_s: float = 2.0, max_samples: int = 3600, reports: ReportBuilder | None = None) -> None:
         self.env = environment
-        self.ctl = ctl
+        self.run = run
         self.clock = clock
         self.interval_s = interval_s
         self.sampler = ChartSampler(max_samples=max_samples, window_s=10.0)
@@ -38,41 +40,40 @@ class WebState:
     # -- the run ------------------------------------------------------------------------------
     @property
     def run_id(self) -> str | None:
-        m = self.ctl.manifest
-        return None if m is None else m.data.get("run_id")
+        return self.run.snapshot().run_id
 
     def run_elapsed_s(self) -> float | None:
-        m = self.ctl.manifest
-        if m is None or m.data.get("started_at") is None:
+        snap = self.run.snapshot()
+        if snap.run_id is None or snap.started_at is None:
             return None
-        end = m.data.get("ended_at") if self.ctl.finished else None
-        return max(0.0, (end or self.clock()) - m.data["started_at"])
+        end = snap.ended_at if snap.finished else None
+        return max(0.0, (end or self.clock()) - snap.started_at)
 
     def state(self) -> str:
         """``idle`` (no run yet), ``running``, ``stopping`` (collecting the last records) or ``finished``."""
-        m = self.ctl.manifest
-        if m is None:
+        snap = self.run.snapshot()
+        if snap.run_id is None:
             return "idle"
-        if not self.ctl.finished:
+        if not snap.finished:
             return "running"
-        return "finished" if m.data.get("complete") else "stopping"
+        return "finished" if snap.complete else "stopping"
 
     def in_flight(self) -> int | None:
-        if self.ctl.is_master:
-            return sum(int(w.get("in_flight", 0)) for w in self.ctl.worker_status.values())
-        return self.ctl.ctx.in_flight if self.ctl.ctx is not None else None
+        return self.run.snapshot().in_flight
+
+    @property
+    def run_dir(self) -> Path | None:
+        return self.run.snapshot().run_dir
 
     # -- scrapes ------------------------------------------------------------------------------
     def latest_scrape(self) -> dict[str, Any] | None:
-        """Latest successful scrape of the target (the newest ``target`` scraper: this run's)."""
-        for s in reversed(self.ctl.scrapers):
-            if s.source == "target":
-                return s.last
-        return None
+        """Latest successful scrape of the target (this run's)."""
+        return self.run.snapshot().target_scrape
 
     def first_scrape(self) -> dict[str, Any] | None:
         """The run's first successful target scrape, read back from ``server_metrics.jsonl``."""
-        rid, run_dir = self.run_id, self.ctl.run_dir
+        snap = self.run.snapshot()
+        rid, run_dir = snap.run_id, snap.run_dir
         if rid is None or run_dir is None:
             return None
         if rid in self._first_scrape:
@@ -94,7 +95,7 @@ class WebState:
     def rows(self) -> list[dict[str, Any]]:
         spec = server_spec_decode(self.first_scrape(), self.latest_scrape())
         recent = self.sampler.recent_tps() if self.state() == "running" else {}
-        return llm_rows(self.ctl.live, recent_tps=recent, run_elapsed_s=self.run_elapsed_s(), server_spec=spec)
+        return llm_rows(self.run.live, recent_tps=recent, run_elapsed_s=self.run_elapsed_s(), server_spec=spec)
 
     def sample_once(self) -> dict[str, Any] | None:
         """Add one chart sample if a run is going (or just ended); returns it."""
@@ -103,15 +104,15 @@ class WebState:
             return None
         if rid != self.sampler.run_id:
             self.sampler.reset(rid)
-        if self.ctl.finished:
+        snap = self.run.snapshot()
+        if snap.finished:
             if self._sampled_finished == rid or self.state() != "finished":
                 return None
             self._sampled_finished = rid  # one last sample with the final numbers
-        ctx = self.ctl.ctx
         runner = self.env.runner
-        obs = Observation(at_s=self.clock(), live=self.ctl.live, users=int(getattr(runner, "user_count", 0) or 0),
-                          step=getattr(ctx, "step_name", None), phase=getattr(ctx, "phase", None),
-                          in_flight=self.in_flight(), scrape=self.latest_scrape())
+        obs = Observation(at_s=self.clock(), live=self.run.live, users=int(getattr(runner, "user_count", 0) or 0),
+                          step=snap.step_name, phase=snap.phase, in_flight=snap.in_flight,
+                          scrape=snap.target_scrape)
         return self.sampler.add(obs)
 
     def start(self) -> None:

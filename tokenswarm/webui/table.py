@@ -21,16 +21,16 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("name", "Task"),
     ("requests", "Requests"),
     ("failures", "Failures"),
-    ("ttft_p50_ms", "TTFT p50 (ms)"),
-    ("ttft_p95_ms", "TTFT p95 (ms)"),
-    ("ttft_p99_ms", "TTFT p99 (ms)"),
-    ("tpot_p50_ms", "TPOT p50 (ms)"),
-    ("tpot_p95_ms", "TPOT p95 (ms)"),
-    ("tpot_p99_ms", "TPOT p99 (ms)"),
-    ("itl_p50_ms", "ITL p50 (ms)"),
-    ("itl_p99_ms", "ITL p99 (ms)"),
-    ("output_tps_recent", "Output tok/s (last 10 s)"),
-    ("output_tps_run", "Output tok/s (run)"),
+    ("live_ttft_p50_ms", "TTFT p50 (ms, live)"),
+    ("live_ttft_p95_ms", "TTFT p95 (ms, live)"),
+    ("live_ttft_p99_ms", "TTFT p99 (ms, live)"),
+    ("live_tpot_p50_ms", "TPOT p50 (ms, live)"),
+    ("live_tpot_p95_ms", "TPOT p95 (ms, live)"),
+    ("live_tpot_p99_ms", "TPOT p99 (ms, live)"),
+    ("live_itl_p50_ms", "ITL p50 (ms, live)"),
+    ("live_itl_p99_ms", "ITL p99 (ms, live)"),
+    ("output_tokens_per_s_recent", "Output tok/s (last 10 s)"),
+    ("output_tokens_per_s_run", "Output tok/s (run)"),
     ("output_tokens", "Output tokens"),
     ("tokens_per_chunk", "Tokens/chunk"),
     ("spec_acceptance_rate", "Spec acceptance rate"),
@@ -87,8 +87,8 @@ def llm_rows(live: LiveStats, *, recent_tps: dict[str, float | None] | None = No
     rows = []
     for r in summary_rows(live):
         row = {k: r.get(k) for k, _ in COLUMNS if k in r}
-        row["output_tps_recent"] = _round(recent_tps.get(r["name"]), 1)
-        row["output_tps_run"] = (round(r["output_tokens"] / run_elapsed_s, 1)
+        row["output_tokens_per_s_recent"] = _round(recent_tps.get(r["name"]), 1)
+        row["output_tokens_per_s_run"] = (round(r["output_tokens"] / run_elapsed_s, 1)
                                  if run_elapsed_s and run_elapsed_s > 0 else None)
         row["spec_acceptance_rate"] = None
         if r["name"] == "Total" and server_spec:  # the target's counters win over per-request stats

@@ -40,6 +40,7 @@ from tokenswarm.load.scenario.model import (
     _strip_v1,
     metrics_url_for,
 )
+from tokenswarm.metrics import DEPRECATED_SLO_NAMES, slo_name
 
 _CLASS_NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
 
@@ -497,22 +498,26 @@ def _parse_load(top: _Section, base_dir: Path | None = None) -> LoadConfig:
     )
 
 
+#: SLO keys a scenario may write: the current names and the deprecated ones they replace.
+_SLO_KEYS = SLO_NAMES + tuple(DEPRECATED_SLO_NAMES)
+
+
 def _slo_values(sec: _Section, names: tuple[str, ...]) -> dict[str, float]:
     out = {}
-    for key in names:
+    for key in names + tuple(DEPRECATED_SLO_NAMES):
         if not sec.has(key):
             continue
         if key in ("error_rate", "min_goodput_share"):
-            out[key] = sec.num(key, None, ge=0, le=1)
-        elif key == "min_output_tps":
-            out[key] = sec.num(key, None, gt=0)
+            value = sec.num(key, None, ge=0, le=1)
         else:
-            out[key] = sec.num(key, None, gt=0)
+            value = sec.num(key, None, gt=0)
+        # an old name (min_output_tps) still works; the warning names the file, the field and the new name
+        out[slo_name(key, f"{sec.file}: {sec.at(key)}")] = value
     return out
 
 
 def _parse_slo(top: _Section, file: str, task_names: set[str]) -> SloConfig:
-    sl = top.section("slo", SLO_NAMES + ("per_task",))
+    sl = top.section("slo", _SLO_KEYS + ("per_task",))
     overall = _slo_values(sl, SLO_NAMES)
     per_task: dict[str, dict[str, float]] = {}
     pt_raw = sl.raw("per_task", {})
@@ -527,5 +532,5 @@ def _parse_slo(top: _Section, file: str, task_names: set[str]) -> SloConfig:
                 tname,
                 problem="unknown task",
             )
-        per_task[tname] = _slo_values(_Section(vals, sl.at(f"per_task.{tname}"), file, SLO_NAMES), SLO_NAMES)
+        per_task[tname] = _slo_values(_Section(vals, sl.at(f"per_task.{tname}"), file, _SLO_KEYS), SLO_NAMES)
     return SloConfig(overall=overall, per_task=per_task)

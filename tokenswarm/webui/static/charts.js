@@ -5,8 +5,8 @@
   var MAX_SAMPLES = 5000;
   var COLORS = ["#1f77b4", "#ff7f0e", "#d62728", "#2ca02c", "#9467bd"];
   var LABELS = {
-    output_tps: "output tok/s", ttft_p50_ms: "p50", ttft_p95_ms: "p95", ttft_p99_ms: "p99",
-    tpot_p50_ms: "p50", tpot_p95_ms: "p95", tpot_p99_ms: "p99", users: "users", in_flight: "in flight",
+    output_tokens_per_s: "output tok/s", live_ttft_p50_ms: "p50", live_ttft_p95_ms: "p95", live_ttft_p99_ms: "p99",
+    live_tpot_p50_ms: "p50", live_tpot_p95_ms: "p95", live_tpot_p99_ms: "p99", users: "users", in_flight: "in flight",
     req_s: "requests/s", err_s: "errors/s", waiting: "waiting", running: "running", kv_cache_pct: "KV cache %"
   };
   var samples = [];
