@@ -36,6 +36,9 @@ class RecordsWriter:
         self.bytes_written = 0
         self._fh: IO[bytes] | None = None
         self.paths: list[Path] = []
+        # Created at once: a run stopped before its first record still has its (empty) records
+        # file, so "nothing recorded" reads as such rather than as a missing file.
+        self._open()
 
     def _name(self) -> str:
         ext = ".jsonl.gz" if self.gzip_output else ".jsonl"
