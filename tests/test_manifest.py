@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from analysis.errors import RunInputError
-from analysis.loader import read_manifest
 from tests.analysis.runfactory import manifest as legacy_manifest
 from tests.analysis.runfactory import step as legacy_step
+from tokenswarm.analysis.errors import RunInputError
+from tokenswarm.analysis.loader import read_manifest
 from tokenswarm.collect.manifest import ManifestFile, new_manifest
 from tokenswarm.manifest import LoadStep, ManifestError, RunManifest, RunTarget, Totals
 from tokenswarm.record import FORMAT_VERSION

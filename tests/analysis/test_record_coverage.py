@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from analysis.loader.records import IGNORED_FIELDS, READ_FIELDS
+from tokenswarm.analysis.loader.records import IGNORED_FIELDS, READ_FIELDS
 from tokenswarm.record import RequestRecord
 
 RECORD_FIELDS = [f.name for f in dataclasses.fields(RequestRecord)]

@@ -1,0 +1,60 @@
+"""The analysis folder sits at the top level of the checkout, but is installed and imported as
+``tokenswarm.analysis`` (``tokenswarm/analysis`` is a link to it): installing tokenswarm must not
+create a generic top-level ``analysis`` module that collides with someone else's."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from setuptools import find_packages
+
+ROOT = Path(__file__).resolve().parents[1]
+SKIP = {".ci-venv", "build", "site", ".git", "runs"}
+
+
+def python_sources() -> list[Path]:
+    out = []
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT)
+        if rel.parts[0] in SKIP or rel.parts[0].endswith(".egg-info") or rel.parts[:2] == ("tokenswarm", "analysis"):
+            continue
+        out.append(path)
+    return out
+
+
+def test_no_source_imports_a_top_level_analysis_module():
+    offenders = []
+    for path in python_sources():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            offenders += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names
+                          if n == "analysis" or n.startswith("analysis.")]
+    assert not offenders, "import tokenswarm.analysis instead:\n" + "\n".join(offenders)
+
+
+def test_the_installed_packages_are_all_inside_the_tokenswarm_namespace():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    include = config["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert include == ["tokenswarm*"]
+    packages = find_packages(str(ROOT), include=include)
+    assert {"tokenswarm.analysis", "tokenswarm.analysis.loader"} <= set(packages)
+    assert not [p for p in packages if not p.startswith("tokenswarm")]
+    assert (ROOT / "tokenswarm" / "analysis").resolve() == (ROOT / "analysis").resolve()
+
+
+def test_the_analysis_entry_point_and_notebook_api_work_under_the_new_name():
+    res = subprocess.run([sys.executable, "-m", "tokenswarm.analysis", "--help"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=60)
+    assert res.returncode == 0 and "report" in res.stdout, res.stderr[-2000:]
+    from tokenswarm.analysis import analyse
+    from tokenswarm.analysis.loader import load_run
+
+    assert callable(analyse) and callable(load_run)
