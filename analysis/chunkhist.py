@@ -363,31 +363,42 @@ class ChunkAccumulator:
 
     def _add_kernel(self, gid_req: np.ndarray, offsets: np.ndarray, n_chunks: np.ndarray, tokens: np.ndarray,
                     exact: np.ndarray, width: int, G: int) -> None:
-        """The same counts as the numpy path in one C pass (``analysis._chunkhist``)."""
-        cells = np.zeros((G, width + 2, _NKEYS), dtype=np.int64)
+        """The same counts as the numpy path in one C pass (``analysis._chunkhist``).
+
+        The pass counts into cells of this batch's groups only (a row group holds a few of a
+        run's groups), which are then added to the run's; so a batch's scratch cells do not grow
+        with the number of groups of the run.
+        """
+        present = np.unique(gid_req[gid_req >= 0])
+        L = present.size
+        if L == 0:
+            return
+        local = np.full(G, -1, dtype=np.int32)
+        local[present] = np.arange(L, dtype=np.int32)
+        lgid = np.where(gid_req >= 0, local[np.maximum(gid_req, 0)], -1).astype(np.int32)
+        cells = np.zeros((L, width + 2, _NKEYS), dtype=np.int64)
         # every delivery size below the cap has a slot; np.zeros is lazily zeroed memory, so the
         # slots no delivery reaches cost no RSS
-        itl_cells = np.zeros((G, TOKENS_CAP, _NKEYS), dtype=np.int64)
-        itl_big = np.zeros((G, _NKEYS), dtype=np.int64)
+        itl_cells = np.zeros((L, TOKENS_CAP, _NKEYS), dtype=np.int64)
+        itl_big = np.zeros((L, _NKEYS), dtype=np.int64)
         v = self.vec
-        part = {name: np.ascontiguousarray(v[name][:G]) for name in v}
-        gaps = np.zeros(G, dtype=np.int64)
+        part = {name: v[name][present] for name in ("gap_sum", "itl_sum", "gap_lo", "gap_hi", "itl_lo", "itl_hi")}
+        gaps = np.zeros(L, dtype=np.int64)
         assert _kernel is not None
         max_tokens = _kernel.accumulate(
             np.ascontiguousarray(offsets, dtype=np.float64), np.ascontiguousarray(n_chunks, dtype=np.int64),
-            np.ascontiguousarray(tokens, dtype=np.int32), np.ascontiguousarray(gid_req, dtype=np.int32),
-            np.ascontiguousarray(exact, dtype=np.uint8), width, cells, itl_cells, itl_big, part["gap_sum"],
-            part["itl_sum"], part["gap_lo"], part["gap_hi"], part["itl_lo"], part["itl_hi"], gaps,
-            float(_A), float(_B), float(_CLAMP))
-        for name in ("gap_sum", "itl_sum", "gap_lo", "gap_hi", "itl_lo", "itl_hi"):
-            v[name][:G] = part[name]
-        v["gaps"][:G] += gaps
-        self.cube[:G, :width] += cells[:, :width]
-        self.unknown[:G] += cells[:, width]
+            np.ascontiguousarray(tokens, dtype=np.int32), lgid, np.ascontiguousarray(exact, dtype=np.uint8), width,
+            cells, itl_cells, itl_big, part["gap_sum"], part["itl_sum"], part["gap_lo"], part["gap_hi"],
+            part["itl_lo"], part["itl_hi"], gaps, float(_A), float(_B), float(_CLAMP))
+        for name, values in part.items():
+            v[name][present] = values
+        v["gaps"][present] += gaps
+        self.cube[present, :width] += cells[:, :width]
+        self.unknown[present] += cells[:, width]
         if max_tokens > 0:
             self._grow(G, 0, max_tokens + 1)
-            self.itl_cube[:G, : max_tokens + 1] += itl_cells[:, : max_tokens + 1]
-        self.itl_big[:G] += itl_big
+            self.itl_cube[present, : max_tokens + 1] += itl_cells[:, : max_tokens + 1]
+        self.itl_big[present] += itl_big
 
     def _add_big_tokens(self, gid: np.ndarray, tok: np.ndarray, sel: np.ndarray, G: int) -> None:
         """Token counts per group of the chunks of >= TOKENS_CAP tokens (rare)."""
