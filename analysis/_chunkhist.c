@@ -90,6 +90,7 @@ static inline int position_fast(float v, int clamp_pos, float clamp) {
 /* A request's deliveries so far: the open one's lead gap and tokens, and whether it is the first. */
 typedef struct {
     float lead;
+    int lead_pos; /* bucket offset of lead, from the chunk loop (one lookup per chunk, not two) */
     int64_t tokens;
     int first;
 } delivery;
@@ -109,7 +110,7 @@ static inline void close_delivery(const delivery *d, itl_out *out, Py_ssize_t g,
     const int64_t t = d->tokens;
     const float itl = d->lead / (float)t;
     if (t < TOKENS_CAP) {
-        out->cells[(g * TOKENS_CAP + t) * NKEYS + position_fast(d->lead, clamp_pos, clamp)]++;
+        out->cells[(g * TOKENS_CAP + t) * NKEYS + d->lead_pos]++;
         if (t > out->max_tokens) out->max_tokens = (int)t;
     } else {  /* rare: bucketed by its ITL value, which stays within the precision of lead / t */
         out->big[g * NKEYS + position_fast(itl, clamp_pos, clamp)] += t;
@@ -167,14 +168,15 @@ static PyObject *accumulate(PyObject *Py_UNUSED(self), PyObject *args) {
         double gs = 0.0, is = 0.0, glo = gap_lo[g], ghi = gap_hi[g], ilo = itl_lo[g], ihi = itl_hi[g];
         const int ex = exact[r] != 0;
         /* a chunk without an exact count is one token, for ITL as for the exact path */
-        delivery d = {0.0f, ex ? tok[start] : 1, 1};
+        delivery d = {0.0f, 0, ex ? tok[start] : 1, 1};
         for (Py_ssize_t i = start + 1; i < start + n; i++) {
             const float gap = (float)(off[i] - off[i - 1]);
             const int t = ex ? tok[i] : 1;
             /* inter-chunk and tokens per chunk: every chunk */
             const int tc = t < 0 ? 0 : t;
             const int slot = !ex ? width : (tc >= TOKENS_CAP ? width + 1 : (tc < width ? tc : width - 1));
-            cg[slot * NKEYS + position_fast(gap, clamp_pos, clamp)]++;
+            const int pos = position_fast(gap, clamp_pos, clamp);
+            cg[slot * NKEYS + pos]++;
             gs += gap;
             if (gap < glo) glo = gap;
             if (gap > ghi) ghi = gap;
@@ -182,6 +184,7 @@ static PyObject *accumulate(PyObject *Py_UNUSED(self), PyObject *args) {
             if (off[i] != off[i - 1]) {
                 close_delivery(&d, &out, g, clamp_pos, clamp, &is, &ilo, &ihi);
                 d.lead = gap;
+                d.lead_pos = pos;
                 d.tokens = t;
                 d.first = 0;
             } else {
