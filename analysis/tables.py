@@ -293,9 +293,12 @@ def _latency_block(
     run: Run, d: dict[str, np.ndarray], req: np.ndarray,
     parts: tuple[Any, Any, float | None], open_loop: bool,
 ) -> dict[str, Any]:
-    ok = req & d["ok"]
-    n_failed = int((req & d["failed"]).sum())
-    n_ok = int(ok.sum())
+    # index arrays, built once: a row selects a small share of the requests, and gathering by
+    # index is several times cheaper than a boolean mask over every request, column after column
+    req_idx = np.flatnonzero(req)
+    ok = req_idx[d["ok"][req_idx]]
+    n_failed = int(d["failed"][req_idx].sum())
+    n_ok = int(ok.size)
     failed_share = n_failed / (n_ok + n_failed) if n_ok + n_failed else None
     out: dict[str, Any] = {}
     sources = {
@@ -310,7 +313,7 @@ def _latency_block(
                 out.update(_chunk_stats(parts, failed_share))
             continue
         if name == "schedule_lag":
-            v = d["schedule_lag_ms"][req]
+            v = d["schedule_lag_ms"][req_idx]
             out.update(describe(v[~np.isnan(v)], name, unit))
             continue
         if name.endswith("_from_schedule"):
@@ -322,7 +325,7 @@ def _latency_block(
             continue
         v = sources[name][ok]
         out.update(describe(v[~np.isnan(v)], name, unit, n_failed=n_failed))
-    out["ttft_missing_count"] = int((ok & np.isnan(run["ttft_ms"])).sum())
+    out["ttft_missing_count"] = int(np.isnan(run["ttft_ms"][ok]).sum())
     return out
 
 
