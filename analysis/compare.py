@@ -30,12 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from analysis.errors import NotComparableError
-from analysis.loader import Run
-from analysis.slo import ALL_TASKS
-from analysis.specdecode import spec_decode_tables
-from analysis.stats import bootstrap_percentiles, percentiles_sorted, ratio_ci
-from analysis.tables import Window, derived, quality_shares, windows
+from tokenswarm.analysis.errors import NotComparableError
+from tokenswarm.analysis.loader import Run
+from tokenswarm.analysis.slo import ALL_TASKS
+from tokenswarm.analysis.specdecode import spec_decode_tables
+from tokenswarm.analysis.stats import bootstrap_percentiles, percentiles_sorted, ratio_ci
+from tokenswarm.analysis.tables import Window, derived, quality_shares, windows
 
 RATIO_PERCENTILES: tuple[float, ...] = (50.0, 95.0, 99.0)
 RATIO_METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from analysis.stats import min_samples_for
+from tokenswarm.analysis.stats import min_samples_for
 
 Block = tuple[Any, ...]
 

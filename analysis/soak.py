@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from analysis.loader import Run
-from analysis.stats import mann_kendall, theil_sen
-from analysis.tables import derived
+from tokenswarm.analysis.loader import Run
+from tokenswarm.analysis.stats import mann_kendall, theil_sen
+from tokenswarm.analysis.tables import derived
 
 DRIFT_SERIES: tuple[str, ...] = (
     "ttft_p50_ms",

@@ -29,12 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from analysis.chunkhist import METHOD as CHUNK_HIST_METHOD
-from analysis.chunkhist import HistogramParts, window_hist_parts
-from analysis.loader import Run
-from analysis.prefixcache import prefix_cache_rows
-from analysis.slo import ALL_TASKS, SloResult, SloSpec, evaluate_rows, parse_slos, scenario_slos
-from analysis.stats import SortedParts, describe, describe_parts
+from tokenswarm.analysis.chunkhist import METHOD as CHUNK_HIST_METHOD
+from tokenswarm.analysis.chunkhist import HistogramParts, window_hist_parts
+from tokenswarm.analysis.loader import Run
+from tokenswarm.analysis.prefixcache import prefix_cache_rows
+from tokenswarm.analysis.slo import ALL_TASKS, SloResult, SloSpec, evaluate_rows, parse_slos, scenario_slos
+from tokenswarm.analysis.stats import SortedParts, describe, describe_parts
 from tokenswarm.metrics import itl_samples
 from tokenswarm.record import OUTCOMES
 

@@ -170,9 +170,9 @@ def write_costs(run_dir: Path, sample: int = 20_000) -> dict[str, float]:
 
 
 def analyse_timed(run_dir: Path, out_dir: Path, with_plots: bool) -> tuple[dict, dict]:
-    from analysis.loader import load_run
-    from analysis.report import write_report
-    from analysis.summary import analyse
+    from tokenswarm.analysis.loader import load_run
+    from tokenswarm.analysis.report import write_report
+    from tokenswarm.analysis.summary import analyse
 
     times: dict[str, tuple[float, float]] = {}
 

@@ -133,10 +133,10 @@ def generate(run_dir: Path, n_records: int, seed: int = 0, batch: int = 20_000) 
 
 def analyse_timed(run_dir: Path, out_dir: Path, with_plots: bool) -> dict:
     """Load, analyse and write; returns (wall s, CPU s) per phase."""
-    import analysis.summary as summary_mod
-    from analysis.loader import load_run
-    from analysis.report import write_report
-    from analysis.summary import analyse
+    import tokenswarm.analysis.summary as summary_mod
+    from tokenswarm.analysis.loader import load_run
+    from tokenswarm.analysis.report import write_report
+    from tokenswarm.analysis.summary import analyse
 
     times: dict[str, tuple[float, float]] = {}
 

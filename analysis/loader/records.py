@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from analysis.errors import RunInputError
-from analysis.fastnum import parse_ints
-from analysis.loader.lines import _iter_lines, _tolerate_bad_line
+from tokenswarm.analysis.errors import RunInputError
+from tokenswarm.analysis.fastnum import parse_ints
+from tokenswarm.analysis.loader.lines import _iter_lines, _tolerate_bad_line
 from tokenswarm.record import OUTCOMES
 
 #: Compact-JSON key of the per-chunk token list (what orjson and RequestRecord.to_json write).

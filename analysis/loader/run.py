@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 import orjson
 
-from analysis.chunkhist import ChunkHistograms
-from analysis.errors import RunInputError
-from analysis.gpu import GpuMetrics, gpu_metrics_from_lines
-from analysis.loader.columnar import read_store
-from analysis.loader.lines import _iter_json
-from analysis.loader.records import _release_free_memory, read_records
-from analysis.loader.server_metrics import ServerMetrics, read_server_metrics
+from tokenswarm.analysis.chunkhist import ChunkHistograms
+from tokenswarm.analysis.errors import RunInputError
+from tokenswarm.analysis.gpu import GpuMetrics, gpu_metrics_from_lines
+from tokenswarm.analysis.loader.columnar import read_store
+from tokenswarm.analysis.loader.lines import _iter_json
+from tokenswarm.analysis.loader.records import _release_free_memory, read_records
+from tokenswarm.analysis.loader.server_metrics import ServerMetrics, read_server_metrics
 from tokenswarm.collect.parquet_store import PARTS_GLOB
 from tokenswarm.record import FORMAT_VERSION
 

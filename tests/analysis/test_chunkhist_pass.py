@@ -9,9 +9,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from analysis import chunkhist
-from analysis.chunkhist import TOKENS_CAP, ChunkAccumulator, ChunkHistograms, _positions
 from tokenswarm import metrics
+from tokenswarm.analysis import chunkhist
+from tokenswarm.analysis.chunkhist import TOKENS_CAP, ChunkAccumulator, ChunkHistograms, _positions
 
 PATHS = [pytest.param(False, id="numpy"),
          pytest.param(True, id="C", marks=pytest.mark.skipif(chunkhist._kernel is None, reason="C pass not built"))]

@@ -5,8 +5,8 @@ import re
 import orjson
 import pytest
 
-from analysis.summary import unitless_keys
 from tests.analysis.runfactory import T0, failed, key, record, step, write_run
+from tokenswarm.analysis.summary import unitless_keys
 from tokenswarm.cli import main
 
 STEPS = [step(0, "concurrency", 1, T0, T0 + 1, T0 + 30), step(1, "concurrency", 4, T0 + 30, T0 + 31, T0 + 60)]

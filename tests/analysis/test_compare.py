@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from analysis import NotComparableError, compare_runs, load_run
 from tests.analysis.runfactory import T0, record, step, write_run
+from tokenswarm.analysis import NotComparableError, compare_runs, load_run
 
 STEPS = [step(0, "concurrency", 1, T0, T0, T0 + 100), step(1, "concurrency", 8, T0 + 100, T0 + 100, T0 + 200)]
 TEXT = "The quick brown fox jumps over the lazy dog and keeps running far away"

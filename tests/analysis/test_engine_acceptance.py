@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.loader import load_run
-from analysis.specdecode import server_deltas
 from tests.analysis.exporter_text import LLAMACPP_SPEC, SGLANG, TGI, VLLM_SPEC
 from tests.analysis.runfactory import T0, record, step, write_run
+from tokenswarm.analysis.loader import load_run
+from tokenswarm.analysis.specdecode import server_deltas
 from tokenswarm.collect.scrape import parse_metrics
 
 

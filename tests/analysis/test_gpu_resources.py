@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from analysis import analyse
-from analysis.gpu import gpu_metrics_from_lines, gpu_readings, is_gpu_metric, window_stats
-from analysis.loader import load_run
-from analysis.resources import compare_resources, resource_sentence
-from analysis.summary import unitless_keys
 from tests.analysis.exporter_text import AMD_ONE_GPU, DCGM_TWO_GPUS, VLLM_SPEC
 from tests.analysis.runfactory import T0, record, step, write_run
+from tokenswarm.analysis import analyse
+from tokenswarm.analysis.gpu import gpu_metrics_from_lines, gpu_readings, is_gpu_metric, window_stats
+from tokenswarm.analysis.loader import load_run
+from tokenswarm.analysis.resources import compare_resources, resource_sentence
+from tokenswarm.analysis.summary import unitless_keys
 from tokenswarm.collect.scrape import parse_metrics
 
 
@@ -122,7 +122,7 @@ def test_memory_growth_per_hour_is_reported_for_a_constant_load_run(tmp_path):
 
 
 def test_resource_plots_draw_from_the_summary(tmp_path):
-    from analysis import plots
+    from tokenswarm.analysis import plots
 
     run = _run_with_gpu(tmp_path, "p", power=400.0, used=60000.0)
     s = analyse(run)
@@ -131,8 +131,8 @@ def test_resource_plots_draw_from_the_summary(tmp_path):
 
 
 def test_terminal_summary_and_csv_tables_carry_the_resources_and_the_audit(tmp_path):
-    from analysis.render_csv import report_tables
-    from analysis.render_terminal import report_text
+    from tokenswarm.analysis.render_csv import report_tables
+    from tokenswarm.analysis.render_terminal import report_text
 
     s = analyse(_run_with_gpu(tmp_path, "t", power=400.0, used=60000.0))
     text = report_text(s)

@@ -6,8 +6,8 @@ import numpy as np
 import orjson
 import pytest
 
-from analysis import NoSuccessError, RunInputError, analyse, load_run
 from tests.analysis.runfactory import failed, record, write_run
+from tokenswarm.analysis import NoSuccessError, RunInputError, analyse, load_run
 
 
 def _recs(n=30):

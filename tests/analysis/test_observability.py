@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from analysis import analyse
-from analysis.loader import load_run
-from analysis.observability import SIGNALS, audit
-from analysis.tables import windows
 from tests.analysis.exporter_text import LLAMACPP_SPEC, SGLANG, TGI, VLLM_SPEC
 from tests.analysis.runfactory import T0, record, step, write_run
+from tokenswarm.analysis import analyse
+from tokenswarm.analysis.loader import load_run
+from tokenswarm.analysis.observability import SIGNALS, audit
+from tokenswarm.analysis.tables import windows
 from tokenswarm.collect.scrape import parse_metrics
 
 

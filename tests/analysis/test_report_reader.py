@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from analysis import analyse
-from analysis.curves import curves
-from analysis.loader import load_run
-from analysis.render_doc import report_doc, slo_matrix_blocks
-from analysis.sent import what_was_sent
-from analysis.soak import soak
-from analysis.tables import windows
 from tests.analysis.runfactory import T0, record, step, write_run
+from tokenswarm.analysis import analyse
+from tokenswarm.analysis.curves import curves
+from tokenswarm.analysis.loader import load_run
+from tokenswarm.analysis.render_doc import report_doc, slo_matrix_blocks
+from tokenswarm.analysis.sent import what_was_sent
+from tokenswarm.analysis.soak import soak
+from tokenswarm.analysis.tables import windows
 
 
 def _row(i, users, tps, e2e, ttft, tpot):

@@ -5,11 +5,11 @@ was late (send_delay_ms p99 > 1 ms)."""
 import numpy as np
 import pytest
 
-from analysis import load_run, step_table
-from analysis.health import SEND_DELAY_P99_LIMIT_MS, generator_health
-from analysis.render_doc import report_doc
-from analysis.summary import analyse, unitless_keys
 from tests.analysis.runfactory import T0, record, step, write_run
+from tokenswarm.analysis import load_run, step_table
+from tokenswarm.analysis.health import SEND_DELAY_P99_LIMIT_MS, generator_health
+from tokenswarm.analysis.render_doc import report_doc
+from tokenswarm.analysis.summary import analyse, unitless_keys
 
 
 def _phases(i: int, step_index: int, late: bool) -> dict:
@@ -99,6 +99,6 @@ def test_generator_health_names_the_timing_paths_and_every_fallback_that_happene
 
 
 def report_doc_health(h):
-    from analysis.render_doc import _health_blocks
+    from tokenswarm.analysis.render_doc import _health_blocks
 
     return _health_blocks(h)

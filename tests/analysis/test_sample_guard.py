@@ -1,7 +1,7 @@
 """The sample-size guard in the run report: a percentile its n cannot support is never a number."""
 
-from analysis.render_doc import guarded
 from tests.analysis.runfactory import T0, record, step, write_run
+from tokenswarm.analysis.render_doc import guarded
 from tokenswarm.cli import main
 
 

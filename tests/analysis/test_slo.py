@@ -2,10 +2,10 @@
 
 import pytest
 
-from analysis import load_run, step_table
-from analysis.slo import SloSpec, parse_slos
-from analysis.tables import evaluate
 from tests.analysis.runfactory import T0, failed, record, step, write_run
+from tokenswarm.analysis import load_run, step_table
+from tokenswarm.analysis.slo import SloSpec, parse_slos
+from tokenswarm.analysis.tables import evaluate
 
 
 def test_parse_validates_names_and_values_with_dotted_paths():

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from analysis import load_run, soak
-from analysis.soak import time_windows
 from tests.analysis.runfactory import T0, failed, record, scrape, write_run
+from tokenswarm.analysis import load_run, soak
+from tokenswarm.analysis.soak import time_windows
 
 
 def _soak_records(drift_ms_per_min, minutes=30, per_min=40, seed=0, burst_minute=None):

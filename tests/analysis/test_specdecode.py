@@ -2,9 +2,9 @@
 
 import pytest
 
-from analysis import load_run, spec_decode_tables, windows
-from analysis.specdecode import server_deltas
 from tests.analysis.runfactory import T0, record, scrape, step, write_run
+from tokenswarm.analysis import load_run, spec_decode_tables, windows
+from tokenswarm.analysis.specdecode import server_deltas
 
 DR, DT, AC = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
               "vllm:spec_decode_num_accepted_tokens_total")
@@ -75,7 +75,7 @@ def test_chunks_above_k_plus_1_flag_coalescing(tmp_path):
 
 
 def test_a_chunk_estimate_that_contradicts_the_per_request_metrics_is_not_reliable():
-    from analysis.specdecode import _check_against_requests
+    from tokenswarm.analysis.specdecode import _check_against_requests
 
     row = {"request_mean_acceptance_length_tokens": 3.45, "chunk_mean_tokens_per_chunk_tokens": 2.18,
            "chunk_estimate_reliable": True, "chunk_estimate_notes": []}

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from analysis import load_run, step_table
-from analysis.stats import PERCENTILE_KEYS, PERCENTILES
-from analysis.tables import derived
 from tests.analysis.runfactory import T0, failed, record, step, write_run
 from tokenswarm import metrics
+from tokenswarm.analysis import load_run, step_table
+from tokenswarm.analysis.stats import PERCENTILE_KEYS, PERCENTILES
+from tokenswarm.analysis.tables import derived
 
 
 def _random_records(rng, n, step_index=None, phase=None, t0=T0):

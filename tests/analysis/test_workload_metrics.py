@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from analysis import analyse, compare_runs, load_run
 from tests.analysis.runfactory import T0, record, step, write_run
+from tokenswarm.analysis import analyse, compare_runs, load_run
 
 STEPS = [step(0, "concurrency", 4, T0, T0, T0 + 100)]
 

@@ -7,7 +7,7 @@ import math
 
 import orjson
 
-from analysis.loader.records import _spec_fields
+from tokenswarm.analysis.loader.records import _spec_fields
 from tokenswarm.load.engine_fields import (
     llamacpp_spec_decode,
     one_token_per_event,

@@ -10,8 +10,8 @@ import subprocess
 import pytest
 import yaml
 
-from analysis import analyse, load_run
 from tests.helpers.runs import read_manifest, read_records, run_locust, start_master_and_workers
+from tokenswarm.analysis import analyse, load_run
 from tokenswarm.sim.testing import start_sim
 
 pytestmark = pytest.mark.slow
