@@ -292,9 +292,12 @@ def _latency_block(
     run: Run, d: dict[str, np.ndarray], req: np.ndarray,
     parts: tuple[Any, Any, float | None], open_loop: bool,
 ) -> dict[str, Any]:
-    ok = req & d["ok"]
-    n_failed = int((req & d["failed"]).sum())
-    n_ok = int(ok.sum())
+    # index arrays, built once: a row selects a small share of the requests, and gathering by
+    # index is several times cheaper than a boolean mask over every request, column after column
+    req_idx = np.flatnonzero(req)
+    ok = req_idx[d["ok"][req_idx]]
+    n_failed = int(d["failed"][req_idx].sum())
+    n_ok = int(ok.size)
     failed_share = n_failed / (n_ok + n_failed) if n_ok + n_failed else None
     out: dict[str, Any] = {}
     sources = {
@@ -309,7 +312,7 @@ def _latency_block(
                 out.update(_chunk_stats(parts, failed_share))
             continue
         if name == "schedule_lag":
-            v = d["schedule_lag_ms"][req]
+            v = d["schedule_lag_ms"][req_idx]
             out.update(describe(v[~np.isnan(v)], name, unit))
             continue
         if name.endswith("_from_schedule"):
@@ -321,7 +324,7 @@ def _latency_block(
             continue
         v = sources[name][ok]
         out.update(describe(v[~np.isnan(v)], name, unit, n_failed=n_failed))
-    out["ttft_missing_count"] = int((ok & np.isnan(run["ttft_ms"])).sum())
+    out["ttft_missing_count"] = int(np.isnan(run["ttft_ms"][ok]).sum())
     return out
 
 
@@ -412,17 +415,24 @@ def good_mask(run: Run, spec: SloSpec) -> np.ndarray | None:
         return None
     good = d["ok"].copy()
     task = run["task"]
-    for code, t in enumerate(tasks):
-        th = thresholds[t]
-        sel = task == code
-        if "ttft_ms" in th:
-            good[sel] &= run["ttft_ms"][sel] <= th["ttft_ms"]
-        if "e2e_ms" in th:
-            good[sel] &= run["e2e_ms"][sel] <= th["e2e_ms"]
-        if "tpot_ms" in th:
-            tp = d["tpot_ms"][sel]
-            good[sel] &= np.isnan(tp) | (tp <= th["tpot_ms"])
+    for metric, values in (("ttft_ms", run["ttft_ms"]), ("e2e_ms", run["e2e_ms"]), ("tpot_ms", d["tpot_ms"])):
+        limit = _per_task(tasks, thresholds, metric)
+        if limit is None:
+            continue
+        # one vectorised pass per metric (per-task boolean selections cost seconds at 10M requests);
+        # requests of tasks without this threshold have limit NaN and are left as they are
+        lim = limit[task]
+        passes = np.isnan(lim) | (values <= lim)
+        if metric == "tpot_ms":
+            passes |= np.isnan(values)
+        good &= passes
     return good
+
+
+def _per_task(tasks: list[str], thresholds: dict[str, dict[str, float]], metric: str) -> np.ndarray | None:
+    """Threshold of ``metric`` by task code (NaN: none for that task; the last entry is for code -1)."""
+    limit = np.array([thresholds[t].get(metric, np.nan) for t in tasks] + [np.nan], dtype=np.float64)
+    return None if np.isnan(limit).all() else limit
 
 
 def _error_rows(run: Run, w: Window, task_name: str, req: np.ndarray, denom: int) -> list[dict[str, Any]]:

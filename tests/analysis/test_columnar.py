@@ -213,6 +213,11 @@ def test_the_c_pass_counts_exactly_what_the_numpy_pass_counts(tmp_path):
     np.testing.assert_array_equal(c.cube.sum(axis=2), p.cube.sum(axis=2))
     np.testing.assert_array_equal(c.unknown.sum(axis=1), p.unknown.sum(axis=1))
     np.testing.assert_array_equal(c.gaps, p.gaps)
+    # the per-delivery ITL counts of the same pass: deliveries by (group, tokens) exactly, buckets as above
+    width = max(c.itl_cube.shape[1], p.itl_cube.shape[1])
+    c_itl, p_itl = (np.pad(h.itl_cube, ((0, 0), (0, width - h.itl_cube.shape[1]), (0, 0))) for h in (c, p))
+    assert c_itl.sum() > 10_000 and np.abs(c_itl - p_itl).sum() / c_itl.sum() < 1e-4
+    np.testing.assert_array_equal(c_itl.sum(axis=2), p_itl.sum(axis=2))
     for name in ("gap_sum", "itl_sum", "gap_lo", "gap_hi", "itl_lo", "itl_hi"):
         np.testing.assert_allclose(getattr(c, name), getattr(p, name), rtol=1e-9, err_msg=name)
 
