@@ -33,6 +33,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.analysis_1m import STEPS, T0, TASKS
+from tokenswarm.record import FORMAT_VERSION
 
 GROUP = 65536  # records per row group / part (the writer's default)
 STEP_LEN_S = 900.0
@@ -86,7 +87,7 @@ def _batch(rng: np.random.Generator, start: int, n: int, n_records: int, mean_ch
         "run_id": pa.array(["bench-10m"] * n), "worker_id": pa.array(np.array(["w0", "w1", "w2", "w3"])[idx % 4]),
         "seq": pa.array(idx // 4), "task": pa.array(np.array(TASKS)[rng.integers(0, len(TASKS), n)]),
         "user_class": pa.array(["U"] * n), "outcome": pa.array(np.where(fail, "timeout", "ok")),
-        "request_key": _hex(rng, n), "scheduled_at": pa.array(sent), "sent_at": pa.array(sent),
+        "request_key": _hex(rng, n), "scheduled_at_s": pa.array(sent), "sent_at_s": pa.array(sent),
         "schedule_lag_ms": pa.array(np.zeros(n)), "step": pa.array(step),
         "phase": pa.array(np.where(warm, "warmup", "steady")), "api": pa.array(["chat"] * n),
         "model": pa.array(["sim-27b"] * n),
@@ -114,7 +115,7 @@ def generate(run_dir: Path, n_records: int, mean_chunks: int, seed: int = 0) -> 
     steps = [{"index": i, "name": f"c{c}", "kind": "concurrency", "target": c, "started_at": T0 + i * STEP_LEN_S,
               "steady_at": T0 + i * STEP_LEN_S + 60, "ended_at": T0 + (i + 1) * STEP_LEN_S} for i, c in enumerate(STEPS)]
     manifest = {
-        "format_version": 1, "run_id": "bench-10m", "tokenswarm_version": "0.1.0", "scenario_name": "mix",
+        "format_version": FORMAT_VERSION, "run_id": "bench-10m", "tokenswarm_version": "0.1.0", "scenario_name": "mix",
         "scenario": {"slo": {"ttft_p95_ms": 400, "tpot_p99_ms": 40, "error_rate": 0.02},
                      "cost": {"gpu_hour_usd": 2.5, "gpus": 1}},
         "target": {"base_url": "http://127.0.0.1:8000", "model": "sim-27b"}, "load_mode": "soak",

@@ -30,6 +30,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tokenswarm.record import FORMAT_VERSION
+
 T0 = 1_764_480_000.0
 TASKS = ("qa", "summarization", "code", "multi_turn")
 STEPS = (8, 16, 32, 64)
@@ -47,7 +49,7 @@ def generate(run_dir: Path, n_records: int, seed: int = 0, batch: int = 20_000) 
         for i, c in enumerate(STEPS)
     ]
     manifest = {
-        "format_version": 1, "run_id": "bench-1m", "tokenswarm_version": "0.1.0", "scenario_name": "mix",
+        "format_version": FORMAT_VERSION, "run_id": "bench-1m", "tokenswarm_version": "0.1.0", "scenario_name": "mix",
         "scenario": {"slo": {"ttft_p95_ms": 400, "tpot_p99_ms": 40, "error_rate": 0.02},
                      "cost": {"gpu_hour_usd": 2.5, "gpus": 1}},
         "target": {"base_url": "http://127.0.0.1:8000", "model": "sim-27b"}, "load_mode": "closed",
@@ -81,7 +83,7 @@ def generate(run_dir: Path, n_records: int, seed: int = 0, batch: int = 20_000) 
                 if fail[j]:
                     rec = {"run_id": "bench-1m", "worker_id": "w0", "seq": seq, "task": TASKS[task[j]],
                            "user_class": "U", "outcome": "timeout", "request_key": hashlib.sha256(b"%d" % k).hexdigest(),
-                           "scheduled_at": float(sent[j]), "sent_at": float(sent[j]), "schedule_lag_ms": 0.0,
+                           "scheduled_at_s": float(sent[j]), "sent_at_s": float(sent[j]), "schedule_lag_ms": 0.0,
                            "step": int(step[j]), "phase": "warmup" if phase_warm[j] else "steady",
                            "session_id": None, "turn": None, "api": "chat", "model": "sim-27b",
                            "ttft_ms": None, "e2e_ms": None, "chunk_offsets_ms": [], "chunk_tokens": None,
@@ -100,7 +102,7 @@ def generate(run_dir: Path, n_records: int, seed: int = 0, batch: int = 20_000) 
                     t[0] = 1
                     rec = {"run_id": "bench-1m", "worker_id": "w0", "seq": seq, "task": TASKS[task[j]],
                            "user_class": "U", "outcome": "ok", "request_key": hashlib.sha256(b"%d" % k).hexdigest(),
-                           "scheduled_at": float(sent[j]), "sent_at": float(sent[j]), "schedule_lag_ms": 0.0,
+                           "scheduled_at_s": float(sent[j]), "sent_at_s": float(sent[j]), "schedule_lag_ms": 0.0,
                            "session_id": None, "turn": None,
                            "step": int(step[j]), "phase": "warmup" if phase_warm[j] else "steady", "api": "chat",
                            "model": "sim-27b", "ttft_ms": float(offs[0]), "e2e_ms": float(offs[-1] + 1.5),

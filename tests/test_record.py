@@ -11,7 +11,7 @@ from tokenswarm.record import FIELD_NAMES, RequestRecord
 
 def _record(**kw) -> RequestRecord:
     base = dict(run_id="r", worker_id="w", seq=-1, task="qa", user_class="QAUser", outcome="ok",
-                request_key="k", scheduled_at=1.5, sent_at=1.6, ttft_ms=12.5, chunk_offsets_ms=[12.5, 22.5],
+                request_key="k", scheduled_at_s=1.5, sent_at_s=1.6, ttft_ms=12.5, chunk_offsets_ms=[12.5, 22.5],
                 chunk_tokens=[1, 2], spec_decode={"num_spec_steps": 3}, extra={"a": [1, None]})
     base.update(kw)
     return RequestRecord(**base)
@@ -49,7 +49,8 @@ def test_the_request_phase_fields_are_optional_appended_and_unobserved_by_defaul
 
     phases = ("conn_reused", "connect_ms", "send_delay_ms", "headers_ms")
     first = FIELD_NAMES.index("extra") + 1  # the last field of the first format: later fields are appended
-    assert FIELD_NAMES[first:first + len(phases)] == phases and FORMAT_VERSION == 1
+    # 2: version 1 with two fields renamed to carry their unit; appending optional fields never bumps it
+    assert FIELD_NAMES[first:first + len(phases)] == phases and FORMAT_VERSION == 2
     assert not set(phases) & set(REQUIRED_FIELDS)
     older = {k: v for k, v in _record().to_dict().items() if k not in phases}  # written before they existed
     r = record_from_dict(older)

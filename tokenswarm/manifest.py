@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tokenswarm.record import FORMAT_VERSION
+from tokenswarm.record import FORMAT_VERSION, READABLE_FORMAT_VERSIONS
 
 #: The kinds of load step: a number of concurrent users, or an arrival rate (requests/s).
 STEP_KINDS = ("concurrency", "rate")
@@ -263,9 +263,10 @@ class RunManifest:
         if not isinstance(data, Mapping):
             raise ManifestError(f"{source or 'manifest'}: expected a JSON object, got {type(data).__name__}")
         version = data.get("format_version")
-        if version != FORMAT_VERSION:
+        if version not in READABLE_FORMAT_VERSIONS:
             raise ManifestError(f"{source or 'manifest'}: unknown format_version {version!r}; "
-                                f"this tokenswarm reads format_version {FORMAT_VERSION}")
+                                f"this tokenswarm reads format_version "
+                                f"{', '.join(map(str, READABLE_FORMAT_VERSIONS))}")
         run_id = _str(data.get("run_id"), w("run_id"), optional=False)
         assert run_id is not None
         scenario = data.get("scenario")

@@ -23,7 +23,14 @@ import pyarrow.parquet as pq
 from tokenswarm.analysis.chunkhist import ChunkAccumulator, ChunkHistograms
 from tokenswarm.analysis.errors import RunInputError
 from tokenswarm.analysis.loader.records import CATEGORICAL_FIELDS, FLOAT_FIELDS, SPEC_FIELDS, _spec_fields, chunk_bounds
-from tokenswarm.collect.parquet_store import REJECTED_NAME, StoreFormatError, check_part, store_parts
+from tokenswarm.collect.parquet_store import (
+    REJECTED_NAME,
+    StoreFormatError,
+    check_part,
+    current_names,
+    store_parts,
+    stored_names,
+)
 from tokenswarm.record import OUTCOMES
 
 #: Per-request columns read from every row group (chunk lists are handled apart).
@@ -160,9 +167,10 @@ def read_store(run_dir: Path, keep_text: bool = False) -> tuple[LazyColumns, dic
     columns = list(_SCALARS) + ["chunk_offsets_ms", "chunk_tokens"] + (["output_text"] if keep_text else [])
     for path in parts:
         pf = opened.pop()  # dropped after its row groups, so its mapped pages leave the RSS
-        present = [c for c in columns if c in pf.schema_arrow.names]
+        stored = stored_names(pf.schema_arrow)
+        present = [stored[c] for c in columns if c in stored]
         for rg in range(pf.num_row_groups):
-            t = pf.read_row_group(rg, columns=present, use_threads=False).combine_chunks()
+            t = current_names(pf.read_row_group(rg, columns=present, use_threads=False).combine_chunks())
             cols = _batch(t, cats)
             if texts is not None and "output_text" in t.column_names:
                 texts.extend(t.column("output_text").to_pylist())

@@ -21,7 +21,7 @@ import orjson
 from tokenswarm.analysis.errors import RunInputError
 from tokenswarm.analysis.fastnum import parse_ints
 from tokenswarm.analysis.loader.lines import _iter_lines, _tolerate_bad_line
-from tokenswarm.record import OUTCOMES
+from tokenswarm.record import OUTCOMES, upgrade_v1
 
 #: Compact-JSON key of the per-chunk token list (what orjson and RequestRecord.to_json write).
 _TOKENS_KEY = b'"chunk_tokens":['
@@ -31,8 +31,8 @@ BATCH_RECORDS = 8192
 #: Float columns (``None`` -> NaN). Integers that may be null are kept as float64 too
 #: (exact below 2**53) so "not observed" stays distinguishable from 0.
 FLOAT_FIELDS: tuple[str, ...] = (
-    "scheduled_at",
-    "sent_at",
+    "scheduled_at_s",
+    "sent_at_s",
     "schedule_lag_ms",
     "ttft_ms",
     "e2e_ms",
@@ -111,7 +111,7 @@ _READ_FIELDS: tuple[str, ...] = FLOAT_FIELDS + CATEGORICAL_FIELDS + (
     "step", "seq", "tokens_estimated", "request_key", "output_sha256", "spec_decode",
     "chunk_tokens", "run_id",
 )
-_REQUIRED = ("run_id", "worker_id", "seq", "task", "user_class", "outcome", "request_key", "scheduled_at", "sent_at")
+_REQUIRED = ("run_id", "worker_id", "seq", "task", "user_class", "outcome", "request_key", "scheduled_at_s", "sent_at_s")
 #: Fields read apart from that tuple: the chunk offsets (into the CSR gap arrays) and, with
 #: ``keep_text``, the output text.
 READ_APART: tuple[str, ...] = ("chunk_offsets_ms", "output_text")
@@ -325,8 +325,12 @@ class _Columns:
         return cols, cats
 
 
-def read_records(files: list[Path], keep_text: bool = False) -> tuple[dict[str, np.ndarray], dict[str, list[str]], list[str], list[str | None] | None]:
-    """Stream records files into columns; returns (columns, categories, warnings, texts)."""
+def read_records(files: list[Path], keep_text: bool = False, v1: bool = False) -> tuple[dict[str, np.ndarray], dict[str, list[str]], list[str], list[str | None] | None]:
+    """Stream records files into columns; returns (columns, categories, warnings, texts).
+
+    ``v1``: the run's manifest says format_version 1, whose records name two fields without
+    their unit (:data:`tokenswarm.record.V1_RENAMED_FIELDS`); they are read under today's names.
+    """
     warnings: list[str] = []
     acc = _Columns(keep_text)
     loads = orjson.loads
@@ -349,6 +353,8 @@ def read_records(files: list[Path], keep_text: bool = False) -> tuple[dict[str, 
                 continue
             if type(obj) is not dict:
                 raise RunInputError(f"{path}:{lineno}: expected a JSON object per line")
+            if v1:
+                upgrade_v1(obj)
             acc.add(obj, f"{path}:{lineno}", seg)
             if acc.count >= BATCH_RECORDS:
                 acc.flush()

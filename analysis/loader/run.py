@@ -57,7 +57,7 @@ class Run:
     chunk_hists: ChunkHistograms | None = None
 
     def __len__(self) -> int:
-        return int(self.columns["sent_at"].shape[0])
+        return int(self.columns["sent_at_s"].shape[0])
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.columns[name]
@@ -158,7 +158,7 @@ def load_run(path: str | os.PathLike[str], keep_text: bool = False) -> Run:
     if any(run_dir.glob(PARTS_GLOB)):
         return _load_store(run_dir, manifest, keep_text)
     files = record_files(run_dir)
-    cols, cats, warnings, texts = read_records(files, keep_text=keep_text)
+    cols, cats, warnings, texts = read_records(files, keep_text=keep_text, v1=manifest.format_version == 1)
     _release_free_memory()
     if not cols:
         raise RunInputError(f"{run_dir}: records files contain no records ({', '.join(f.name for f in files)})")
@@ -195,12 +195,12 @@ def _load_store(run_dir: Path, manifest: RunManifest, keep_text: bool) -> Run:
     """:func:`load_run` for a Parquet store: per-request columns, chunks as histograms."""
     cols, cats, warnings, texts, hists, parts = read_store(run_dir, keep_text=keep_text)
     _release_free_memory()
-    if not cols or cols["sent_at"].size == 0:
+    if not cols or cols["sent_at_s"].size == 0:
         raise RunInputError(f"{run_dir}: records store contains no records ({', '.join(p.name for p in parts)})")
     sm = read_server_metrics(run_dir / "server_metrics.jsonl", warnings)
     return Run(
         path=run_dir, manifest=manifest, columns=cols, categories=cats,
-        gap_ptr=np.zeros(len(cols["sent_at"]) + 1, dtype=np.int64), gap_ms=np.empty(0, dtype=np.float32),
+        gap_ptr=np.zeros(len(cols["sent_at_s"]) + 1, dtype=np.int64), gap_ms=np.empty(0, dtype=np.float32),
         gap_tokens=np.empty(0, dtype=np.int16), server_metrics=sm, texts=texts, warnings=warnings,
         files=[str(p) for p in parts], chunk_hists=hists,
         gpu_metrics=read_gpu_metrics(run_dir / "server_metrics.jsonl", warnings),

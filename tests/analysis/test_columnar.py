@@ -30,7 +30,7 @@ def _records(n: int = 3000, seed: int = 1) -> list[dict]:
         phase = "warmup" if (i % (n // 2)) < n // 20 else "steady"
         task = ("qa", "code", "chat")[int(rng.integers(0, 3))]
         if rng.random() < 0.03:
-            out.append(failed(i, step=st, phase=phase, task=task, sent_at=sent))
+            out.append(failed(i, step=st, phase=phase, task=task, sent_at_s=sent))
             continue
         k = int(rng.integers(2, 60))
         gaps = rng.gamma(2.0, 4.0 + 3 * st, k - 1) * (rng.random(k - 1) > 0.02)  # a few glued chunks (0 ms)
@@ -38,7 +38,7 @@ def _records(n: int = 3000, seed: int = 1) -> list[dict]:
         toks = rng.integers(0 if i % 7 == 0 else 1, 5, k).tolist()
         if i % 11 == 0:
             toks = None  # no per-chunk counts: per-chunk ITL samples
-        out.append(record(i, step=st, phase=phase, task=task, sent_at=sent, chunk_offsets_ms=offs,
+        out.append(record(i, step=st, phase=phase, task=task, sent_at_s=sent, chunk_offsets_ms=offs,
                           chunk_tokens=toks, output_tokens=sum(toks) if toks else k))
     return out
 

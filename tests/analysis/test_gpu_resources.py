@@ -62,7 +62,7 @@ def test_window_energy_comes_from_the_counter_scaled_to_the_window():
 
 def _run_with_gpu(tmp_path, name: str, power: float, used: float, chunk_tokens: int = 1):
     steps = [step(0, "concurrency", 4, T0, T0 + 10, T0 + 50)]
-    recs = [record(i, step=0, phase="steady", sent_at=T0 + 11 + i, chunk_offsets_ms=[100.0 + 10 * j for j in range(10)],
+    recs = [record(i, step=0, phase="steady", sent_at_s=T0 + 11 + i, chunk_offsets_ms=[100.0 + 10 * j for j in range(10)],
                    chunk_tokens=[chunk_tokens] * 10) for i in range(30)]
     lines = [_dcgm_line(T0 + i * 5, used, 80, power, power * 1000 * i * 5) for i in range(13)]
     return load_run(write_run(tmp_path / name, recs, steps=steps, server_metrics=lines,
@@ -89,7 +89,7 @@ def test_summary_names_the_resource_keys_per_step_and_they_carry_units(tmp_path)
 
 def test_a_run_without_a_gpu_exporter_says_so(tmp_path):
     steps = [step(0, "concurrency", 4, T0, T0 + 10, T0 + 50)]
-    run = load_run(write_run(tmp_path / "r", [record(0, step=0, phase="steady", sent_at=T0 + 20)], steps=steps))
+    run = load_run(write_run(tmp_path / "r", [record(0, step=0, phase="steady", sent_at_s=T0 + 20)], steps=steps))
     res = analyse(run)["resources"]
     assert res["observed"] is False and res["rows"][0]["gpu_power_w_mean"] is None
     assert any("no GPU exporter" in n for n in res["notes"])
@@ -115,7 +115,7 @@ def test_the_sentence_leaves_out_what_is_unknown():
 def test_memory_growth_per_hour_is_reported_for_a_constant_load_run(tmp_path):
     steps = [step(0, "concurrency", 4, T0, T0 + 10, T0 + 600)]
     lines = [_dcgm_line(T0 + i * 10, 50000 + i * 10, 50, 300, 0) for i in range(60)]  # +10 MiB per 10 s
-    run = load_run(write_run(tmp_path / "soak", [record(0, step=0, phase="steady", sent_at=T0 + 20)],
+    run = load_run(write_run(tmp_path / "soak", [record(0, step=0, phase="steady", sent_at_s=T0 + 20)],
                              steps=steps, server_metrics=lines))
     (g,) = analyse(run)["resources"]["memory_growth"]
     assert g["memory_growth_mib_per_hour"] == pytest.approx(3600.0)

@@ -15,7 +15,7 @@ def _recs(n=30):
 
 
 def _same(a, b):
-    for name in ("ttft_ms", "e2e_ms", "sent_at", "output_tokens"):
+    for name in ("ttft_ms", "e2e_ms", "sent_at_s", "output_tokens"):
         np.testing.assert_array_equal(a[name], b[name])
     np.testing.assert_array_equal(a.gap_ms, b.gap_ms)
     np.testing.assert_array_equal(a.gap_tokens, b.gap_tokens)

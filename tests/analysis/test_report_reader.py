@@ -31,7 +31,7 @@ def test_a_knee_on_tpot_is_found_when_e2e_shows_none():
 
 def _sweep(tmp_path, scenario=None):
     steps = [step(0, "concurrency", 1, T0, T0 + 1, T0 + 300), step(1, "concurrency", 4, T0 + 300, T0 + 301, T0 + 600)]
-    recs = [record(i, step=i // 300, phase="steady", sent_at=T0 + 2 + i, prompt_tokens=100 + i % 7, task="qa",
+    recs = [record(i, step=i // 300, phase="steady", sent_at_s=T0 + 2 + i, prompt_tokens=100 + i % 7, task="qa",
                    max_tokens=64) for i in range(598)]
     return load_run(write_run(tmp_path / "sweep", recs, steps=steps, scenario=scenario or {},
                               ended_at=T0 + 600))

@@ -22,7 +22,7 @@ def _scrapes():
 
 def test_server_counter_deltas_use_the_scrapes_around_the_steady_window(tmp_path):
     steps = [step(0, "concurrency", 4, T0, T0 + 10, T0 + 60)]
-    run = load_run(write_run(tmp_path / "run", [record(0, step=0, phase="steady", sent_at=T0 + 20)],
+    run = load_run(write_run(tmp_path / "run", [record(0, step=0, phase="steady", sent_at_s=T0 + 20)],
                              steps=steps, server_metrics=_scrapes()))
     d = server_deltas(run.server_metrics, T0 + 10, T0 + 60)
     assert d["server_drafts_count"] == 5000 and d["server_draft_tokens_count"] == 15000

@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from tokenswarm.record import FIELD_NAMES, FORMAT_VERSION, RequestRecord
+from tokenswarm.record import FIELD_NAMES, FORMAT_VERSION, V1_RENAMED_FIELDS, RequestRecord, upgrade_v1
 
 log = logging.getLogger("tokenswarm")
 
@@ -232,7 +232,7 @@ REJECTED_NAME = "records-rejected.jsonl"
 _DICTIONARY_COLUMNS = [n for n in ("run_id", "worker_id", "task", "user_class", "outcome", "phase", "api", "model",
                                    "finish_reason", "error") if n in FIELD_NAMES]
 #: Min/max statistics where they help a query engine skip row groups.
-_STATS_COLUMNS = [n for n in ("seq", "scheduled_at", "sent_at", "step", "ttft_ms", "e2e_ms") if n in FIELD_NAMES]
+_STATS_COLUMNS = [n for n in ("seq", "scheduled_at_s", "sent_at_s", "step", "ttft_ms", "e2e_ms") if n in FIELD_NAMES]
 
 
 def write_part(table: pa.Table, run_dir: Path, number: int, compression: str = "lz4") -> Path:
@@ -275,6 +275,25 @@ def check_part(path: Path, schema: pa.Schema) -> None:
                                f"this version reads {STORE_FORMAT_VERSION}")
 
 
+def stored_names(schema: pa.Schema) -> dict[str, str]:
+    """Record field -> its column in a part: a part written with record format_version 1 names
+    the two wall-clock fields without their unit (:data:`tokenswarm.record.V1_RENAMED_FIELDS`)."""
+    names = schema.names
+    out = {n: n for n in names}
+    for old, new in V1_RENAMED_FIELDS.items():
+        if old in out and new not in out:
+            out[new] = out.pop(old)
+    return out
+
+
+def current_names(table: pa.Table) -> pa.Table:
+    """``table`` with version-1 column names renamed to today's (unchanged when there are none)."""
+    names = table.column_names
+    if not any(n in V1_RENAMED_FIELDS for n in names):
+        return table
+    return table.rename_columns([V1_RENAMED_FIELDS.get(n, n) for n in names])
+
+
 def iter_records(run_dir: str | os.PathLike, batch_rows: int = 8192) -> typing.Iterator[RequestRecord]:
     """Every record of a Parquet store, part by part and batch by batch (export, tests)."""
     parts, _ = store_parts(run_dir)
@@ -282,9 +301,11 @@ def iter_records(run_dir: str | os.PathLike, batch_rows: int = 8192) -> typing.I
     for path in parts:
         pf = pq.ParquetFile(path)
         check_part(path, pf.schema_arrow)
-        names = [n for n in pf.schema_arrow.names if n in _FIELD_SET]
+        stored = stored_names(pf.schema_arrow)
+        names = [stored[n] for n in stored if n in _FIELD_SET]
         for batch in pf.iter_batches(batch_size=batch_rows, columns=names):
             for row in batch.to_pylist():
+                upgrade_v1(row)
                 for name in JSON_FIELDS:
                     v = row.get(name)
                     if v is not None:
