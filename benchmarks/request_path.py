@@ -31,6 +31,7 @@ from tokenswarm.load.context import RunContext, request_key  # noqa: E402
 from tokenswarm.load.prompts import PromptSource  # noqa: E402
 from tokenswarm.load.scenario import load_scenario  # noqa: E402
 from tokenswarm.load.stream import StreamState  # noqa: E402
+from tokenswarm.record import UNNUMBERED  # noqa: E402
 
 
 class _NullSink:
@@ -127,7 +128,7 @@ def one_round(args) -> tuple[list[tuple[str, float]], int]:
     records = [None] * n
     _timed("record (state.finish)", n, lambda i: records.__setitem__(i, states[i].finish(
         101.0, http_status=200, anchor=ctx.anchor, base={**bases[i], **phase})), rows)
-    _timed("seq (with_seq)", n, lambda i: records[i].with_seq(i), rows)
+    _timed("seq (numbered, in place)", n, lambda i: records[i].numbered(i), rows)
     _timed("live histograms (observe)", n, lambda i: ctx.live.observe(records[i]), rows)
     lines = [None] * n
     _timed("record line (to_json)", n, lambda i: lines.__setitem__(i, records[i].to_json() + b"\n"), rows)
@@ -137,6 +138,8 @@ def one_round(args) -> tuple[list[tuple[str, float]], int]:
     _timed("redact (batch, per record)", reps, lambda i: redact.redact_bytes(batch), rows)
     rows[-1] = (rows[-1][0], rows[-1][1] / per_batch)
     ctx.live = type(ctx.live)()
+    for r in records:  # emit numbers unnumbered (just built) records, as in a run
+        object.__setattr__(r, "seq", UNNUMBERED)
     _timed("emit (seq, stats, event; null sink)", n, lambda i: ctx.emit(records[i]), rows)
     return rows, len(lines[0])
 

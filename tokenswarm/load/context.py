@@ -21,7 +21,7 @@ import orjson
 from tokenswarm.load.auth import split_userinfo, target_headers
 from tokenswarm.load.livestats import LiveStats
 from tokenswarm.load.stream import WallAnchor
-from tokenswarm.record import RequestRecord
+from tokenswarm.record import UNNUMBERED, RequestRecord
 
 log = logging.getLogger("tokenswarm")
 
@@ -148,7 +148,7 @@ class RunContext:
         ``schedule_lag_ms`` here is provisional (from ``sent_estimate_s``): the client replaces
         it with the value from the send's own clock reading."""
         lag = (sent_estimate_s - scheduled_s) * 1000.0
-        return {"run_id": self.run_id, "worker_id": self.worker_id, "seq": -1, "task": task,
+        return {"run_id": self.run_id, "worker_id": self.worker_id, "seq": UNNUMBERED, "task": task,
                 "user_class": user_class, "request_key": key, "scheduled_at": self.anchor.epoch(scheduled_s),
                 "schedule_lag_ms": round(lag, 3), "session_id": session_id, "turn": turn,
                 "step": self.step_index, "phase": self.phase, "api": self.api, "model": self.model,
@@ -166,7 +166,7 @@ class RunContext:
 
     def emit(self, record: RequestRecord, user: Any = None) -> RequestRecord:
         """Give the record its sequence number and hand it to the sink, live stats and listeners."""
-        record = record.with_seq(self.next_seq())
+        record = record.numbered(self.next_seq())  # in place: the record was just built
         lag = record.schedule_lag_ms
         if lag is not None and lag > self.max_schedule_lag_ms:
             self.max_schedule_lag_ms = lag
