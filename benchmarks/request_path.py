@@ -2,7 +2,8 @@
 
 What one request of the ``--workload spec`` benchmark (scenarios/qa.yaml, 256-token answers in
 ~86 chunks of 3 tokens) costs the generator outside the per-chunk reading, measured on the
-real code with a scripted stream: prompt building, the request key and body, the record's
+real code with a scripted stream: prompt building, the request key and body, the request's
+head (request line and headers, as ``send_request`` writes them), the record's
 identity fields, building the record from the stream state, the sequence number, the live
 histograms, encoding the record line and redacting it in the writer's batch, and Locust's
 request event (``emit``, with a sink that drops the line). Each stage is timed over many requests and reported as µs per request; the
@@ -25,9 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import orjson  # noqa: E402
+from geventhttpclient import HTTPClient  # noqa: E402
 
 from tokenswarm import redact  # noqa: E402
 from tokenswarm.load.context import RunContext, request_key  # noqa: E402
+from tokenswarm.load.pool import request_head  # noqa: E402
 from tokenswarm.load.prompts import PromptSource  # noqa: E402
 from tokenswarm.load.scenario import load_scenario  # noqa: E402
 from tokenswarm.load.stream import StreamState  # noqa: E402
@@ -112,6 +115,8 @@ def one_round(args) -> tuple[list[tuple[str, float]], int]:
 
     kb = [None] * n
     _timed("request key + body", n, lambda i: kb.__setitem__(i, key_body(i)), rows)
+    http = HTTPClient("127.0.0.1", 9)
+    _timed("request head (send_request)", n, lambda i: request_head(http, ctx.path, kb[i][1], ctx.headers), rows)
     bases = [None] * n
     _timed("record identity (ctx.base)", n, lambda i: bases.__setitem__(i, ctx.base(
         task=task.name, user_class="QAUser", scheduled_s=100.0, sent_estimate_s=100.001, key=kb[i][0],
