@@ -11,5 +11,5 @@ setup(ext_modules=[Extension("tokenswarm.load._fastread", ["tokenswarm/load/_fas
                              depends=["tokenswarm/load/_watch.h"], optional=True,
                              extra_compile_args=["-O2"]),
                    # the store's chunk pass (analysis.chunkhist); without it the numpy path gives the same counts
-                   Extension("analysis._chunkhist", ["analysis/_chunkhist.c"], optional=True,
+                   Extension("tokenswarm.analysis._chunkhist", ["analysis/_chunkhist.c"], optional=True,
                              extra_compile_args=["-O2"])])

@@ -6,7 +6,7 @@ reporters (``report``, ``render_*``, ``plots``) turn a summary into files.
 
 Notebook use::
 
-    import analysis
+    from tokenswarm import analysis
     run = analysis.load_run("runs/20261130-052233-ab12")
     tables = analysis.step_table(run, slo={"ttft_p95_ms": 800})
     tables.rows[0]["ttft_p99_ms"]
@@ -15,17 +15,17 @@ Notebook use::
 
 from __future__ import annotations
 
-from analysis import slo
-from analysis.compare import compare_runs, consistency
-from analysis.cost import cost_rows, price
-from analysis.curves import curves
-from analysis.errors import AnalysisError, NoSuccessError, NotComparableError, RunInputError
-from analysis.loader import Run, load_run
-from analysis.slo import SloResult, SloSpec, parse_slos
-from analysis.soak import soak
-from analysis.specdecode import spec_decode_tables
-from analysis.summary import analyse, compare_summary
-from analysis.tables import StepTables, derived, evaluate, step_table, windows
+from tokenswarm.analysis import slo
+from tokenswarm.analysis.compare import compare_runs, consistency
+from tokenswarm.analysis.cost import cost_rows, price
+from tokenswarm.analysis.curves import curves
+from tokenswarm.analysis.errors import AnalysisError, NoSuccessError, NotComparableError, RunInputError
+from tokenswarm.analysis.loader import Run, load_run
+from tokenswarm.analysis.slo import SloResult, SloSpec, parse_slos
+from tokenswarm.analysis.soak import soak
+from tokenswarm.analysis.specdecode import spec_decode_tables
+from tokenswarm.analysis.summary import analyse, compare_summary
+from tokenswarm.analysis.tables import StepTables, derived, evaluate, step_table, windows
 
 __all__ = [
     "AnalysisError",

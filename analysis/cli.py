@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from analysis.errors import AnalysisError
+from tokenswarm.analysis.errors import AnalysisError
 from tokenswarm.redact import redact
 
 
@@ -57,15 +57,19 @@ def _load_slo(text: str | None) -> Any:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from analysis.loader import load_run
-    from analysis.render_terminal import report_text
-    from analysis.report import write_report
-    from analysis.summary import analyse
+    from tokenswarm.analysis.loader import load_run
+    from tokenswarm.analysis.render_terminal import report_text
+    from tokenswarm.analysis.report import write_report
+    from tokenswarm.analysis.summary import analyse
 
     if (Path(args.run_dir) / "study.json").is_file():  # a study directory: the study report
-        from tokenswarm.study.cli import write_study_report
+        from tokenswarm.analysis.study import write_study_report
 
-        return write_study_report(Path(args.run_dir), quiet=args.quiet)
+        files, text = write_study_report(Path(args.run_dir))
+        if not args.quiet:
+            print(text)
+            print(f"study report: {files['report.md']} (summary {files['summary.json']})")
+        return 0
     run = load_run(args.run_dir)
     summary = analyse(run, slo=_load_slo(args.slo), gpu_hour_usd=args.gpu_hour_usd, gpus=args.gpus,
                       window_s=args.window_s, spec_k=args.spec_k)
@@ -80,10 +84,10 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from analysis.loader import load_run
-    from analysis.render_terminal import compare_text
-    from analysis.report import write_compare
-    from analysis.summary import compare_summary
+    from tokenswarm.analysis.loader import load_run
+    from tokenswarm.analysis.render_terminal import compare_text
+    from tokenswarm.analysis.report import write_compare
+    from tokenswarm.analysis.summary import compare_summary
 
     base = load_run(args.baseline_dir, keep_text=True)
     cand = load_run(args.candidate_dir, keep_text=True)

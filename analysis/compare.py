@@ -14,7 +14,7 @@ baseline's but aggregate throughput did not improve, a note names the step: the 
 high-concurrency collapse of speculative decoding (verification becomes compute-bound).
 
 Output consistency joins requests by ``request_key`` plus occurrence index (the n-th
-request with the same key by ``sent_at``). A pair of successful requests matches when its
+request with the same key by ``sent_at_s``). A pair of successful requests matches when its
 texts are equal (when both runs kept ``output_text``) or else its ``output_sha256`` are
 equal. For diverging pairs with text: first divergence position in characters and in
 whitespace-separated words (not model tokens, which the records do not hold), and a
@@ -30,12 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from analysis.errors import NotComparableError
-from analysis.loader import Run
-from analysis.slo import ALL_TASKS
-from analysis.specdecode import spec_decode_tables
-from analysis.stats import bootstrap_percentiles, percentiles_sorted, ratio_ci
-from analysis.tables import Window, derived, quality_shares, windows
+from tokenswarm.analysis.errors import NotComparableError
+from tokenswarm.analysis.loader import Run
+from tokenswarm.analysis.slo import ALL_TASKS
+from tokenswarm.analysis.specdecode import spec_decode_tables
+from tokenswarm.analysis.stats import bootstrap_percentiles, percentiles_sorted, ratio_ci
+from tokenswarm.analysis.tables import Window, derived, quality_shares, windows
 
 RATIO_PERCENTILES: tuple[float, ...] = (50.0, 95.0, 99.0)
 RATIO_METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
@@ -111,7 +111,7 @@ def _clean(v: np.ndarray) -> np.ndarray:
 def _binned_throughput_reps(run: Run, mask: np.ndarray, tokens: np.ndarray, duration_s: float, n_boot: int,
                             rng: np.random.Generator) -> np.ndarray:
     """Bootstrap replicates of tokens/s: 1-second bins of tokens by completion time, resampled."""
-    end = run["sent_at"][mask] + np.nan_to_num(run["e2e_ms"][mask], nan=0.0) / 1000.0
+    end = run["sent_at_s"][mask] + np.nan_to_num(run["e2e_ms"][mask], nan=0.0) / 1000.0
     n_bins = max(5, int(round(duration_s)))
     start = float(np.min(end)) if end.size else 0.0
     edges = start + np.linspace(0.0, duration_s, n_bins + 1)
@@ -191,8 +191,8 @@ def _acceptance(row: dict[str, Any] | None) -> tuple[float | None, str | None]:
     return None, None
 
 
-def _occurrence_index(keys: np.ndarray, sent_at: np.ndarray) -> np.ndarray:
-    order = np.lexsort((sent_at, keys))
+def _occurrence_index(keys: np.ndarray, sent_at_s: np.ndarray) -> np.ndarray:
+    order = np.lexsort((sent_at_s, keys))
     sk = keys[order]
     new = np.ones(sk.size, dtype=bool)
     new[1:] = sk[1:] != sk[:-1]
@@ -210,8 +210,8 @@ def _word_index(text: str, pos: int) -> int:
 
 def consistency(base: Run, cand: Run, similarity_limit: int = 2000, examples: int = 20) -> dict[str, Any]:
     """Join by request_key + occurrence and compare outputs (see module docstring)."""
-    occ_a = _occurrence_index(base["request_key"], base["sent_at"])
-    occ_b = _occurrence_index(cand["request_key"], cand["sent_at"])
+    occ_a = _occurrence_index(base["request_key"], base["sent_at_s"])
+    occ_b = _occurrence_index(cand["request_key"], cand["sent_at_s"])
     index_a = {(k, int(o)): i for i, (k, o) in enumerate(zip(base["request_key"].tolist(), occ_a.tolist())) if k}
     ok_a, ok_b = derived(base)["ok"], derived(cand)["ok"]
     sha_a, sha_b = base["output_sha256"], cand["output_sha256"]

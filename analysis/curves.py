@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from analysis.slo import ALL_TASKS, SloResult
+from tokenswarm.analysis.slo import ALL_TASKS, SloResult
 
 CURVE_COLUMNS: tuple[str, ...] = (
     "requests_per_s",

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from analysis.loader import ServerMetrics
-from analysis.tables import Window
+from tokenswarm.analysis.loader import ServerMetrics
+from tokenswarm.analysis.tables import Window
 
 
 @dataclass(frozen=True)

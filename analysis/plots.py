@@ -13,8 +13,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from analysis.loader import Run
-from analysis.tables import Window, derived
+from tokenswarm.analysis.loader import Run
+from tokenswarm.analysis.tables import Window, derived
 
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis.loader import Run
+from tokenswarm.analysis.loader import Run
 
 _NAMES = (("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
           ("vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total"))

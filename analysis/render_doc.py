@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from analysis.stats import min_samples_for
+from tokenswarm.analysis.stats import min_samples_for
 
 Block = tuple[Any, ...]
 
@@ -452,7 +452,7 @@ def _workload_blocks(s: dict[str, Any]) -> list[Block]:
                     fmt(r["first_answer_token_p99_ms"]), fmt(r["reasoning_itl_p50_ms"]), fmt(r["reasoning_itl_p99_ms"]),
                     fmt(r["answer_itl_p50_ms"]), fmt(r["answer_itl_p99_ms"]), fmt(r["reasoning_tokens_count"])]
                    for r in rows]))
-        b.append(("p", "Latencies in ms from sent_at. TTFT is the first chunk of any kind; the switch from reasoning "
+        b.append(("p", "Latencies in ms from sent_at_s. TTFT is the first chunk of any kind; the switch from reasoning "
                        "to answer belongs to neither phase's ITL."))
     if s.get("prefix_cache"):
         b.append(("h2", "Server prefix cache per step"))
@@ -543,6 +543,6 @@ def compare_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
         b.append(("h2", "Notes"))
         b.append(("list", s["notes"]))
     b.append(("h2", "Methods"))
-    b.append(("p", s["bootstrap"]["method"] + ". Consistency: join on request_key + occurrence index (by sent_at); "
+    b.append(("p", s["bootstrap"]["method"] + ". Consistency: join on request_key + occurrence index (by sent_at_s); "
                    "text equality when both runs kept output_text, else output_sha256; similarity = difflib ratio."))
     return b

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from analysis.render_doc import Block
+from tokenswarm.analysis.render_doc import Block
 
 
 def _cell(text: str) -> str:

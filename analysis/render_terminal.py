@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.render_doc import ci, fmt, guarded, pct
+from tokenswarm.analysis.render_doc import ci, fmt, guarded, pct
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:

@@ -7,12 +7,12 @@ from typing import Any, Callable
 
 import orjson
 
-from analysis import plots, render_csv
-from analysis.loader import Run
-from analysis.render_doc import compare_doc, report_doc
-from analysis.render_html import to_html
-from analysis.render_md import to_markdown
-from analysis.tables import windows
+from tokenswarm.analysis import plots, render_csv
+from tokenswarm.analysis.loader import Run
+from tokenswarm.analysis.render_doc import compare_doc, report_doc
+from tokenswarm.analysis.render_html import to_html
+from tokenswarm.analysis.render_md import to_markdown
+from tokenswarm.analysis.tables import windows
 from tokenswarm.redact import redact
 
 

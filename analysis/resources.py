@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from analysis.gpu import GpuMetrics, window_stats
-from analysis.stats import theil_sen
-from analysis.tables import Window, derived
+from tokenswarm.analysis.gpu import GpuMetrics, window_stats
+from tokenswarm.analysis.stats import theil_sen
+from tokenswarm.analysis.tables import Window, derived
 
 
 def _mean(vals: list[float | None]) -> float | None:

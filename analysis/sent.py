@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from analysis.stats import percentiles_sorted
-from analysis.tables import Window, derived
+from tokenswarm.analysis.stats import percentiles_sorted
+from tokenswarm.analysis.tables import Window, derived
 
 #: Relative and absolute mismatch beyond which prompt sizing is called wrong.
 SIZING_RATIO_LIMIT = 0.25

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from analysis.stats import min_samples_for
+from tokenswarm.analysis.stats import min_samples_for
 from tokenswarm.metrics import SLO_METRICS
 
 #: Per-request goodput thresholds (not row SLOs).

@@ -1,7 +1,7 @@
 """Soak analysis: metrics in fixed time windows, drift tests and error bursts.
 
-Requests are assigned to the window in which they *ended* (``sent_at + e2e``; ``sent_at``
-when no end was observed), from the first ``sent_at`` of the run; warm-up records are
+Requests are assigned to the window in which they *ended* (``sent_at_s + e2e``; ``sent_at_s``
+when no end was observed), from the first ``sent_at_s`` of the run; warm-up records are
 excluded when the run marks phases. A trailing window shorter than ``window_s`` is reported
 but left out of the trend tests (its throughput would look like a drop).
 
@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from analysis.loader import Run
-from analysis.stats import mann_kendall, theil_sen
-from analysis.tables import derived
+from tokenswarm.analysis.loader import Run
+from tokenswarm.analysis.stats import mann_kendall, theil_sen
+from tokenswarm.analysis.tables import derived
 
 DRIFT_SERIES: tuple[str, ...] = (
     "ttft_p50_ms",
@@ -51,7 +51,7 @@ def time_windows(run: Run, window_s: float = 60.0) -> list[dict[str, Any]]:
     keep = run["phase"] != run.code("phase", "warmup")
     if not keep.any():
         return []
-    t0 = float(run["sent_at"][keep].min())
+    t0 = float(run["sent_at_s"][keep].min())
     end = d["end_s"]
     t_end = float(end[keep].max())
     n_win = max(1, int(math.ceil((t_end - t0) / window_s - 1e-9)))

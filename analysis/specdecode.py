@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from analysis.loader import Run, ServerMetrics
-from analysis.slo import ALL_TASKS
-from analysis.tables import Window, chunk_subset, derived, token_histogram
+from tokenswarm.analysis.loader import Run, ServerMetrics
+from tokenswarm.analysis.slo import ALL_TASKS
+from tokenswarm.analysis.tables import Window, chunk_subset, derived, token_histogram
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"

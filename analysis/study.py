@@ -38,13 +38,13 @@ from typing import Any
 import numpy as np
 import orjson
 
-from analysis.compare import _binned_throughput_reps, consistency
-from analysis.errors import RunInputError
-from analysis.loader import Run, load_run
-from analysis.slo import ALL_TASKS, scenario_slos
-from analysis.specdecode import spec_decode_tables
-from analysis.stats import bootstrap_percentiles, min_samples_for, percentiles_sorted
-from analysis.tables import Window, derived, good_mask, windows
+from tokenswarm.analysis.compare import _binned_throughput_reps, consistency
+from tokenswarm.analysis.errors import RunInputError
+from tokenswarm.analysis.loader import Run, load_run
+from tokenswarm.analysis.slo import ALL_TASKS, scenario_slos
+from tokenswarm.analysis.specdecode import spec_decode_tables
+from tokenswarm.analysis.stats import bootstrap_percentiles, min_samples_for, percentiles_sorted
+from tokenswarm.analysis.tables import Window, derived, good_mask, windows
 
 N_BOOT = 1000
 LEVEL = 0.95
@@ -477,8 +477,8 @@ def crossovers(verdict: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def write_study_report(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 0) -> tuple[dict[str, Path], str]:
     """Write ``STUDY_DIR/report/`` (summary.json, report.md, speedup curves) and return the terminal text."""
-    from analysis.summary import clean
-    from analysis.verdict_table import report_markdown, verdict_text
+    from tokenswarm.analysis.summary import clean
+    from tokenswarm.analysis.verdict_table import report_markdown, verdict_text
 
     study_dir = Path(study_dir)
     summary = analyse_study(study_dir, n_boot, seed)
@@ -488,7 +488,7 @@ def write_study_report(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 
     files["summary.json"].write_bytes(orjson.dumps(clean(summary), option=orjson.OPT_INDENT_2))
     images = []
     try:
-        from analysis.verdict_table import speedup_curves_png
+        from tokenswarm.analysis.verdict_table import speedup_curves_png
 
         png = speedup_curves_png(summary)
         if png:

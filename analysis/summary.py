@@ -11,20 +11,20 @@ from typing import Any
 
 import numpy as np
 
-from analysis import cost as cost_mod
-from analysis.chunkhist import METHOD as CHUNK_HIST_METHOD
-from analysis.curves import curves
-from analysis.errors import NoSuccessError
-from analysis.health import generator_health
-from analysis.loader import Run
-from analysis.observability import audit, server_view, ttft_breakdown
-from analysis.prefixcache import prefix_cache_rows
-from analysis.resources import compare_resources, resources
-from analysis.sent import what_was_sent
-from analysis.soak import soak
-from analysis.specdecode import spec_decode_tables
-from analysis.stats import PERCENTILE_METHOD
-from analysis.tables import FAILURE_TREATMENT, derived, good_mask, step_table
+from tokenswarm.analysis import cost as cost_mod
+from tokenswarm.analysis.chunkhist import METHOD as CHUNK_HIST_METHOD
+from tokenswarm.analysis.curves import curves
+from tokenswarm.analysis.errors import NoSuccessError
+from tokenswarm.analysis.health import generator_health
+from tokenswarm.analysis.loader import Run
+from tokenswarm.analysis.observability import audit, server_view, ttft_breakdown
+from tokenswarm.analysis.prefixcache import prefix_cache_rows
+from tokenswarm.analysis.resources import compare_resources, resources
+from tokenswarm.analysis.sent import what_was_sent
+from tokenswarm.analysis.soak import soak
+from tokenswarm.analysis.specdecode import spec_decode_tables
+from tokenswarm.analysis.stats import PERCENTILE_METHOD
+from tokenswarm.analysis.tables import FAILURE_TREATMENT, derived, good_mask, step_table
 
 SUMMARY_VERSION = 1
 
@@ -169,8 +169,8 @@ def compare_summary(base: Run, cand: Run, n_boot: int = 1000, seed: int = 0, spe
     ------
     NotComparableError, NoSuccessError
     """
-    from analysis.compare import compare_runs
-    from analysis.curves import curve_points
+    from tokenswarm.analysis.compare import compare_runs
+    from tokenswarm.analysis.curves import curve_points
 
     for r in (base, cand):
         if not derived(r)["ok"].any():

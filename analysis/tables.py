@@ -4,7 +4,7 @@ Windows
     A load step's *steady window* is ``steps[i].steady_at .. steps[i].ended_at`` of the
     manifest, and its requests are the records with ``step == i`` and ``phase == "steady"``
     (warm-up and transitions excluded). Without steps the whole run is one window (a note
-    says warm-up was not excluded) whose duration is the span from the first ``sent_at`` to
+    says warm-up was not excluded) whose duration is the span from the first ``sent_at_s`` to
     the last end of a request.
 Throughput
     ``requests_per_s`` = successful requests / window duration; ``output_tokens_per_s`` =
@@ -29,12 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from analysis.chunkhist import METHOD as CHUNK_HIST_METHOD
-from analysis.chunkhist import HistogramParts, window_hist_parts
-from analysis.loader import Run
-from analysis.prefixcache import prefix_cache_rows
-from analysis.slo import ALL_TASKS, SloResult, SloSpec, evaluate_rows, parse_slos, scenario_slos
-from analysis.stats import SortedParts, describe, describe_parts
+from tokenswarm.analysis.chunkhist import METHOD as CHUNK_HIST_METHOD
+from tokenswarm.analysis.chunkhist import HistogramParts, window_hist_parts
+from tokenswarm.analysis.loader import Run
+from tokenswarm.analysis.prefixcache import prefix_cache_rows
+from tokenswarm.analysis.slo import ALL_TASKS, SloResult, SloSpec, evaluate_rows, parse_slos, scenario_slos
+from tokenswarm.analysis.stats import SortedParts, describe, describe_parts
 from tokenswarm.metrics import itl_samples
 from tokenswarm.record import OUTCOMES
 
@@ -136,9 +136,9 @@ def derived(run: Run) -> dict[str, np.ndarray]:
         tpot = np.where(out_tok >= 2, (e2e - ttft) / (out_tok - 1), np.nan)
         tps = np.where(e2e > 0, out_tok / (e2e / 1000.0), np.nan)
     lag = c["schedule_lag_ms"]
-    lag = np.where(np.isnan(lag), (c["sent_at"] - c["scheduled_at"]) * 1000.0, lag)
+    lag = np.where(np.isnan(lag), (c["sent_at_s"] - c["scheduled_at_s"]) * 1000.0, lag)
     lag0 = np.nan_to_num(lag, nan=0.0)
-    end_s = c["sent_at"] + np.nan_to_num(e2e, nan=0.0) / 1000.0
+    end_s = c["sent_at_s"] + np.nan_to_num(e2e, nan=0.0) / 1000.0
     out = {
         "ok": ok,
         "failed": failed,
@@ -161,7 +161,7 @@ def _span(run: Run, mask: np.ndarray) -> tuple[float | None, float | None]:
     if not mask.any():
         return None, None
     d = derived(run)
-    return float(run["sent_at"][mask].min()), float(d["end_s"][mask].max())
+    return float(run["sent_at_s"][mask].min()), float(d["end_s"][mask].max())
 
 
 def windows(run: Run) -> tuple[list[Window], list[str]]:
@@ -176,11 +176,11 @@ def windows(run: Run) -> tuple[list[Window], list[str]]:
         start, end = _span(run, mask)
         notes.append(
             "The run has no load steps: all records are used as one window, warm-up is NOT excluded; "
-            "duration = first sent_at .. last request end."
+            "duration = first sent_at_s .. last request end."
         )
         return [
             Window(None, "all", "rate" if run.manifest.get("load_mode") in ("open", "replay") else None, None, start, end,
-                   None if start is None or end is None else end - start, "span of requests (sent_at .. end)", mask,
+                   None if start is None or end is None else end - start, "span of requests (sent_at_s .. end)", mask,
                    "no steps: warm-up not excluded")
         ], notes
     out: list[Window] = []
@@ -201,7 +201,7 @@ def windows(run: Run) -> tuple[list[Window], list[str]]:
             notes.append(f"step {index}: {note}")
         if start is None or end is None or end <= start:
             start, end = _span(run, mask)
-            source = "span of requests (sent_at .. end)"
+            source = "span of requests (sent_at_s .. end)"
             notes.append(f"step {index}: manifest lacks a valid steady window; duration from the span of its requests")
         target = s.get("target")
         out.append(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.stats import min_samples_for
+from tokenswarm.analysis.stats import min_samples_for
 
 
 def _x(v: float | None, ci: list[float] | None = None) -> str:
@@ -208,7 +208,7 @@ def _by_arm_table(summary: dict[str, Any]) -> list[str]:
 
 def speedup_curves_png(summary: dict[str, Any]) -> bytes | None:
     """Speedup (per-request tok/s) vs load per task and arm, with the 95 % interval as a band."""
-    from analysis.plots import _plt, _png
+    from tokenswarm.analysis.plots import _plt, _png
 
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in summary["verdict"]:

@@ -22,7 +22,7 @@ TTFT error (client TTFT - server's first content write - request received), chun
 (client gap - server gap), exactness of tokens per chunk and output tokens, the generator's
 CPU and loop lag, the server's own lateness, and -- when the client records them -- connect
 time, reuse share and send delay. Each TTFT error is split into its request side (client
-``sent_at`` to server ``received``) and response side (server's first write to the client's
+``sent_at_s`` to server ``received``) and response side (server's first write to the client's
 read). The goals (TTFT error p99 <= 1 ms at 64 streams, <= 2 ms at 128; chunk-gap error p99
 <= 1 ms; tokens exact) end in a verdict that names, where a goal is missed, the cause measured.
 ``--client LABEL=DIR`` (repeatable) measures other tokenswarm source trees side by side, case
@@ -217,8 +217,8 @@ def analyse(run: Path, truth_path: Path, goal: float) -> dict:
         ttft_errs.append(abs(err))
         gap_errs.extend(abs(g) for g in gaps)
         # the two halves of the error (each up to one constant clock offset, removed below)
-        req_side.append((t["received"] - r["sent_at"]) * 1000.0)
-        resp_side.append((r["sent_at"] - t["chunks"][0][0]) * 1000.0 + r["ttft_ms"])
+        req_side.append((t["received"] - r["sent_at_s"]) * 1000.0)
+        resp_side.append((r["sent_at_s"] - t["chunks"][0][0]) * 1000.0 + r["ttft_ms"])
         over_flags.append(abs(err) > goal)
         if t.get("read_delay_ms") is not None:
             read_delays.append(float(t["read_delay_ms"]))
@@ -261,7 +261,7 @@ def analyse(run: Path, truth_path: Path, goal: float) -> dict:
 def late_sides(req_side: list[float], resp_side: list[float]) -> tuple[list[float], list[float]]:
     """Each request's lateness on either side of the server, in ms, from one run's records.
 
-    A TTFT error is the sum of two halves: *request side*, from the client's ``sent_at`` to the
+    A TTFT error is the sum of two halves: *request side*, from the client's ``sent_at_s`` to the
     server's ``received`` (the client's connect and send, on a client that timed them inside
     TTFT; the transfer; the server's delay before it noted the request), and *response side*,
     from the server's first write to the client's reading of it (the client's delay). Client
@@ -309,7 +309,7 @@ def causes(r: dict) -> list[str]:
         req = r["over_goal_request_side"] / r["over_goal"]
         if req >= 0.5:
             out.append(f"request side: {req:.0%} of the TTFTs over the goal were late between the client's "
-                       f"sent_at and the server noting the request (p99 {_f(r['request_side_p99_ms'])} ms over the "
+                       f"sent_at_s and the server noting the request (p99 {_f(r['request_side_p99_ms'])} ms over the "
                        f"median; a client that times connect or its own send inside TTFT, or a server slow to read)")
         else:
             out.append(f"response side: {1 - req:.0%} of the TTFTs over the goal were late between the server's "
@@ -431,7 +431,7 @@ def main() -> int:
     for line in table(rows):
         print(line)
     print("errors are |client - server| in ms over EVERY request; 'req'/'resp': the TTFT error's request side "
-          "(client sent_at to server received) and response side (server's first write to client read), each "
+          "(client sent_at_s to server received) and response side (server's first write to client read), each "
           "over the run's median request; '1st': requests that opened their connection ('-': not recorded by this "
           "client); 'loop': the generator's worst loop lag; 'srv lag': the server's emission lag p99; 'srv loop': "
           "the truth server's loop lag p99; 'srv read': how long the truth server left requests unread after they "

@@ -86,7 +86,7 @@ def _batch(rng: np.random.Generator, start: int, n: int, n_records: int, mean_ch
         "run_id": pa.array(["bench-10m"] * n), "worker_id": pa.array(np.array(["w0", "w1", "w2", "w3"])[idx % 4]),
         "seq": pa.array(idx // 4), "task": pa.array(np.array(TASKS)[rng.integers(0, len(TASKS), n)]),
         "user_class": pa.array(["U"] * n), "outcome": pa.array(np.where(fail, "timeout", "ok")),
-        "request_key": _hex(rng, n), "scheduled_at": pa.array(sent), "sent_at": pa.array(sent),
+        "request_key": _hex(rng, n), "scheduled_at_s": pa.array(sent), "sent_at_s": pa.array(sent),
         "schedule_lag_ms": pa.array(np.zeros(n)), "step": pa.array(step),
         "phase": pa.array(np.where(warm, "warmup", "steady")), "api": pa.array(["chat"] * n),
         "model": pa.array(["sim-27b"] * n),
@@ -170,9 +170,9 @@ def write_costs(run_dir: Path, sample: int = 20_000) -> dict[str, float]:
 
 
 def analyse_timed(run_dir: Path, out_dir: Path, with_plots: bool) -> tuple[dict, dict]:
-    from analysis.loader import load_run
-    from analysis.report import write_report
-    from analysis.summary import analyse
+    from tokenswarm.analysis.loader import load_run
+    from tokenswarm.analysis.report import write_report
+    from tokenswarm.analysis.summary import analyse
 
     times: dict[str, tuple[float, float]] = {}
 

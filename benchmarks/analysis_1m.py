@@ -81,7 +81,7 @@ def generate(run_dir: Path, n_records: int, seed: int = 0, batch: int = 20_000) 
                 if fail[j]:
                     rec = {"run_id": "bench-1m", "worker_id": "w0", "seq": seq, "task": TASKS[task[j]],
                            "user_class": "U", "outcome": "timeout", "request_key": hashlib.sha256(b"%d" % k).hexdigest(),
-                           "scheduled_at": float(sent[j]), "sent_at": float(sent[j]), "schedule_lag_ms": 0.0,
+                           "scheduled_at_s": float(sent[j]), "sent_at_s": float(sent[j]), "schedule_lag_ms": 0.0,
                            "step": int(step[j]), "phase": "warmup" if phase_warm[j] else "steady",
                            "session_id": None, "turn": None, "api": "chat", "model": "sim-27b",
                            "ttft_ms": None, "e2e_ms": None, "chunk_offsets_ms": [], "chunk_tokens": None,
@@ -100,7 +100,7 @@ def generate(run_dir: Path, n_records: int, seed: int = 0, batch: int = 20_000) 
                     t[0] = 1
                     rec = {"run_id": "bench-1m", "worker_id": "w0", "seq": seq, "task": TASKS[task[j]],
                            "user_class": "U", "outcome": "ok", "request_key": hashlib.sha256(b"%d" % k).hexdigest(),
-                           "scheduled_at": float(sent[j]), "sent_at": float(sent[j]), "schedule_lag_ms": 0.0,
+                           "scheduled_at_s": float(sent[j]), "sent_at_s": float(sent[j]), "schedule_lag_ms": 0.0,
                            "session_id": None, "turn": None,
                            "step": int(step[j]), "phase": "warmup" if phase_warm[j] else "steady", "api": "chat",
                            "model": "sim-27b", "ttft_ms": float(offs[0]), "e2e_ms": float(offs[-1] + 1.5),
@@ -133,10 +133,10 @@ def generate(run_dir: Path, n_records: int, seed: int = 0, batch: int = 20_000) 
 
 def analyse_timed(run_dir: Path, out_dir: Path, with_plots: bool) -> dict:
     """Load, analyse and write; returns (wall s, CPU s) per phase."""
-    import analysis.summary as summary_mod
-    from analysis.loader import load_run
-    from analysis.report import write_report
-    from analysis.summary import analyse
+    import tokenswarm.analysis.summary as summary_mod
+    from tokenswarm.analysis.loader import load_run
+    from tokenswarm.analysis.report import write_report
+    from tokenswarm.analysis.summary import analyse
 
     times: dict[str, tuple[float, float]] = {}
 

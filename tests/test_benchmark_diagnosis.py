@@ -126,10 +126,10 @@ def test_every_record_is_analysed_and_a_late_server_read_shows_on_the_request_si
         truth.append({"id": f"r{i}", "received": received, "output_tokens": 5,
                       "chunks": [[received + 0.020, 3], [received + 0.030, 2]]})
         ttft_ms = (received + 0.020 + 0.0001 - (sent - 1000.0)) * 1000.0  # the client saw the late read too
-        records.append({"response_id": f"r{i}", "outcome": "ok", "sent_at": sent, "ttft_ms": ttft_ms,
+        records.append({"response_id": f"r{i}", "outcome": "ok", "sent_at_s": sent, "ttft_ms": ttft_ms,
                         "chunk_offsets_ms": [ttft_ms, ttft_ms + 10.0], "chunk_tokens": [3, 2], "output_tokens": 5,
                         "conn_reused": reused, "connect_ms": None if reused else 0.3})
-    records.append({"response_id": None, "outcome": "connect_error", "sent_at": 2010.0, "ttft_ms": None})
+    records.append({"response_id": None, "outcome": "connect_error", "sent_at_s": 2010.0, "ttft_ms": None})
     (run / "records.jsonl").write_text("\n".join(json.dumps(r) for r in records))
     (tmp_path / "truth.jsonl").write_text("\n".join(json.dumps(t) for t in truth))
     a = accuracy.analyse(run, tmp_path / "truth.jsonl", goal=1.0)

@@ -6,9 +6,9 @@ tokens as one chunk of n tokens (vLLM) or as n one-token events written together
 import numpy as np
 import pytest
 
-from analysis import load_run, step_table
 from tests.analysis.runfactory import record, write_run
 from tokenswarm import metrics
+from tokenswarm.analysis import load_run, step_table
 from tokenswarm.load.livestats import LogHistogram
 
 #: deliveries at these offsets (ms), 3 tokens each: the same server behaviour, two framings

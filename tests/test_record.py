@@ -11,7 +11,7 @@ from tokenswarm.record import FIELD_NAMES, RequestRecord
 
 def _record(**kw) -> RequestRecord:
     base = dict(run_id="r", worker_id="w", seq=-1, task="qa", user_class="QAUser", outcome="ok",
-                request_key="k", scheduled_at=1.5, sent_at=1.6, ttft_ms=12.5, chunk_offsets_ms=[12.5, 22.5],
+                request_key="k", scheduled_at_s=1.5, sent_at_s=1.6, ttft_ms=12.5, chunk_offsets_ms=[12.5, 22.5],
                 chunk_tokens=[1, 2], spec_decode={"num_spec_steps": 3}, extra={"a": [1, None]})
     base.update(kw)
     return RequestRecord(**base)

@@ -21,8 +21,8 @@ delivery
     (llama.cpp); either way they are one delivery, and per-token ITL is computed per delivery,
     so the same server behaviour gives the same ITL distribution.
 request phases
-    A request's timeline: due (``scheduled_at``) -> connect (new connections only,
-    ``connect_ms``) -> the generator's own delay (``send_delay_ms``) -> sent (``sent_at``, the
+    A request's timeline: due (``scheduled_at_s``) -> connect (new connections only,
+    ``connect_ms``) -> the generator's own delay (``send_delay_ms``) -> sent (``sent_at_s``, the
     last byte handed to the kernel) -> response headers (``headers_ms``) -> first content chunk
     (``ttft_ms``) -> end (``e2e_ms``). What the server did not cause is never inside TTFT.
 """
@@ -35,11 +35,11 @@ import numpy as np
 
 #: name -> (unit, definition). docs/reference/glossary.md is generated from it (docs/gen/reference.py).
 GLOSSARY: dict[str, tuple[str, str]] = {
-    "ttft_ms": ("ms", "Time to first token: arrival of the first content chunk minus sent_at."),
-    "e2e_ms": ("ms", "End-to-end latency: end of the response (last byte or [DONE]) minus sent_at."),
+    "ttft_ms": ("ms", "Time to first token: arrival of the first content chunk minus sent_at_s."),
+    "e2e_ms": ("ms", "End-to-end latency: end of the response (last byte or [DONE]) minus sent_at_s."),
     "schedule_lag_ms": (
         "ms",
-        "sent_at minus scheduled_at (from the same clock reading as sent_at): how late the request left "
+        "sent_at_s minus scheduled_at_s (from the same clock reading as sent_at_s): how late the request left "
         "versus its plan; connect_ms + send_delay_ms.",
     ),
     "ttft_from_schedule_ms": ("ms", "schedule_lag_ms + ttft_ms: TTFT as an open-loop user experiences it."),
@@ -64,9 +64,9 @@ GLOSSARY: dict[str, tuple[str, str]] = {
     "send_delay_ms": (
         "ms",
         "The generator's own delay: from the moment the request was due (closed loop: the user's turn "
-        "began; open loop: its scheduled time) to sent_at, minus connect_ms.",
+        "began; open loop: its scheduled time) to sent_at_s, minus connect_ms.",
     ),
-    "headers_ms": ("ms", "Time to first byte: response headers received minus sent_at."),
+    "headers_ms": ("ms", "Time to first byte: response headers received minus sent_at_s."),
     "tokens_per_chunk": (
         "tokens",
         "Tokens carried by one content chunk (exact counts only: from continuous usage stats or token ids, "
@@ -94,11 +94,11 @@ GLOSSARY: dict[str, tuple[str, str]] = {
     "cv": ("fraction", "Coefficient of variation across rounds: sample standard deviation / mean."),
     "first_reasoning_token_ms": (
         "ms",
-        "Reasoning streams: arrival of the first reasoning_content/reasoning chunk minus sent_at.",
+        "Reasoning streams: arrival of the first reasoning_content/reasoning chunk minus sent_at_s.",
     ),
     "first_answer_token_ms": (
         "ms",
-        "Reasoning streams: arrival of the first answer (content) chunk minus sent_at; ttft_ms stays "
+        "Reasoning streams: arrival of the first answer (content) chunk minus sent_at_s; ttft_ms stays "
         "the first chunk of any kind.",
     ),
     "reasoning_itl_ms": ("ms", "ITL (as itl_ms) over the gaps between reasoning chunks of reasoning streams."),

@@ -5,13 +5,13 @@ It is written as one JSON object per line (``records.jsonl``); the run's ``manif
 carries :data:`FORMAT_VERSION`. Rules that every producer and consumer relies on:
 
 * "Not observed" is ``None`` (JSON ``null``), never ``0``.
-* Wall-clock fields (``scheduled_at``, ``sent_at``) are epoch seconds built from *one*
+* Wall-clock fields (``scheduled_at_s``, ``sent_at_s``) are epoch seconds built from *one*
   wall-clock anchor per worker plus a monotonic offset, so they never jump.
 * Durations are milliseconds measured on the monotonic clock (names end in ``_ms``).
-* ``sent_at`` is the moment the request's last byte was handed to the kernel (one clock
+* ``sent_at_s`` is the moment the request's last byte was handed to the kernel (one clock
   reading); ``ttft_ms``, ``headers_ms``, ``e2e_ms`` and ``chunk_offsets_ms`` count from it
   (service view). ``schedule_lag_ms`` is computed from the same reading:
-  ``schedule_lag_ms == (sent_at - scheduled_at) * 1000``, so the schedule-inclusive latency an
+  ``schedule_lag_ms == (sent_at_s - scheduled_at_s) * 1000``, so the schedule-inclusive latency an
   open-loop user experiences is ``schedule_lag_ms + e2e_ms``. What the server did not cause
   has its own fields: ``connect_ms`` (a new connection) and ``send_delay_ms`` (the
   generator's own delay, ``schedule_lag_ms - connect_ms``).
@@ -62,8 +62,8 @@ class RequestRecord:
     user_class: str
     outcome: str
     request_key: str
-    scheduled_at: float
-    sent_at: float
+    scheduled_at_s: float
+    sent_at_s: float
     schedule_lag_ms: float | None = None
     session_id: str | None = None
     turn: int | None = None
@@ -99,7 +99,7 @@ class RequestRecord:
     #: extraction: the answer parses as JSON / validates against the requested JSON Schema
     json_valid: bool | None = None
     schema_valid: bool | None = None
-    #: reasoning streams (None for plain ones): offsets from sent_at of the first reasoning and
+    #: reasoning streams (None for plain ones): offsets from sent_at_s of the first reasoning and
     #: the first answer chunk (ttft_ms stays "first chunk of any kind"), chunks and tokens per kind
     first_reasoning_token_ms: float | None = None
     first_answer_token_ms: float | None = None
@@ -143,18 +143,18 @@ FIELD_DOCS: dict[str, str] = {
     "user_class": "The Locust user class that sent it.",
     "outcome": "How the request ended: `ok`, `http_error`, `stream_error`, `timeout` or `cancelled`.",
     "request_key": "sha256 of what was sent (messages or prompt, `max_tokens`, sampling parameters; not the model name), so two runs of the same scenario and seed join request by request.",
-    "scheduled_at": "Epoch seconds when the request was due: the user's turn began (closed loop) or its scheduled arrival (open loop).",
-    "sent_at": "Epoch seconds when the request's last byte was handed to the kernel; for a request never sent whole (connection failed), when the attempt began.",
-    "schedule_lag_ms": "sent_at minus scheduled_at, in ms, from the same clock reading as sent_at.",
+    "scheduled_at_s": "Epoch seconds when the request was due: the user's turn began (closed loop) or its scheduled arrival (open loop).",
+    "sent_at_s": "Epoch seconds when the request's last byte was handed to the kernel; for a request never sent whole (connection failed), when the attempt began.",
+    "schedule_lag_ms": "sent_at_s minus scheduled_at_s, in ms, from the same clock reading as sent_at_s.",
     "session_id": "The multi-turn conversation (null for single-shot requests).",
     "turn": "0-based turn within the conversation (null for single-shot requests).",
     "step": "Index into the manifest's `steps` of the load step the request started in.",
     "phase": "Phase of the step when it was sent: warmup or steady (or ramp).",
     "api": "The API called: `chat` or `completions`.",
     "model": "The model name asked for.",
-    "ttft_ms": "Time to first token: arrival of the first content chunk minus sent_at.",
-    "e2e_ms": "End of the response (last byte, [DONE], error or deadline) minus sent_at.",
-    "chunk_offsets_ms": "Arrival of each content chunk, ms after sent_at (chunks read together share one value).",
+    "ttft_ms": "Time to first token: arrival of the first content chunk minus sent_at_s.",
+    "e2e_ms": "End of the response (last byte, [DONE], error or deadline) minus sent_at_s.",
+    "chunk_offsets_ms": "Arrival of each content chunk, ms after sent_at_s (chunks read together share one value).",
     "chunk_tokens": "Tokens in each content chunk, from the server's cumulative usage (`continuous_usage_stats`) or token ids; null when the server does not say (never guessed from text).",
     "prompt_tokens": "Prompt tokens, from the server's `usage` (an estimate when `tokens_estimated`).",
     "output_tokens": "Output tokens: the server's usage, else the sum of chunk_tokens, else an estimate.",
@@ -172,12 +172,12 @@ FIELD_DOCS: dict[str, str] = {
     "conn_reused": "True when the request went out on a kept-alive connection, false on a new one; null when no connection was obtained.",
     "connect_ms": "Time to establish the request's new connection (TCP, plus TLS); for a connection that failed, the time until it failed; null when the connection was reused.",
     "send_delay_ms": "The generator's own delay: from the moment the request was due to the moment its last byte was handed to the kernel, minus connect_ms; null when never sent.",
-    "headers_ms": "Response headers received (time to first byte), ms after sent_at.",
+    "headers_ms": "Response headers received (time to first byte), ms after sent_at_s.",
     "chunk_tokens_inferred": "True when chunk_tokens were not sent by the server but proven: as many content events as usage.completion_tokens, so one token per event.",
     "json_valid": "Extraction: the answer parses as JSON (one surrounding Markdown code fence allowed); null when not checked (other tasks, failed requests).",
     "schema_valid": "Extraction: the answer validates against the JSON Schema the request asked for (jsonschema, draft 2020-12); null when not checked.",
-    "first_reasoning_token_ms": "Reasoning streams: arrival of the first reasoning_content/reasoning chunk, ms after sent_at; null for a stream without reasoning.",
-    "first_answer_token_ms": "Reasoning streams: arrival of the first answer (content) chunk, ms after sent_at (ttft_ms stays the first chunk of any kind); null without reasoning or without an answer.",
+    "first_reasoning_token_ms": "Reasoning streams: arrival of the first reasoning_content/reasoning chunk, ms after sent_at_s; null for a stream without reasoning.",
+    "first_answer_token_ms": "Reasoning streams: arrival of the first answer (content) chunk, ms after sent_at_s (ttft_ms stays the first chunk of any kind); null without reasoning or without an answer.",
     "reasoning_chunks": "Reasoning streams: content chunks that carried reasoning (they come first: chunk i is reasoning iff i < reasoning_chunks).",
     "answer_chunks": "Reasoning streams: content chunks that carried the answer.",
     "reasoning_tokens": "Reasoning streams: usage.completion_tokens_details.reasoning_tokens when the server sends it, else the exact per-chunk counts of the reasoning chunks; null when unknown.",

@@ -20,9 +20,15 @@ files, :func:`load_run`). Import from this package.
 
 from __future__ import annotations
 
-from analysis.loader.records import BATCH_RECORDS, CATEGORICAL_FIELDS, FLOAT_FIELDS, SPEC_FIELDS, read_records
-from analysis.loader.run import Run, load_run, read_manifest, record_files
-from analysis.loader.server_metrics import ServerMetrics, read_server_metrics
+from tokenswarm.analysis.loader.records import (
+    BATCH_RECORDS,
+    CATEGORICAL_FIELDS,
+    FLOAT_FIELDS,
+    SPEC_FIELDS,
+    read_records,
+)
+from tokenswarm.analysis.loader.run import Run, load_run, read_manifest, record_files
+from tokenswarm.analysis.loader.server_metrics import ServerMetrics, read_server_metrics
 
 __all__ = [
     "BATCH_RECORDS",

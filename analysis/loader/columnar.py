@@ -20,9 +20,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from analysis.chunkhist import ChunkAccumulator, ChunkHistograms
-from analysis.errors import RunInputError
-from analysis.loader.records import CATEGORICAL_FIELDS, FLOAT_FIELDS, SPEC_FIELDS, _spec_fields, chunk_bounds
+from tokenswarm.analysis.chunkhist import ChunkAccumulator, ChunkHistograms
+from tokenswarm.analysis.errors import RunInputError
+from tokenswarm.analysis.loader.records import CATEGORICAL_FIELDS, FLOAT_FIELDS, SPEC_FIELDS, _spec_fields, chunk_bounds
 from tokenswarm.collect.parquet_store import REJECTED_NAME, StoreFormatError, check_part, store_parts
 from tokenswarm.record import OUTCOMES
 

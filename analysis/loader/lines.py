@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import orjson
 
-from analysis.errors import RunInputError
+from tokenswarm.analysis.errors import RunInputError
 
 
 def _blocks(path: Path, warnings: list[str], block_bytes: int) -> Iterator[bytes]:

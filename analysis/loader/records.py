@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from analysis.errors import RunInputError
-from analysis.fastnum import parse_ints
-from analysis.loader.lines import _iter_lines, _tolerate_bad_line
+from tokenswarm.analysis.errors import RunInputError
+from tokenswarm.analysis.fastnum import parse_ints
+from tokenswarm.analysis.loader.lines import _iter_lines, _tolerate_bad_line
 from tokenswarm.record import OUTCOMES
 
 #: Compact-JSON key of the per-chunk token list (what orjson and RequestRecord.to_json write).
@@ -31,8 +31,8 @@ BATCH_RECORDS = 8192
 #: Float columns (``None`` -> NaN). Integers that may be null are kept as float64 too
 #: (exact below 2**53) so "not observed" stays distinguishable from 0.
 FLOAT_FIELDS: tuple[str, ...] = (
-    "scheduled_at",
-    "sent_at",
+    "scheduled_at_s",
+    "sent_at_s",
     "schedule_lag_ms",
     "ttft_ms",
     "e2e_ms",
@@ -111,7 +111,7 @@ _READ_FIELDS: tuple[str, ...] = FLOAT_FIELDS + CATEGORICAL_FIELDS + (
     "step", "seq", "tokens_estimated", "request_key", "output_sha256", "spec_decode",
     "chunk_tokens", "run_id",
 )
-_REQUIRED = ("run_id", "worker_id", "seq", "task", "user_class", "outcome", "request_key", "scheduled_at", "sent_at")
+_REQUIRED = ("run_id", "worker_id", "seq", "task", "user_class", "outcome", "request_key", "scheduled_at_s", "sent_at_s")
 _IDX = {name: i for i, name in enumerate(_READ_FIELDS)}
 
 

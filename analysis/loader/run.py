@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 import orjson
 
-from analysis.chunkhist import ChunkHistograms
-from analysis.errors import RunInputError
-from analysis.gpu import GpuMetrics, gpu_metrics_from_lines
-from analysis.loader.columnar import read_store
-from analysis.loader.lines import _iter_json
-from analysis.loader.records import _release_free_memory, read_records
-from analysis.loader.server_metrics import ServerMetrics, read_server_metrics
+from tokenswarm.analysis.chunkhist import ChunkHistograms
+from tokenswarm.analysis.errors import RunInputError
+from tokenswarm.analysis.gpu import GpuMetrics, gpu_metrics_from_lines
+from tokenswarm.analysis.loader.columnar import read_store
+from tokenswarm.analysis.loader.lines import _iter_json
+from tokenswarm.analysis.loader.records import _release_free_memory, read_records
+from tokenswarm.analysis.loader.server_metrics import ServerMetrics, read_server_metrics
 from tokenswarm.collect.parquet_store import PARTS_GLOB
 from tokenswarm.record import FORMAT_VERSION
 
@@ -57,7 +57,7 @@ class Run:
     chunk_hists: ChunkHistograms | None = None
 
     def __len__(self) -> int:
-        return int(self.columns["sent_at"].shape[0])
+        return int(self.columns["sent_at_s"].shape[0])
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.columns[name]
@@ -194,12 +194,12 @@ def _load_store(run_dir: Path, manifest: dict[str, Any], keep_text: bool) -> Run
     """:func:`load_run` for a Parquet store: per-request columns, chunks as histograms."""
     cols, cats, warnings, texts, hists, parts = read_store(run_dir, keep_text=keep_text)
     _release_free_memory()
-    if not cols or cols["sent_at"].size == 0:
+    if not cols or cols["sent_at_s"].size == 0:
         raise RunInputError(f"{run_dir}: records store contains no records ({', '.join(p.name for p in parts)})")
     sm = read_server_metrics(run_dir / "server_metrics.jsonl", warnings)
     return Run(
         path=run_dir, manifest=manifest, columns=cols, categories=cats,
-        gap_ptr=np.zeros(len(cols["sent_at"]) + 1, dtype=np.int64), gap_ms=np.empty(0, dtype=np.float32),
+        gap_ptr=np.zeros(len(cols["sent_at_s"]) + 1, dtype=np.int64), gap_ms=np.empty(0, dtype=np.float32),
         gap_tokens=np.empty(0, dtype=np.int16), server_metrics=sm, texts=texts, warnings=warnings,
         files=[str(p) for p in parts], chunk_hists=hists,
         gpu_metrics=read_gpu_metrics(run_dir / "server_metrics.jsonl", warnings),

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.errors import RunInputError
-from analysis.loader.lines import _iter_json
+from tokenswarm.analysis.errors import RunInputError
+from tokenswarm.analysis.loader.lines import _iter_json
 
 #: Per-position acceptance counters (vLLM, llama.cpp's speculative build), kept by ``position``.
 PER_POS_NAMES = frozenset({"vllm:spec_decode_num_accepted_tokens_per_pos_total",

@@ -25,7 +25,7 @@ def sha(text: str) -> str:
 
 def record(i: int = 0, **kw: Any) -> dict[str, Any]:
     """A valid successful record dict; keyword arguments override fields."""
-    sent = kw.pop("sent_at", T0 + i)
+    sent = kw.pop("sent_at_s", T0 + i)
     lag = kw.pop("schedule_lag_ms", 0.0)
     offs = kw.pop("chunk_offsets_ms", [100.0, 120.0, 140.0, 160.0])
     toks = kw.pop("chunk_tokens", [1] * len(offs) if offs is not None else None)
@@ -33,7 +33,7 @@ def record(i: int = 0, **kw: Any) -> dict[str, Any]:
     out_tokens = kw.pop("output_tokens", sum(toks) if toks else (len(offs) if offs else None))
     base = dict(
         run_id="run", worker_id="w0", seq=i, task="qa", user_class="QAUser", outcome="ok",
-        request_key=key(i), scheduled_at=sent - lag / 1000.0, sent_at=sent, schedule_lag_ms=lag,
+        request_key=key(i), scheduled_at_s=sent - lag / 1000.0, sent_at_s=sent, schedule_lag_ms=lag,
         step=None, phase=None, ttft_ms=offs[0] if offs else None,
         e2e_ms=(offs[-1] + 5.0) if offs else None, chunk_offsets_ms=offs, chunk_tokens=toks,
         prompt_tokens=10, output_tokens=out_tokens, finish_reason="stop",

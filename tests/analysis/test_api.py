@@ -1,6 +1,6 @@
 """The public surface used from notebooks and by CI."""
 
-import analysis
+from tokenswarm import analysis
 
 
 def test_public_names_exist_and_nothing_else_is_promised():
@@ -13,7 +13,7 @@ def test_public_names_exist_and_nothing_else_is_promised():
 def test_cli_module_exposes_the_dispatcher_contract():
     import argparse
 
-    from analysis import cli
+    from tokenswarm.analysis import cli
 
     for name in ("report", "compare"):
         p = argparse.ArgumentParser()

@@ -5,8 +5,8 @@ import re
 import orjson
 import pytest
 
-from analysis.summary import unitless_keys
 from tests.analysis.runfactory import T0, failed, key, record, step, write_run
+from tokenswarm.analysis.summary import unitless_keys
 from tokenswarm.cli import main
 
 STEPS = [step(0, "concurrency", 1, T0, T0 + 1, T0 + 30), step(1, "concurrency", 4, T0 + 30, T0 + 31, T0 + 60)]
@@ -16,10 +16,10 @@ def _run(path, text="same output", n=80, run_keys_offset=0, **kw):
     recs = []
     for i in range(n):
         s = i * 2 // n
-        recs.append(record(i, request_key=key(i + run_keys_offset), step=s, phase="steady", sent_at=T0 + 2 + 30 * s + (i % (n // 2)) * 0.5,
+        recs.append(record(i, request_key=key(i + run_keys_offset), step=s, phase="steady", sent_at_s=T0 + 2 + 30 * s + (i % (n // 2)) * 0.5,
                            task=("qa", "code")[i % 2], output_text=text,
                            chunk_offsets_ms=[80.0 + s * 40 + j * 15 for j in range(12)], chunk_tokens=[1] + [2] * 11))
-    recs.append(failed(900, step=1, phase="steady", sent_at=T0 + 40))
+    recs.append(failed(900, step=1, phase="steady", sent_at_s=T0 + 40))
     return write_run(path, recs, steps=STEPS, **kw)
 
 

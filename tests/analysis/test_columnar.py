@@ -9,10 +9,10 @@ import numpy as np
 import orjson
 import pytest
 
-from analysis import analyse, load_run
-from analysis.chunkhist import PRECISION_SHARE, _positions
-from analysis.stats import PERCENTILE_KEYS
 from tests.analysis.runfactory import T0, failed, manifest, record, step, write_run
+from tokenswarm.analysis import analyse, load_run
+from tokenswarm.analysis.chunkhist import PRECISION_SHARE, _positions
+from tokenswarm.analysis.stats import PERCENTILE_KEYS
 from tokenswarm.collect.parquet_store import ParquetRecordsWriter
 from tokenswarm.load.livestats import bucket_keys, bucket_value_ms
 from tokenswarm.metrics import itl_samples
@@ -30,7 +30,7 @@ def _records(n: int = 3000, seed: int = 1) -> list[dict]:
         phase = "warmup" if (i % (n // 2)) < n // 20 else "steady"
         task = ("qa", "code", "chat")[int(rng.integers(0, 3))]
         if rng.random() < 0.03:
-            out.append(failed(i, step=st, phase=phase, task=task, sent_at=sent))
+            out.append(failed(i, step=st, phase=phase, task=task, sent_at_s=sent))
             continue
         k = int(rng.integers(2, 60))
         gaps = rng.gamma(2.0, 4.0 + 3 * st, k - 1) * (rng.random(k - 1) > 0.02)  # a few glued chunks (0 ms)
@@ -38,7 +38,7 @@ def _records(n: int = 3000, seed: int = 1) -> list[dict]:
         toks = rng.integers(0 if i % 7 == 0 else 1, 5, k).tolist()
         if i % 11 == 0:
             toks = None  # no per-chunk counts: per-chunk ITL samples
-        out.append(record(i, step=st, phase=phase, task=task, sent_at=sent, chunk_offsets_ms=offs,
+        out.append(record(i, step=st, phase=phase, task=task, sent_at_s=sent, chunk_offsets_ms=offs,
                           chunk_tokens=toks, output_tokens=sum(toks) if toks else k))
     return out
 
@@ -164,7 +164,7 @@ def test_the_fast_bucket_positions_are_the_live_histograms_buckets_within_the_pr
 
 
 def test_the_report_prints_the_precision_next_to_histogram_percentiles_only(tmp_path):
-    from analysis.report import write_report
+    from tokenswarm.analysis.report import write_report
 
     exact_dir, store_dir = _both(tmp_path, _records(600), row_group_records=200)
     for run_dir, expected in ((store_dir, True), (exact_dir, False)):
@@ -175,7 +175,7 @@ def test_the_report_prints_the_precision_next_to_histogram_percentiles_only(tmp_
 
 
 def test_two_store_runs_compare_like_their_jsonl_copies(tmp_path):
-    from analysis.summary import compare_summary
+    from tokenswarm.analysis.summary import compare_summary
 
     base_jsonl, base_store = _both(tmp_path / "a", _records(800, seed=1), row_group_records=300)
     cand_jsonl, cand_store = _both(tmp_path / "b", _records(800, seed=2), row_group_records=300)
@@ -190,11 +190,11 @@ def test_two_store_runs_compare_like_their_jsonl_copies(tmp_path):
 def test_the_c_pass_counts_exactly_what_the_numpy_pass_counts(tmp_path):
     import pyarrow.parquet as pq
 
-    from analysis import chunkhist
-    from analysis.loader.columnar import _chunk_columns
+    from tokenswarm.analysis import chunkhist
+    from tokenswarm.analysis.loader.columnar import _chunk_columns
 
     if chunkhist._kernel is None:
-        pytest.skip("analysis._chunkhist not built (no C compiler): the numpy path is the only one")
+        pytest.skip("tokenswarm.analysis._chunkhist not built (no C compiler): the numpy path is the only one")
     _, store_dir = _both(tmp_path, _records(2000, seed=4), row_group_records=700)
     accs = [chunkhist.ChunkAccumulator(use_kernel=k) for k in (True, False)]
     for part in sorted(store_dir.glob("records-*.parquet")):
@@ -218,7 +218,7 @@ def test_the_c_pass_counts_exactly_what_the_numpy_pass_counts(tmp_path):
 
 
 def test_per_request_percentiles_at_soak_scale_equal_numpys_on_the_raw_values():
-    from analysis.stats import describe
+    from tokenswarm.analysis.stats import describe
 
     rng = np.random.default_rng(9)
     v = rng.lognormal(4.0, 1.0, 300_000)

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from analysis import NotComparableError, compare_runs, load_run
 from tests.analysis.runfactory import T0, record, step, write_run
+from tokenswarm.analysis import NotComparableError, compare_runs, load_run
 
 STEPS = [step(0, "concurrency", 1, T0, T0, T0 + 100), step(1, "concurrency", 8, T0 + 100, T0 + 100, T0 + 200)]
 TEXT = "The quick brown fox jumps over the lazy dog and keeps running far away"
@@ -15,7 +15,7 @@ def _req(i, s, tokens_per_chunk, gap_ms, text, temperature=0.0, spec=None, rng=N
     n_chunks = n_tokens // tokens_per_chunk
     ttft = 100.0 + float(rng.exponential(10.0))
     offs = [ttft + gap_ms * j * (1 + 0.1 * float(rng.random())) for j in range(n_chunks)]
-    return record(i, step=s, phase="steady", sent_at=T0 + 100 * s + (i % 200) * 0.4, chunk_offsets_ms=offs,
+    return record(i, step=s, phase="steady", sent_at_s=T0 + 100 * s + (i % 200) * 0.4, chunk_offsets_ms=offs,
                   chunk_tokens=[1] + [tokens_per_chunk] * (n_chunks - 1), output_tokens=1 + tokens_per_chunk * (n_chunks - 1),
                   output_text=text, temperature=temperature, spec_decode=spec, task=("qa", "code")[i % 2])
 
@@ -103,8 +103,8 @@ def test_hash_only_and_sampled_divergence_is_not_greedy(tmp_path):
 
 def test_duplicate_request_keys_join_by_occurrence(tmp_path):
     # the same prompt sent twice: the n-th baseline occurrence pairs with the n-th candidate one
-    base = [record(0, request_key="k" * 64, sent_at=T0 + t, output_text=txt) for t, txt in ((1, "a"), (2, "b"))]
-    cand = [record(0, request_key="k" * 64, sent_at=T0 + t, output_text=txt) for t, txt in ((5, "a"), (6, "b"))]
+    base = [record(0, request_key="k" * 64, sent_at_s=T0 + t, output_text=txt) for t, txt in ((1, "a"), (2, "b"))]
+    cand = [record(0, request_key="k" * 64, sent_at_s=T0 + t, output_text=txt) for t, txt in ((5, "a"), (6, "b"))]
     c = compare_runs(load_run(write_run(tmp_path / "a", base), keep_text=True),
                      load_run(write_run(tmp_path / "b", cand), keep_text=True), n_boot=20)["consistency"]
     assert c["joined_pairs_count"] == 2 and c["exact_match_rate"] == 1.0

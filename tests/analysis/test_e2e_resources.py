@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from analysis import analyse
-from analysis.loader import load_run
-from analysis.summary import compare_summary
 from tests.helpers.runs import run_locust, scenario_file
+from tokenswarm.analysis import analyse
+from tokenswarm.analysis.loader import load_run
+from tokenswarm.analysis.summary import compare_summary
 from tokenswarm.sim.testing import start_sim
 
 pytestmark = pytest.mark.slow

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.loader import load_run
-from analysis.specdecode import server_deltas
 from tests.analysis.exporter_text import LLAMACPP_SPEC, SGLANG, TGI, VLLM_SPEC
 from tests.analysis.runfactory import T0, record, step, write_run
+from tokenswarm.analysis.loader import load_run
+from tokenswarm.analysis.specdecode import server_deltas
 from tokenswarm.collect.scrape import parse_metrics
 
 
@@ -21,7 +21,7 @@ def scrape_of(text: str, t: float, scale: float) -> dict:
 def run_with(tmp_path, text: str):
     steps = [step(0, "concurrency", 4, T0, T0 + 10, T0 + 60)]
     lines = [scrape_of(text, T0 + 5, 0.5), scrape_of(text, T0 + 61, 1.0)]
-    return load_run(write_run(tmp_path / "run", [record(0, step=0, phase="steady", sent_at=T0 + 20)],
+    return load_run(write_run(tmp_path / "run", [record(0, step=0, phase="steady", sent_at_s=T0 + 20)],
                               steps=steps, server_metrics=lines))
 
 

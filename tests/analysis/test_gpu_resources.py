@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from analysis import analyse
-from analysis.gpu import gpu_metrics_from_lines, gpu_readings, is_gpu_metric, window_stats
-from analysis.loader import load_run
-from analysis.resources import compare_resources, resource_sentence
-from analysis.summary import unitless_keys
 from tests.analysis.exporter_text import AMD_ONE_GPU, DCGM_TWO_GPUS, VLLM_SPEC
 from tests.analysis.runfactory import T0, record, step, write_run
+from tokenswarm.analysis import analyse
+from tokenswarm.analysis.gpu import gpu_metrics_from_lines, gpu_readings, is_gpu_metric, window_stats
+from tokenswarm.analysis.loader import load_run
+from tokenswarm.analysis.resources import compare_resources, resource_sentence
+from tokenswarm.analysis.summary import unitless_keys
 from tokenswarm.collect.scrape import parse_metrics
 
 
@@ -62,7 +62,7 @@ def test_window_energy_comes_from_the_counter_scaled_to_the_window():
 
 def _run_with_gpu(tmp_path, name: str, power: float, used: float, chunk_tokens: int = 1):
     steps = [step(0, "concurrency", 4, T0, T0 + 10, T0 + 50)]
-    recs = [record(i, step=0, phase="steady", sent_at=T0 + 11 + i, chunk_offsets_ms=[100.0 + 10 * j for j in range(10)],
+    recs = [record(i, step=0, phase="steady", sent_at_s=T0 + 11 + i, chunk_offsets_ms=[100.0 + 10 * j for j in range(10)],
                    chunk_tokens=[chunk_tokens] * 10) for i in range(30)]
     lines = [_dcgm_line(T0 + i * 5, used, 80, power, power * 1000 * i * 5) for i in range(13)]
     return load_run(write_run(tmp_path / name, recs, steps=steps, server_metrics=lines,
@@ -89,7 +89,7 @@ def test_summary_names_the_resource_keys_per_step_and_they_carry_units(tmp_path)
 
 def test_a_run_without_a_gpu_exporter_says_so(tmp_path):
     steps = [step(0, "concurrency", 4, T0, T0 + 10, T0 + 50)]
-    run = load_run(write_run(tmp_path / "r", [record(0, step=0, phase="steady", sent_at=T0 + 20)], steps=steps))
+    run = load_run(write_run(tmp_path / "r", [record(0, step=0, phase="steady", sent_at_s=T0 + 20)], steps=steps))
     res = analyse(run)["resources"]
     assert res["observed"] is False and res["rows"][0]["gpu_power_w_mean"] is None
     assert any("no GPU exporter" in n for n in res["notes"])
@@ -115,14 +115,14 @@ def test_the_sentence_leaves_out_what_is_unknown():
 def test_memory_growth_per_hour_is_reported_for_a_constant_load_run(tmp_path):
     steps = [step(0, "concurrency", 4, T0, T0 + 10, T0 + 600)]
     lines = [_dcgm_line(T0 + i * 10, 50000 + i * 10, 50, 300, 0) for i in range(60)]  # +10 MiB per 10 s
-    run = load_run(write_run(tmp_path / "soak", [record(0, step=0, phase="steady", sent_at=T0 + 20)],
+    run = load_run(write_run(tmp_path / "soak", [record(0, step=0, phase="steady", sent_at_s=T0 + 20)],
                              steps=steps, server_metrics=lines))
     (g,) = analyse(run)["resources"]["memory_growth"]
     assert g["memory_growth_mib_per_hour"] == pytest.approx(3600.0)
 
 
 def test_resource_plots_draw_from_the_summary(tmp_path):
-    from analysis import plots
+    from tokenswarm.analysis import plots
 
     run = _run_with_gpu(tmp_path, "p", power=400.0, used=60000.0)
     s = analyse(run)
@@ -131,8 +131,8 @@ def test_resource_plots_draw_from_the_summary(tmp_path):
 
 
 def test_terminal_summary_and_csv_tables_carry_the_resources_and_the_audit(tmp_path):
-    from analysis.render_csv import report_tables
-    from analysis.render_terminal import report_text
+    from tokenswarm.analysis.render_csv import report_tables
+    from tokenswarm.analysis.render_terminal import report_text
 
     s = analyse(_run_with_gpu(tmp_path, "t", power=400.0, used=60000.0))
     text = report_text(s)

@@ -6,8 +6,8 @@ import numpy as np
 import orjson
 import pytest
 
-from analysis import NoSuccessError, RunInputError, analyse, load_run
 from tests.analysis.runfactory import failed, record, write_run
+from tokenswarm.analysis import NoSuccessError, RunInputError, analyse, load_run
 
 
 def _recs(n=30):
@@ -15,7 +15,7 @@ def _recs(n=30):
 
 
 def _same(a, b):
-    for name in ("ttft_ms", "e2e_ms", "sent_at", "output_tokens"):
+    for name in ("ttft_ms", "e2e_ms", "sent_at_s", "output_tokens"):
         np.testing.assert_array_equal(a[name], b[name])
     np.testing.assert_array_equal(a.gap_ms, b.gap_ms)
     np.testing.assert_array_equal(a.gap_tokens, b.gap_tokens)

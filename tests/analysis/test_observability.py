@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from analysis import analyse
-from analysis.loader import load_run
-from analysis.observability import SIGNALS, audit
-from analysis.tables import windows
 from tests.analysis.exporter_text import LLAMACPP_SPEC, SGLANG, TGI, VLLM_SPEC
 from tests.analysis.runfactory import T0, record, step, write_run
+from tokenswarm.analysis import analyse
+from tokenswarm.analysis.loader import load_run
+from tokenswarm.analysis.observability import SIGNALS, audit
+from tokenswarm.analysis.tables import windows
 from tokenswarm.collect.scrape import parse_metrics
 
 
@@ -22,7 +22,7 @@ def scrape_of(text: str, t: float, scale: float) -> dict:
 def run_with(tmp_path, text: str, sd: dict | None = None):
     steps = [step(0, "concurrency", 4, T0, T0 + 10, T0 + 60)]
     lines = [scrape_of(text, T0 + 5, 0.5), scrape_of(text, T0 + 30, 0.75), scrape_of(text, T0 + 61, 1.0)]
-    recs = [record(i, step=0, phase="steady", sent_at=T0 + 20 + i, spec_decode=sd) for i in range(3)]
+    recs = [record(i, step=0, phase="steady", sent_at_s=T0 + 20 + i, spec_decode=sd) for i in range(3)]
     return load_run(write_run(tmp_path / "run", recs, steps=steps, server_metrics=lines))
 
 
@@ -77,7 +77,7 @@ def test_summary_lists_every_signal_with_signal_exposed_metric(tmp_path):
 
 def test_a_run_without_speculation_says_why_the_spec_signals_are_missing(tmp_path):
     steps = [step(0, "concurrency", 4, T0, T0 + 10, T0 + 60)]
-    run = load_run(write_run(tmp_path / "r", [record(0, step=0, phase="steady", sent_at=T0 + 20)], steps=steps))
+    run = load_run(write_run(tmp_path / "r", [record(0, step=0, phase="steady", sent_at_s=T0 + 20)], steps=steps))
     obs = {o["signal"]: o for o in analyse(run)["observability"]}
     assert not obs["acceptance_rate"]["exposed"]
     assert obs["acceptance_rate"]["derived_instead"].startswith("no speculation in this run")

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from analysis import analyse
-from analysis.curves import curves
-from analysis.loader import load_run
-from analysis.render_doc import report_doc, slo_matrix_blocks
-from analysis.sent import what_was_sent
-from analysis.soak import soak
-from analysis.tables import windows
 from tests.analysis.runfactory import T0, record, step, write_run
+from tokenswarm.analysis import analyse
+from tokenswarm.analysis.curves import curves
+from tokenswarm.analysis.loader import load_run
+from tokenswarm.analysis.render_doc import report_doc, slo_matrix_blocks
+from tokenswarm.analysis.sent import what_was_sent
+from tokenswarm.analysis.soak import soak
+from tokenswarm.analysis.tables import windows
 
 
 def _row(i, users, tps, e2e, ttft, tpot):
@@ -31,7 +31,7 @@ def test_a_knee_on_tpot_is_found_when_e2e_shows_none():
 
 def _sweep(tmp_path, scenario=None):
     steps = [step(0, "concurrency", 1, T0, T0 + 1, T0 + 300), step(1, "concurrency", 4, T0 + 300, T0 + 301, T0 + 600)]
-    recs = [record(i, step=i // 300, phase="steady", sent_at=T0 + 2 + i, prompt_tokens=100 + i % 7, task="qa",
+    recs = [record(i, step=i // 300, phase="steady", sent_at_s=T0 + 2 + i, prompt_tokens=100 + i % 7, task="qa",
                    max_tokens=64) for i in range(598)]
     return load_run(write_run(tmp_path / "sweep", recs, steps=steps, scenario=scenario or {},
                               ended_at=T0 + 600))

@@ -5,17 +5,17 @@ was late (send_delay_ms p99 > 1 ms)."""
 import numpy as np
 import pytest
 
-from analysis import load_run, step_table
-from analysis.health import SEND_DELAY_P99_LIMIT_MS, generator_health
-from analysis.render_doc import report_doc
-from analysis.summary import analyse, unitless_keys
 from tests.analysis.runfactory import T0, record, step, write_run
+from tokenswarm.analysis import load_run, step_table
+from tokenswarm.analysis.health import SEND_DELAY_P99_LIMIT_MS, generator_health
+from tokenswarm.analysis.render_doc import report_doc
+from tokenswarm.analysis.summary import analyse, unitless_keys
 
 
 def _phases(i: int, step_index: int, late: bool) -> dict:
     new = i % 4 == 0  # every fourth request opens a connection
     return dict(
-        step=step_index, phase="steady", sent_at=T0 + step_index * 100 + 10 + i * 0.1,
+        step=step_index, phase="steady", sent_at_s=T0 + step_index * 100 + 10 + i * 0.1,
         conn_reused=not new, connect_ms=(2.0 + i * 0.01) if new else None,
         send_delay_ms=(5.0 if late and i % 10 == 0 else 0.2), headers_ms=40.0 + (i % 5),
     )
@@ -62,7 +62,7 @@ def test_the_first_page_says_the_generator_was_late_in_the_step_where_it_was(two
 
 
 def test_records_without_request_phases_report_none_and_flag_nothing(tmp_path):
-    recs = [record(i, step=0, phase="steady", sent_at=T0 + 10 + i) for i in range(20)]
+    recs = [record(i, step=0, phase="steady", sent_at_s=T0 + 10 + i) for i in range(20)]
     path = write_run(tmp_path / "old", recs, steps=[step(0, "concurrency", 4, T0, T0 + 5, T0 + 100)])
     row = step_table(load_run(path)).row(0)
     assert row["connect_count"] == row["send_delay_count"] == 0
@@ -99,6 +99,6 @@ def test_generator_health_names_the_timing_paths_and_every_fallback_that_happene
 
 
 def report_doc_health(h):
-    from analysis.render_doc import _health_blocks
+    from tokenswarm.analysis.render_doc import _health_blocks
 
     return _health_blocks(h)

@@ -1,7 +1,7 @@
 """The sample-size guard in the run report: a percentile its n cannot support is never a number."""
 
-from analysis.render_doc import guarded
 from tests.analysis.runfactory import T0, record, step, write_run
+from tokenswarm.analysis.render_doc import guarded
 from tokenswarm.cli import main
 
 
@@ -13,7 +13,7 @@ def test_a_percentile_cell_shows_n_below_what_it_needs_instead_of_a_number():
 
 
 def test_the_report_of_a_small_run_prints_p50_but_not_p99(tmp_path, capsys):
-    recs = [record(i, step=0, phase="steady", sent_at=T0 + 1 + i * 0.2) for i in range(30)]
+    recs = [record(i, step=0, phase="steady", sent_at_s=T0 + 1 + i * 0.2) for i in range(30)]
     run = write_run(tmp_path / "run", recs, steps=[step(0, "concurrency", 1, T0, T0, T0 + 10)])
     assert main(["report", str(run), "--no-plots", "--out", str(tmp_path / "o")]) == 0
     printed = capsys.readouterr().out

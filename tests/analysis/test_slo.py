@@ -2,10 +2,10 @@
 
 import pytest
 
-from analysis import load_run, step_table
-from analysis.slo import SloSpec, parse_slos
-from analysis.tables import evaluate
 from tests.analysis.runfactory import T0, failed, record, step, write_run
+from tokenswarm.analysis import load_run, step_table
+from tokenswarm.analysis.slo import SloSpec, parse_slos
+from tokenswarm.analysis.tables import evaluate
 
 
 def test_parse_validates_names_and_values_with_dotted_paths():
@@ -27,11 +27,11 @@ def test_request_thresholds_are_explicit_or_the_loosest_percentile_slo():
 @pytest.fixture()
 def two_step_run(tmp_path):
     steps = [step(0, "concurrency", 1, T0, T0, T0 + 10), step(1, "concurrency", 4, T0 + 10, T0 + 10, T0 + 20)]
-    recs = [record(i, step=0, phase="steady", task=("qa", "code")[i % 2], sent_at=T0 + i * 0.5,
+    recs = [record(i, step=0, phase="steady", task=("qa", "code")[i % 2], sent_at_s=T0 + i * 0.5,
                    chunk_offsets_ms=[100.0, 120.0]) for i in range(20)]
-    recs += [record(100 + i, step=1, phase="steady", task=("qa", "code")[i % 2], sent_at=T0 + 10 + i * 0.5,
+    recs += [record(100 + i, step=1, phase="steady", task=("qa", "code")[i % 2], sent_at_s=T0 + 10 + i * 0.5,
                     chunk_offsets_ms=[600.0 + 10 * i, 700.0 + 10 * i]) for i in range(20)]
-    recs += [failed(200, step=1, phase="steady", sent_at=T0 + 15)]
+    recs += [failed(200, step=1, phase="steady", sent_at_s=T0 + 15)]
     return load_run(write_run(tmp_path / "run", recs, steps=steps))
 
 

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from analysis import load_run, soak
-from analysis.soak import time_windows
 from tests.analysis.runfactory import T0, failed, record, scrape, write_run
+from tokenswarm.analysis import load_run, soak
+from tokenswarm.analysis.soak import time_windows
 
 
 def _soak_records(drift_ms_per_min, minutes=30, per_min=40, seed=0, burst_minute=None):
@@ -16,10 +16,10 @@ def _soak_records(drift_ms_per_min, minutes=30, per_min=40, seed=0, burst_minute
         for j in range(per_min):
             sent = T0 + m * 60 + j * (60 / per_min)
             if burst_minute is not None and m == burst_minute and j % 4 == 0:
-                recs.append(failed(i, outcome="http_error", sent_at=sent))
+                recs.append(failed(i, outcome="http_error", sent_at_s=sent))
             else:
                 ttft = 100 + drift_ms_per_min * m + float(rng.normal(0, 8))
-                recs.append(record(i, sent_at=sent, chunk_offsets_ms=[ttft, ttft + 20, ttft + 40]))
+                recs.append(record(i, sent_at_s=sent, chunk_offsets_ms=[ttft, ttft + 20, ttft + 40]))
             i += 1
     return recs
 
@@ -32,8 +32,8 @@ def test_windows_match_an_independent_grouping(tmp_path):
     assert len(rows) == 6
     for w in rows:
         start = T0 + 60 * w["window_index"]
-        sel = [r for r in recs if start <= r["sent_at"] + r["e2e_ms"] / 1000 < start + 60 or
-               (w["window_index"] == 5 and r["sent_at"] + r["e2e_ms"] / 1000 >= start)]
+        sel = [r for r in recs if start <= r["sent_at_s"] + r["e2e_ms"] / 1000 < start + 60 or
+               (w["window_index"] == 5 and r["sent_at_s"] + r["e2e_ms"] / 1000 >= start)]
         assert w["requests_count"] == len(sel)
         assert w["ttft_p50_ms"] == pytest.approx(np.percentile([r["ttft_ms"] for r in sel], 50))
     # gauges: engines summed for the queue, averaged for KV-cache use

@@ -2,9 +2,9 @@
 
 import pytest
 
-from analysis import load_run, spec_decode_tables, windows
-from analysis.specdecode import server_deltas
 from tests.analysis.runfactory import T0, record, scrape, step, write_run
+from tokenswarm.analysis import load_run, spec_decode_tables, windows
+from tokenswarm.analysis.specdecode import server_deltas
 
 DR, DT, AC = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
               "vllm:spec_decode_num_accepted_tokens_total")
@@ -22,7 +22,7 @@ def _scrapes():
 
 def test_server_counter_deltas_use_the_scrapes_around_the_steady_window(tmp_path):
     steps = [step(0, "concurrency", 4, T0, T0 + 10, T0 + 60)]
-    run = load_run(write_run(tmp_path / "run", [record(0, step=0, phase="steady", sent_at=T0 + 20)],
+    run = load_run(write_run(tmp_path / "run", [record(0, step=0, phase="steady", sent_at_s=T0 + 20)],
                              steps=steps, server_metrics=_scrapes()))
     d = server_deltas(run.server_metrics, T0 + 10, T0 + 60)
     assert d["server_drafts_count"] == 5000 and d["server_draft_tokens_count"] == 15000
@@ -75,7 +75,7 @@ def test_chunks_above_k_plus_1_flag_coalescing(tmp_path):
 
 
 def test_a_chunk_estimate_that_contradicts_the_per_request_metrics_is_not_reliable():
-    from analysis.specdecode import _check_against_requests
+    from tokenswarm.analysis.specdecode import _check_against_requests
 
     row = {"request_mean_acceptance_length_tokens": 3.45, "chunk_mean_tokens_per_chunk_tokens": 2.18,
            "chunk_estimate_reliable": True, "chunk_estimate_notes": []}

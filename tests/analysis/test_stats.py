@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from analysis.stats import (
+from tokenswarm.analysis.stats import (
     PERCENTILES,
     SortedParts,
     bootstrap_means,

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from analysis import load_run, step_table
-from analysis.stats import PERCENTILE_KEYS, PERCENTILES
-from analysis.tables import derived
 from tests.analysis.runfactory import T0, failed, record, step, write_run
 from tokenswarm import metrics
+from tokenswarm.analysis import load_run, step_table
+from tokenswarm.analysis.stats import PERCENTILE_KEYS, PERCENTILES
+from tokenswarm.analysis.tables import derived
 
 
 def _random_records(rng, n, step_index=None, phase=None, t0=T0):
@@ -20,7 +20,7 @@ def _random_records(rng, n, step_index=None, phase=None, t0=T0):
         toks = None if toks is None else [max(toks[0], 1)] + toks[1:]
         recs.append(record(i, chunk_offsets_ms=offs, chunk_tokens=toks,
                            output_tokens=(sum(toks) if toks else k), task=("qa", "code")[i % 2],
-                           sent_at=t0 + i * 0.05, step=step_index, phase=phase,
+                           sent_at_s=t0 + i * 0.05, step=step_index, phase=phase,
                            schedule_lag_ms=float(rng.exponential(3.0)), e2e_ms=offs[-1] + 2.0))
     return recs
 
@@ -29,7 +29,7 @@ def _random_records(rng, n, step_index=None, phase=None, t0=T0):
 def random_run(tmp_path_factory):
     rng = np.random.default_rng(11)
     recs = _random_records(rng, 400)
-    recs += [failed(1000 + i, outcome=("timeout", "http_error", "stream_error")[i % 3], sent_at=T0 + i) for i in range(9)]
+    recs += [failed(1000 + i, outcome=("timeout", "http_error", "stream_error")[i % 3], sent_at_s=T0 + i) for i in range(9)]
     return write_run(tmp_path_factory.mktemp("r") / "run", recs), recs
 
 
@@ -98,12 +98,12 @@ def test_steady_window_throughput_excludes_warmup_and_uses_manifest_duration(tmp
     recs = []
     for i in range(100):
         recs.append(record(i, step=0, phase="warmup" if i < 20 else "steady", output_tokens=10,
-                           chunk_offsets_ms=[10.0] * 1, chunk_tokens=[10], sent_at=T0 + i * 0.5))
+                           chunk_offsets_ms=[10.0] * 1, chunk_tokens=[10], sent_at_s=T0 + i * 0.5))
     for i in range(100, 190):
         recs.append(record(i, step=1, phase="steady", output_tokens=4, chunk_offsets_ms=[5.0], chunk_tokens=[4],
-                           sent_at=T0 + 70 + (i - 100) * 0.3))
-    recs.append(failed(999, step=1, phase="steady", sent_at=T0 + 80))
-    recs.append(failed(998, outcome="cancelled", step=1, phase="steady", sent_at=T0 + 99))
+                           sent_at_s=T0 + 70 + (i - 100) * 0.3))
+    recs.append(failed(999, step=1, phase="steady", sent_at_s=T0 + 80))
+    recs.append(failed(998, outcome="cancelled", step=1, phase="steady", sent_at_s=T0 + 99))
     t = step_table(load_run(write_run(tmp_path / "run", recs, steps=steps)))
     r0, r1 = t.row(0), t.row(1)
     assert r0["requests_count"] == 80 and r0["window_duration_s"] == 50.0
@@ -117,10 +117,10 @@ def test_steady_window_throughput_excludes_warmup_and_uses_manifest_duration(tmp
 
 
 def test_run_without_steps_falls_back_to_all_records_with_a_note(tmp_path):
-    recs = [record(i, sent_at=T0 + i) for i in range(10)]
+    recs = [record(i, sent_at_s=T0 + i) for i in range(10)]
     t = step_table(load_run(write_run(tmp_path / "run", recs)))
     row = t.row(None)
-    # span: first sent_at .. last end (sent_at + e2e)
+    # span: first sent_at_s .. last end (sent_at_s + e2e)
     assert row["window_duration_s"] == pytest.approx(9 + recs[-1]["e2e_ms"] / 1000)
     assert row["duration_source"].startswith("span")
     assert any("no load steps" in n for n in t.notes)
@@ -133,7 +133,7 @@ def test_open_loop_step_reports_schedule_inclusive_latency_for_a_poisson_schedul
     lags = rng.exponential(4.0, arrivals.size)
     duration = float(arrivals[-1] + 0.001)
     steps = [step(0, "rate", rate, T0, T0, T0 + duration)]
-    recs = [record(i, step=0, phase="steady", sent_at=float(T0 + a + lag / 1000), schedule_lag_ms=float(lag),
+    recs = [record(i, step=0, phase="steady", sent_at_s=float(T0 + a + lag / 1000), schedule_lag_ms=float(lag),
                    chunk_offsets_ms=[80.0 + i % 7, 100.0, 120.0])
             for i, (a, lag) in enumerate(zip(arrivals, lags))]
     row = step_table(load_run(write_run(tmp_path / "run", recs, steps=steps, load_mode="open"))).row(0)

@@ -119,8 +119,8 @@ def test_connection_refused_and_a_server_restart_mid_run(tmp_path):
     refused = [r for r in recs if r["error"] == "connection refused"]
     assert refused and all(r["outcome"] == "http_error" and r["http_status"] is None for r in refused)
     assert outcomes["stream_error"] + len(refused) > 0
-    last_ok = max(r["sent_at"] for r in recs if r["outcome"] == "ok")
-    first_refused = min(r["sent_at"] for r in refused)
+    last_ok = max(r["sent_at_s"] for r in recs if r["outcome"] == "ok")
+    first_refused = min(r["sent_at_s"] for r in refused)
     assert last_ok > first_refused, "requests succeed again after the restart"
     assert read_manifest(tmp_path / "run")["complete"]
 

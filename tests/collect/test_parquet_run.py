@@ -7,8 +7,8 @@ import signal
 
 import pytest
 
-from analysis import analyse, load_run
 from tests.helpers.runs import read_manifest, scenario_file, start_master_and_workers
+from tokenswarm.analysis import analyse, load_run
 from tokenswarm.collect.parquet_store import iter_records, store_parts
 from tokenswarm.sim.testing import start_sim
 

@@ -52,7 +52,7 @@ def _full(i: int) -> RequestRecord:
 def _sparse(i: int) -> RequestRecord:
     """A record with only the required fields: every optional one is None (or its default)."""
     return RequestRecord(run_id="r", worker_id="w0", seq=i, task="qa", user_class="U", outcome="timeout",
-                         request_key=f"k{i}", scheduled_at=1.0 + i, sent_at=1.5 + i)
+                         request_key=f"k{i}", scheduled_at_s=1.0 + i, sent_at_s=1.5 + i)
 
 
 def test_every_record_field_is_a_column_in_record_order():
@@ -107,7 +107,7 @@ CHILD = textwrap.dedent("""
     w = ParquetRecordsWriter(sys.argv[1], row_group_records=50)
     for i in range(10_000_000):
         r = RequestRecord(run_id="r", worker_id="w0", seq=i, task="qa", user_class="U", outcome="ok",
-                          request_key=f"k{i}", scheduled_at=1.0 + i, sent_at=1.0 + i, ttft_ms=10.0, e2e_ms=30.0,
+                          request_key=f"k{i}", scheduled_at_s=1.0 + i, sent_at_s=1.0 + i, ttft_ms=10.0, e2e_ms=30.0,
                           chunk_offsets_ms=[10.0, 20.0, 30.0], chunk_tokens=[1, 2, 1], output_tokens=4)
         w.write_lines(r.to_json() + b"\\n", 1)
         if i % 50 == 49:

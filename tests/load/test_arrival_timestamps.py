@@ -150,7 +150,7 @@ def test_a_first_chunk_read_with_the_headers_keeps_its_arrival_time(stamped, hoo
             return stream_call(client, path, b"{}",
                                {"Content-Type": "application/json"},
                                base=dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="U", request_key="k",
-                                         scheduled_at=0.0, schedule_lag_ms=0.0),
+                                         scheduled_at_s=0.0, schedule_lag_ms=0.0),
                                anchor=WallAnchor(0.0, 0.0), first_token_timeout_s=5, total_timeout_s=10,
                                hooks=StreamHooks(on_chunks=lambda *a: None) if hooked else None)[0]
 
@@ -196,7 +196,7 @@ def test_a_late_header_read_dates_each_event_by_the_sweep_that_saw_it_arrive(mar
         def call(path):
             return stream_call(client, path, b"{}", {"Content-Type": "application/json"},
                                base=dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="U", request_key="k",
-                                         scheduled_at=0.0, schedule_lag_ms=0.0),
+                                         scheduled_at_s=0.0, schedule_lag_ms=0.0),
                                anchor=WallAnchor(0.0, 0.0), first_token_timeout_s=5, total_timeout_s=10)[0]
 
         assert call("/normal/v1/chat/completions?n=1&gap_ms=1").outcome == "ok"  # connected, poller made

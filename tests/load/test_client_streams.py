@@ -14,7 +14,7 @@ from tokenswarm.load.client import StreamHooks, stream_call
 from tokenswarm.load.stream import WallAnchor
 
 BASE = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="QAUser", request_key="k",
-            scheduled_at=0.0, schedule_lag_ms=0.0)
+            scheduled_at_s=0.0, schedule_lag_ms=0.0)
 BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true}'
 
 

@@ -7,7 +7,7 @@ import math
 
 import orjson
 
-from analysis.loader.records import _spec_fields
+from tokenswarm.analysis.loader.records import _spec_fields
 from tokenswarm.load.engine_fields import (
     llamacpp_spec_decode,
     one_token_per_event,
@@ -18,7 +18,7 @@ from tokenswarm.load.stream import StreamState, WallAnchor
 
 ANCHOR = WallAnchor(wall_s=1_000_000.0, mono_s=0.0)
 BASE = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="QAUser", request_key="k",
-            scheduled_at=1_000_000.0, schedule_lag_ms=0.0)
+            scheduled_at_s=1_000_000.0, schedule_lag_ms=0.0)
 
 
 def ev(obj):

@@ -37,7 +37,7 @@ def test_merge_of_parts_equals_the_whole_and_survives_serialisation():
 
 def rec(task, outcome="ok", offs=(100.0, 150.0, 250.0), toks=(1, 1, 2), e2e=260.0, out=4):
     return RequestRecord(run_id="r", worker_id="w", seq=0, task=task, user_class="U", outcome=outcome,
-                         request_key="k", scheduled_at=0.0, sent_at=0.0, schedule_lag_ms=0.5,
+                         request_key="k", scheduled_at_s=0.0, sent_at_s=0.0, schedule_lag_ms=0.5,
                          ttft_ms=offs[0] if offs else None, e2e_ms=e2e, chunk_offsets_ms=list(offs),
                          chunk_tokens=list(toks), output_tokens=out)
 

@@ -12,10 +12,10 @@ import sys
 
 import pytest
 
-from analysis import analyse
-from analysis.loader import load_run
 from tests.helpers.procs import HERE, free_port, wait_port
 from tests.helpers.runs import read_records, run_locust, scenario_file
+from tokenswarm.analysis import analyse
+from tokenswarm.analysis.loader import load_run
 
 pytestmark = pytest.mark.slow
 

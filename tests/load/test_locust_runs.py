@@ -125,7 +125,7 @@ def test_open_loop_arrivals_follow_the_configured_rate(tmp_path):
     for step, rate in ((0, 20), (1, 40)):
         st = m["steps"][step]
         window = st["ended_at"] - st["steady_at"]
-        n = sum(1 for r in records if r["step"] == step and st["steady_at"] <= r["scheduled_at"] < st["ended_at"])
+        n = sum(1 for r in records if r["step"] == step and st["steady_at"] <= r["scheduled_at_s"] < st["ended_at"])
         # Poisson count: mean rate*window, sd sqrt(mean); allow 4 sd
         expected = rate * window
         assert abs(n - expected) < 4 * expected ** 0.5, (n, expected)
@@ -151,5 +151,5 @@ def test_with_keep_alive_off_every_request_opens_its_own_connection_and_says_so(
     assert {"native_fast_path", "kernel_stamps", "arrival_watcher", "overrides", "counters"} <= set(timing)
     assert all(r["conn_reused"] is False and r["connect_ms"] is not None for r in records)
     for r in records:  # the lag comes from the send's own reading, for every record
-        assert abs(r["schedule_lag_ms"] - (r["sent_at"] - r["scheduled_at"]) * 1000) < 0.0021
+        assert abs(r["schedule_lag_ms"] - (r["sent_at_s"] - r["scheduled_at_s"]) * 1000) < 0.0021
         assert r["send_delay_ms"] == pytest.approx(r["schedule_lag_ms"] - r["connect_ms"], abs=0.0021)

@@ -14,7 +14,7 @@ from tokenswarm.load.users import Conversationalist
 
 ANCHOR = WallAnchor(wall_s=1_000_000.0, mono_s=100.0)
 BASE = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="QAUser", request_key="k",
-            scheduled_at=1_000_000.0, schedule_lag_ms=0.0)
+            scheduled_at_s=1_000_000.0, schedule_lag_ms=0.0)
 
 
 def delta(key: str, text: str, cum: int | None = None, finish: str | None = None, details: int | None = None):

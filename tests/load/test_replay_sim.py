@@ -10,8 +10,8 @@ import subprocess
 import pytest
 import yaml
 
-from analysis import analyse, load_run
 from tests.helpers.runs import read_manifest, read_records, run_locust, start_master_and_workers
+from tokenswarm.analysis import analyse, load_run
 from tokenswarm.sim.testing import start_sim
 
 pytestmark = pytest.mark.slow
@@ -36,8 +36,8 @@ def replay_scenario(tmp_path, speed: float = 2.0) -> str:
 def check_replayed(records, speed: float) -> None:
     ok = [r for r in records if r["outcome"] == "ok"]
     assert len(records) == len(ENTRIES) and len(ok) == len(ENTRIES)
-    t0 = min(r["scheduled_at"] for r in records)
-    got = sorted((round(r["scheduled_at"] - t0, 3), r["max_tokens"], r["output_tokens"]) for r in records)
+    t0 = min(r["scheduled_at_s"] for r in records)
+    got = sorted((round(r["scheduled_at_s"] - t0, 3), r["max_tokens"], r["output_tokens"]) for r in records)
     want = [(round(e["timestamp"] / 1000 / speed, 3), e["output_length"], e["output_length"]) for e in ENTRIES]
     assert [g[1:] for g in got] == [w[1:] for w in want]  # output length -> max_tokens, ignore_eos honoured
     for (g_t, *_), (w_t, *_) in zip(got, want):  # one global schedule, offsets scaled by speed

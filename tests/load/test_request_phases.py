@@ -17,7 +17,7 @@ from tokenswarm.load.client import stream_call
 from tokenswarm.load.stream import WallAnchor
 
 TICK_S = 0.001
-#: sent_at and scheduled_at are rounded to the microsecond, schedule_lag_ms to the microsecond
+#: sent_at_s and scheduled_at_s are rounded to the microsecond, schedule_lag_ms to the microsecond
 ROUNDING_MS = 0.0021
 BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true}'
 
@@ -51,7 +51,7 @@ def _client(url: str) -> HTTPClient:
 
 def _call(client, clock, anchor, scheduled_s, query="n=3&gap_ms=1"):
     base = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="U", request_key="k",
-                scheduled_at=anchor.epoch(scheduled_s), schedule_lag_ms=None)
+                scheduled_at_s=anchor.epoch(scheduled_s), schedule_lag_ms=None)
     rec, _ = stream_call(client, f"/normal/v1/chat/completions?{query}", BODY, {}, base=base, anchor=anchor,
                          first_token_timeout_s=5, total_timeout_s=10, clock=clock, scheduled_s=scheduled_s)
     return rec
@@ -60,7 +60,7 @@ def _call(client, clock, anchor, scheduled_s, query="n=3&gap_ms=1"):
 def _call_path(client, clock, anchor, path):
     due = clock()
     base = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="U", request_key="k",
-                scheduled_at=anchor.epoch(due), schedule_lag_ms=None)
+                scheduled_at_s=anchor.epoch(due), schedule_lag_ms=None)
     rec, _ = stream_call(client, path, BODY, {}, base=base, anchor=anchor, first_token_timeout_s=5,
                          total_timeout_s=10, clock=clock, scheduled_s=due)
     return rec
@@ -88,7 +88,7 @@ def test_schedule_lag_is_the_difference_of_sent_at_and_scheduled_at_for_every_re
         records.append(_call(client, clock, anchor, scheduled))
     for rec in records:
         assert rec.outcome == "ok", rec.error
-        derived = (rec.sent_at - rec.scheduled_at) * 1000.0
+        derived = (rec.sent_at_s - rec.scheduled_at_s) * 1000.0
         assert rec.schedule_lag_ms == pytest.approx(derived, abs=ROUNDING_MS), (rec.schedule_lag_ms, derived)
 
 
@@ -133,7 +133,7 @@ def test_sent_at_is_read_after_the_last_byte_was_handed_to_the_kernel(server, mo
     assert rec.outcome == "ok", rec.error
     assert rec.conn_reused is True
     assert 30.0 <= rec.send_delay_ms < 30.0 + 10 * TICK_S * 1000
-    assert rec.sent_at >= anchor.epoch(due + 0.030)
+    assert rec.sent_at_s >= anchor.epoch(due + 0.030)
     assert rec.ttft_ms < 30.0
 
 
@@ -164,7 +164,7 @@ def test_a_kept_alive_connection_closed_before_any_answer_is_retried_on_a_fresh_
     assert all(r.connect_ms is not None for r in records)
     assert pool.stats["stale_connection_retries_count"] - retries_before == 2
     for rec in records:
-        assert rec.schedule_lag_ms == pytest.approx((rec.sent_at - rec.scheduled_at) * 1000.0, abs=ROUNDING_MS)
+        assert rec.schedule_lag_ms == pytest.approx((rec.sent_at_s - rec.scheduled_at_s) * 1000.0, abs=ROUNDING_MS)
 
 
 def test_a_connection_closed_before_any_answer_is_an_error_when_it_was_new():
@@ -204,7 +204,7 @@ def test_a_refused_connection_is_a_record_with_what_was_observed():
     assert rec.outcome == "http_error" and rec.error == "connection refused"
     assert rec.conn_reused is False and rec.connect_ms is not None  # the attempt, until refused
     assert rec.send_delay_ms is None and rec.headers_ms is None and rec.ttft_ms is None  # nothing was sent
-    assert rec.schedule_lag_ms == pytest.approx((rec.sent_at - rec.scheduled_at) * 1000.0, abs=ROUNDING_MS)
+    assert rec.schedule_lag_ms == pytest.approx((rec.sent_at_s - rec.scheduled_at_s) * 1000.0, abs=ROUNDING_MS)
 
 
 def test_a_request_sent_whose_headers_never_came_counts_from_its_send(server):
@@ -213,10 +213,10 @@ def test_a_request_sent_whose_headers_never_came_counts_from_its_send(server):
     client = _client(server)
     due = clock()
     base = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="U", request_key="k",
-                scheduled_at=anchor.epoch(due))
+                scheduled_at_s=anchor.epoch(due))
     rec, _ = stream_call(client, "/slow_headers/v1/chat/completions?delay_s=5", BODY, {}, base=base, anchor=anchor,
                          first_token_timeout_s=0.2, total_timeout_s=1, clock=clock, scheduled_s=due)
     assert rec.outcome == "timeout" and rec.headers_ms is None and rec.ttft_ms is None
     assert rec.send_delay_ms is not None and rec.conn_reused is False  # it was sent, on a new connection
-    assert rec.schedule_lag_ms == pytest.approx((rec.sent_at - rec.scheduled_at) * 1000.0, abs=ROUNDING_MS)
+    assert rec.schedule_lag_ms == pytest.approx((rec.sent_at_s - rec.scheduled_at_s) * 1000.0, abs=ROUNDING_MS)
     assert rec.schedule_lag_ms == pytest.approx(rec.connect_ms + rec.send_delay_ms, abs=ROUNDING_MS)

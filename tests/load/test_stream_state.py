@@ -9,7 +9,7 @@ from tokenswarm.record import RequestRecord
 
 ANCHOR = WallAnchor(wall_s=1_000_000.0, mono_s=100.0)
 BASE = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="QAUser", request_key="k",
-            scheduled_at=1_000_000.0, schedule_lag_ms=0.0)
+            scheduled_at_s=1_000_000.0, schedule_lag_ms=0.0)
 
 
 def ev(obj):
@@ -53,7 +53,7 @@ def test_multi_token_chunks_are_counted_from_usage_deltas():
     assert r.output_tokens == 6 and r.prompt_tokens == 9 and not r.tokens_estimated
     assert r.finish_reason == "length" and r.response_id == "resp-1"
     assert r.output_sha256 == hashlib.sha256(b"ab c de f").hexdigest()
-    assert r.sent_at == 1_000_000.0
+    assert r.sent_at_s == 1_000_000.0
 
 
 def test_role_only_and_usage_only_events_are_not_chunks():

@@ -89,7 +89,7 @@ def test_the_read_counters_count_the_native_reads_of_a_stream():
     with scripted_server() as url:
         host, port = url.split("//")[1].split(":")
         client = HTTPClient(host, int(port), connection_timeout=2, network_timeout=30, concurrency=1)
-        base = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="U", request_key="k", scheduled_at=0.0)
+        base = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="U", request_key="k", scheduled_at_s=0.0)
         rec, _ = stream_call(client, "/normal/v1/chat/completions?n=5&gap_ms=10", b"{}", {}, base=base,
                              anchor=WallAnchor(0.0, 0.0), first_token_timeout_s=5, total_timeout_s=10)
     assert rec.outcome == "ok", rec.error

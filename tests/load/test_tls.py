@@ -16,7 +16,7 @@ from tokenswarm.load.stream import WallAnchor
 from tokenswarm.load.users import QAUser
 
 BASE = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="QAUser", request_key="k",
-            scheduled_at=0.0, schedule_lag_ms=0.0)
+            scheduled_at_s=0.0, schedule_lag_ms=0.0)
 
 
 @pytest.fixture(scope="module")

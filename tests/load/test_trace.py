@@ -30,8 +30,8 @@ BURSTGPT = ("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Typ
 
 def record(t: float, prompt, out, task="qa") -> str:
     return json.dumps({"run_id": "r", "worker_id": "w", "seq": 0, "task": task, "user_class": "QAUser",
-                       "outcome": "ok" if prompt else "http_error", "request_key": "k", "scheduled_at": t,
-                       "sent_at": t, "prompt_tokens": prompt, "output_tokens": out, "max_tokens": 64})
+                       "outcome": "ok" if prompt else "http_error", "request_key": "k", "scheduled_at_s": t,
+                       "sent_at_s": t, "prompt_tokens": prompt, "output_tokens": out, "max_tokens": 64})
 
 
 def test_a_mooncake_trace_becomes_sorted_offsets_in_seconds_with_its_hash_ids(tmp_path):

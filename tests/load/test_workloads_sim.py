@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from analysis import analyse, load_run
-from analysis.render_doc import report_doc
-from analysis.render_md import to_markdown
 from tests.helpers.runs import read_records, run_locust, scenario_file
+from tokenswarm.analysis import analyse, load_run
+from tokenswarm.analysis.render_doc import report_doc
+from tokenswarm.analysis.render_md import to_markdown
 from tokenswarm.sim.testing import start_sim
 
 pytestmark = pytest.mark.slow

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from analysis import analyse
-from analysis.loader import load_run
 from tests.helpers.runs import read_manifest, read_records
 from tests.real_engine.llamacpp_runs import SKIP_REASON, LlamaCppRuns
 from tests.real_engine.test_vllm_runs import greedy_chain_text, run_delta, scrapes, tokenswarm_cli, total
+from tokenswarm.analysis import analyse
+from tokenswarm.analysis.loader import load_run
 from tokenswarm.metrics import itl_ms
 from tokenswarm.testmodel.llamacpp import DRAFT_MAX
 

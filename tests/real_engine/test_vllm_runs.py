@@ -150,7 +150,7 @@ def test_every_traffic_class_streams_exactly_what_vllm_generated(engine, engine_
         # ...and the streamed text is exactly those tokens of the greedy chain, no more, no less.
         assert r["output_text"] == greedy_chain_text(engine_model_dir, r["output_tokens"]), where
     sessions = defaultdict(list)
-    for r in sorted(records, key=lambda r: r["sent_at"]):
+    for r in sorted(records, key=lambda r: r["sent_at_s"]):
         if r["task"] == "multi_turn":
             sessions[r["session_id"]].append((r["turn"], r["prompt_tokens"]))
     complete = [s for s in sessions.values() if len(s) == 3]

@@ -6,7 +6,7 @@ import http.client
 
 import pytest
 
-from analysis.gpu import gpu_readings
+from tokenswarm.analysis.gpu import gpu_readings
 from tokenswarm.collect.scrape import parse_metrics
 from tokenswarm.sim.engine import Scheduler, SpecConfig
 from tokenswarm.sim.gpu import HBM_BYTES_PER_S, MIB, GpuCard, GpuModel

@@ -5,8 +5,8 @@ import argparse
 import numpy as np
 import pytest
 
-from analysis.stats import min_samples_for, percentile_supported
-from analysis.study import combine_rounds, crossovers, cv, verdict_of
+from tokenswarm.analysis.stats import min_samples_for, percentile_supported
+from tokenswarm.analysis.study import combine_rounds, crossovers, cv, verdict_of
 from tokenswarm.study.order import interleaved_order
 from tokenswarm.study.server import ArmServer, ServerNotReady, substitute
 from tokenswarm.study.spec import Arm, StudyError, load_study_file, mask_command, parse_arm_flag, study_from_args

@@ -32,7 +32,7 @@ def make_record(seq: int, task: str, ttft_ms: float, gap_ms: float = 10.0, n_chu
                 outcome: str = "ok", spec: dict | None = None) -> RequestRecord:
     offs = [ttft_ms + i * gap_ms for i in range(n_chunks)]
     return RequestRecord(run_id="run-1", worker_id="w0", seq=seq, task=task, user_class="QAUser", outcome=outcome,
-                         request_key=f"k{seq}", scheduled_at=T0 + seq * 0.1, sent_at=T0 + seq * 0.1,
+                         request_key=f"k{seq}", scheduled_at_s=T0 + seq * 0.1, sent_at_s=T0 + seq * 0.1,
                          schedule_lag_ms=0.1, step=0, phase="steady", api="chat", model="m", ttft_ms=ttft_ms,
                          e2e_ms=offs[-1] + 1.0, chunk_offsets_ms=offs, chunk_tokens=[1] * n_chunks,
                          prompt_tokens=20, output_tokens=n_chunks, finish_reason="length", response_id=f"id{seq}",

@@ -232,7 +232,7 @@ REJECTED_NAME = "records-rejected.jsonl"
 _DICTIONARY_COLUMNS = [n for n in ("run_id", "worker_id", "task", "user_class", "outcome", "phase", "api", "model",
                                    "finish_reason", "error") if n in FIELD_NAMES]
 #: Min/max statistics where they help a query engine skip row groups.
-_STATS_COLUMNS = [n for n in ("seq", "scheduled_at", "sent_at", "step", "ttft_ms", "e2e_ms") if n in FIELD_NAMES]
+_STATS_COLUMNS = [n for n in ("seq", "scheduled_at_s", "sent_at_s", "step", "ttft_ms", "e2e_ms") if n in FIELD_NAMES]
 
 
 def write_part(table: pa.Table, run_dir: Path, number: int, compression: str = "lz4") -> Path:

@@ -13,7 +13,7 @@ every time is taken): plain-TCP streams without per-chunk hooks from the event l
 hooked streams by this greenlet.
 
 The request's phases are timed apart (:func:`tokenswarm.load.pool.send_request`): a new
-connection's ``connect_ms``, ``sent_at`` when the request's last byte was handed to the
+connection's ``connect_ms``, ``sent_at_s`` when the request's last byte was handed to the
 kernel (TTFT and every chunk offset count from it), ``headers_ms``, and ``schedule_lag_ms``
 and ``send_delay_ms`` from the same ``sent`` reading (see :func:`phase_fields`).
 
@@ -102,9 +102,9 @@ def stream_call(
 ) -> tuple[RequestRecord, str]:
     """POST ``body`` to ``path`` and observe the answer. Returns ``(record, output_text)``.
 
-    ``base`` carries the record's identity fields (run_id, seq, task, scheduled_at...);
+    ``base`` carries the record's identity fields (run_id, seq, task, scheduled_at_s...);
     ``scheduled_s`` is the ``clock`` reading of when the request was due (default: the
-    base's ``scheduled_at`` through ``anchor``). Never raises for target misbehaviour. When
+    base's ``scheduled_at_s`` through ``anchor``). Never raises for target misbehaviour. When
     the calling greenlet is killed (end of run) the ``cancelled`` record goes to
     ``on_cancel`` and ``GreenletExit`` propagates.
     """
@@ -113,7 +113,7 @@ def stream_call(
         poller.sweep_if_due()  # between greenlets: see StreamPoller.sweep_if_due
     # Its sweeps note arrivals while a late header read waits (they need kernel stamps).
     pool.arrival_poller = poller if poller is not None and poller.kernel_stamps else None
-    due = anchor.mono(base["scheduled_at"]) if scheduled_s is None else scheduled_s
+    due = anchor.mono(base["scheduled_at_s"]) if scheduled_s is None else scheduled_s
     timing = RequestTiming(clock)
     start = clock()  # the attempt began: the record's times count from here until sent
     sent = start
@@ -228,7 +228,7 @@ def phase_fields(timing: RequestTiming, start_s: float, due_s: float) -> dict[st
     """The record's phase fields from ``timing``'s readings (``start_s``: the attempt began,
     standing in for ``sent`` when nothing was sent; ``due_s``: when the request was due).
 
-    ``schedule_lag_ms`` comes from the same ``sent`` reading as ``sent_at``; ``send_delay_ms``
+    ``schedule_lag_ms`` comes from the same ``sent`` reading as ``sent_at_s``; ``send_delay_ms``
     is the part of it that was not connecting: the generator's own delay.
     """
     sent = timing.sent_s

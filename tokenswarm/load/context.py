@@ -149,7 +149,7 @@ class RunContext:
         it with the value from the send's own clock reading."""
         lag = (sent_estimate_s - scheduled_s) * 1000.0
         return {"run_id": self.run_id, "worker_id": self.worker_id, "seq": UNNUMBERED, "task": task,
-                "user_class": user_class, "request_key": key, "scheduled_at": self.anchor.epoch(scheduled_s),
+                "user_class": user_class, "request_key": key, "scheduled_at_s": self.anchor.epoch(scheduled_s),
                 "schedule_lag_ms": round(lag, 3), "session_id": session_id, "turn": turn,
                 "step": self.step_index, "phase": self.phase, "api": self.api, "model": self.model,
                 "max_tokens": max_tokens, "temperature": temperature, "extra": extra}
@@ -178,7 +178,7 @@ class RunContext:
             exc = None if record.outcome == "ok" else _LLMFailure(_locust_error(record))
             self.request_event(request_type="POST", name=record.task, response_time=record.e2e_ms,
                                response_length=record.output_tokens or 0, exception=exc, context={},
-                               url=self.path, response=None, start_time=record.sent_at)
+                               url=self.path, response=None, start_time=record.sent_at_s)
         return record
 
 

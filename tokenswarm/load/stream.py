@@ -234,7 +234,7 @@ class StreamState:
         return RequestRecord(
             **base,
             outcome=outcome,
-            sent_at=anchor.epoch(sent),
+            sent_at_s=anchor.epoch(sent),
             ttft_ms=offsets[0] if offsets else None,
             e2e_ms=round((end_s - sent) * 1000.0, 3),
             chunk_offsets_ms=offsets,

@@ -6,11 +6,11 @@ the moment it names; kernel receive stamps are placed on that same timeline
 (:mod:`tokenswarm.kstamp`).
 
 The request (:func:`tokenswarm.load.pool.send_request`)
-    * due -- ``scheduled_at``: the caller's reading (closed loop: the user's turn began; open
+    * due -- ``scheduled_at_s``: the caller's reading (closed loop: the user's turn began; open
       loop: the arrival's scheduled time).
     * connect -- around the pool's ``_create_socket`` (TCP connect, plus TLS), new
       connections only: ``connect_ms``.
-    * sent -- right after the request's last byte was handed to the kernel: ``sent_at``;
+    * sent -- right after the request's last byte was handed to the kernel: ``sent_at_s``;
       ``schedule_lag_ms`` and ``send_delay_ms`` come from this same reading.
     * headers -- the header read's arrival: the first note that covers the end of the
       headers, else that read's kernel stamp, else the time it returned: ``headers_ms``.

@@ -8,7 +8,7 @@ Formats (detected from the first non-empty line, or named by ``load.trace_format
   requests that share leading ids share that prefix.
 * ``burstgpt`` - CSV with a header holding ``Timestamp`` (seconds), ``Request tokens`` and
   ``Response tokens`` (BurstGPT's columns; others such as ``Model`` and ``Log Type`` are ignored).
-* ``records`` - tokenswarm's ``records.jsonl``: ``scheduled_at`` (epoch s), ``prompt_tokens``
+* ``records`` - tokenswarm's ``records.jsonl``: ``scheduled_at_s`` (epoch s), ``prompt_tokens``
   and ``output_tokens`` (else ``max_tokens``) and ``task``. Records whose prompt length was not
   observed (failed before an answer) cannot be replayed and are skipped (counted).
 
@@ -72,10 +72,10 @@ def detect_format(path: str) -> str:
                     raise TraceError(f"{path}:1: not a JSON object (cannot detect the trace format)") from None
                 if isinstance(obj, dict) and "input_length" in obj:
                     return "mooncake"
-                if isinstance(obj, dict) and "request_key" in obj and "scheduled_at" in obj:
+                if isinstance(obj, dict) and "request_key" in obj and "scheduled_at_s" in obj:
                     return "records"
                 raise TraceError(f"{path}: JSON lines with neither input_length (Mooncake) nor "
-                                 "request_key/scheduled_at (tokenswarm records); set load.trace_format")
+                                 "request_key/scheduled_at_s (tokenswarm records); set load.trace_format")
             if b"Timestamp" in line and b"Request tokens" in line:
                 return "burstgpt"
             raise TraceError(f"{path}: unknown trace format (expected Mooncake JSONL, a BurstGPT CSV header "
@@ -182,7 +182,7 @@ def _records(path: str, text: bytes) -> tuple[list[tuple[float, tuple]], int]:
     out = []
     skipped = 0
     for lineno, obj in _json_lines(path, text):
-        t = _time_field(obj, "scheduled_at", path, lineno)
+        t = _time_field(obj, "scheduled_at_s", path, lineno)
         if obj.get("prompt_tokens") is None:
             skipped += 1
             continue

@@ -67,9 +67,9 @@ def merge_slos(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 
 def evaluate_run(run_dir: str | Path, slos: dict[str, Any]) -> dict[str, Any]:
     """Verdict dict for a finished run directory (nothing printed, nothing written)."""
-    import analysis
-    from analysis.errors import AnalysisError, NoSuccessError
-    from analysis.summary import require_success_in
+    from tokenswarm import analysis
+    from tokenswarm.analysis.errors import AnalysisError, NoSuccessError
+    from tokenswarm.analysis.summary import require_success_in
 
     run_dir = Path(run_dir)
     manifest = json.loads((run_dir / "manifest.json").read_text())

@@ -62,8 +62,8 @@ def run(args: argparse.Namespace) -> int:
 def write_study_report(out: Path, quiet: bool = False) -> int:
     """Analyse the study directory, write ``report/`` and print the verdict table."""
     try:
-        from analysis.errors import AnalysisError
-        from analysis.study import write_study_report as write
+        from tokenswarm.analysis.errors import AnalysisError
+        from tokenswarm.analysis.study import write_study_report as write
     except ImportError as e:  # analysis extra not installed
         print(f"tokenswarm study: the study ran; no report ({e})", file=sys.stderr)
         return 0
