@@ -2,7 +2,8 @@
 
 What one request of the ``--workload spec`` benchmark (scenarios/qa.yaml, 256-token answers in
 ~86 chunks of 3 tokens) costs the generator outside the per-chunk reading, measured on the
-real code with a scripted stream: prompt building, the request key and body, the record's
+real code with a scripted stream: prompt building, the request key and body, the request's
+head (request line and headers, as ``send_request`` writes them), the record's
 identity fields, building the record from the stream state, the sequence number, the live
 histograms, encoding the record line and redacting it in the writer's batch, and Locust's
 request event (``emit``, with a sink that drops the line). Each stage is timed over many requests and reported as µs per request; the
@@ -25,12 +26,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import orjson  # noqa: E402
+from geventhttpclient import HTTPClient  # noqa: E402
 
 from tokenswarm import redact  # noqa: E402
 from tokenswarm.load.context import RunContext, request_key  # noqa: E402
+from tokenswarm.load.pool import request_head  # noqa: E402
 from tokenswarm.load.prompts import PromptSource  # noqa: E402
 from tokenswarm.load.scenario import load_scenario  # noqa: E402
 from tokenswarm.load.stream import StreamState  # noqa: E402
+from tokenswarm.record import UNNUMBERED  # noqa: E402
 
 
 class _NullSink:
@@ -111,6 +115,8 @@ def one_round(args) -> tuple[list[tuple[str, float]], int]:
 
     kb = [None] * n
     _timed("request key + body", n, lambda i: kb.__setitem__(i, key_body(i)), rows)
+    http = HTTPClient("127.0.0.1", 9)
+    _timed("request head (send_request)", n, lambda i: request_head(http, ctx.path, kb[i][1], ctx.headers), rows)
     bases = [None] * n
     _timed("record identity (ctx.base)", n, lambda i: bases.__setitem__(i, ctx.base(
         task=task.name, user_class="QAUser", scheduled_s=100.0, sent_estimate_s=100.001, key=kb[i][0],
@@ -127,7 +133,7 @@ def one_round(args) -> tuple[list[tuple[str, float]], int]:
     records = [None] * n
     _timed("record (state.finish)", n, lambda i: records.__setitem__(i, states[i].finish(
         101.0, http_status=200, anchor=ctx.anchor, base={**bases[i], **phase})), rows)
-    _timed("seq (with_seq)", n, lambda i: records[i].with_seq(i), rows)
+    _timed("seq (numbered, in place)", n, lambda i: records[i].numbered(i), rows)
     _timed("live histograms (observe)", n, lambda i: ctx.live.observe(records[i]), rows)
     lines = [None] * n
     _timed("record line (to_json)", n, lambda i: lines.__setitem__(i, records[i].to_json() + b"\n"), rows)
@@ -137,6 +143,8 @@ def one_round(args) -> tuple[list[tuple[str, float]], int]:
     _timed("redact (batch, per record)", reps, lambda i: redact.redact_bytes(batch), rows)
     rows[-1] = (rows[-1][0], rows[-1][1] / per_batch)
     ctx.live = type(ctx.live)()
+    for r in records:  # emit numbers unnumbered (just built) records, as in a run
+        object.__setattr__(r, "seq", UNNUMBERED)
     _timed("emit (seq, stats, event; null sink)", n, lambda i: ctx.emit(records[i]), rows)
     return rows, len(lines[0])
 

@@ -55,3 +55,15 @@ def test_the_request_phase_fields_are_optional_appended_and_unobserved_by_defaul
     older = {k: v for k, v in _record().to_dict().items() if k not in phases}  # written before they existed
     r = record_from_dict(older)
     assert all(getattr(r, f) is None for f in phases)
+
+
+def test_numbered_sets_an_unnumbered_record_in_place_and_copies_a_numbered_one():
+    from tokenswarm.record import UNNUMBERED
+
+    r = _record()
+    assert r.seq == UNNUMBERED
+    expected = dataclasses.replace(r, seq=7)
+    n = r.numbered(7)
+    assert n is r and n == expected  # just built, seen by nobody: no copy
+    again = n.numbered(8)  # already numbered (emitted): the emitted one is left alone
+    assert again is not n and n.seq == 7 and again == dataclasses.replace(expected, seq=8)

@@ -48,6 +48,9 @@ def upgrade_v1(obj: dict[str, Any]) -> dict[str, Any]:
             obj[new] = obj.pop(old)
     return obj
 
+#: ``seq`` of a record built but not yet emitted (emit gives it its number).
+UNNUMBERED = -1
+
 
 class Outcome(str, enum.Enum):
     """How a request ended. Low-cardinality on purpose: it is a grouping key."""
@@ -125,6 +128,18 @@ class RequestRecord:
     def to_json(self) -> bytes:
         """One JSON object, no trailing newline (the fields in order, as :meth:`to_dict`)."""
         return orjson.dumps(self)  # orjson writes dataclasses natively, field by field
+
+    def numbered(self, seq: int) -> RequestRecord:
+        """The record with its sequence number set: in place while it is still :data:`UNNUMBERED`.
+
+        A record leaves :meth:`~tokenswarm.load.context.RunContext.emit` numbered, so one that
+        is still unnumbered there was just built and nobody has seen it yet: setting the field
+        on it saves copying ~50 fields per request. A numbered one is copied (:meth:`with_seq`).
+        """
+        if self.seq != UNNUMBERED:
+            return self.with_seq(seq)
+        object.__setattr__(self, "seq", seq)
+        return self
 
     def with_seq(self, seq: int) -> RequestRecord:
         """The same record with its sequence number set (records are immutable)."""

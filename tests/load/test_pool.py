@@ -79,3 +79,22 @@ def test_a_tuned_pool_hands_out_a_kept_alive_socket_without_yielding():
         if kstamp.ENABLED:
             sock = tuned._connection_pool._socket_queue.queue[-1]
             assert isinstance(sock, StampedSocket) and sock.last_anc  # its header read was stamped
+
+
+def test_the_cached_request_head_is_the_bytes_the_library_builds_for_every_body_and_header_set():
+    from tokenswarm.load.pool import request_head
+
+    bodies = [b"", b"x", b"{}" * 300, b"y" * 70000]
+    header_sets = [
+        {"Content-Type": "application/json", "Accept": "text/event-stream", "Accept-Encoding": "identity"},
+        {"Content-Type": "application/json", "Authorization": "Bearer k", "Connection": "close"},
+        {"Host": "other:81", "X-A": "1"},
+        {"Content-Length": "5"},  # sets its own length: built by the library every time
+        {"Transfer-Encoding": "chunked"},
+    ]
+    for client in (HTTPClient("127.0.0.1", 9), HTTPClient("localhost", 80), HTTPClient("::1", 8000)):
+        for headers in header_sets:
+            for path in ("/v1/chat/completions", "/v1/completions?x=1"):
+                for body in bodies * 2:  # the second time from the cache
+                    want = client._build_request("POST", path, body=body, headers=headers, chunked=False)
+                    assert request_head(client, path, body, headers) == want.encode("latin-1")

@@ -191,8 +191,7 @@ def send_request(http_client: Any, path: str, body: bytes, headers: dict[str, st
     if not getattr(cpool, "_tokenswarm_timed", False):
         cpool._create_socket = _timed_connects(cpool._create_socket)
         cpool._tokenswarm_timed = True
-    head = http_client._build_request("POST", path, body=body, headers=headers, chunked=False)
-    data = head.encode("latin-1") + body  # one write: a separate small write stalls on Nagle
+    data = request_head(http_client, path, body, headers) + body  # one write: a separate small write stalls on Nagle
     for attempt in range(STALE_RETRY_LIMIT + 1):
         try:
             return _send_once(http_client, cpool, data, timing)
@@ -202,6 +201,35 @@ def send_request(http_client: Any, path: str, body: bytes, headers: dict[str, st
             stats["stale_connection_retries_count"] += 1
             timing.connect_start_s = timing.connect_end_s = timing.sent_s = None
     raise AssertionError("unreachable")  # the loop returns or raises
+
+
+_CL_PROBE = "Content-Length: 1\r\n\r\n"  # how the library ends the head of a 1-byte POST body
+_HEADS_MAX = 64
+
+
+def request_head(http_client: Any, path: str, body: bytes, headers: dict[str, str]) -> bytes:
+    """The request line and headers ``http_client._build_request`` writes for this POST, encoded.
+
+    The library builds and validates them afresh for every request (~9 us); they differ only in
+    ``Content-Length``, which it adds last. So the head is built once per (path, headers) with
+    a 1-byte body and its ``Content-Length: 1`` ending is replaced by the body's length: the
+    same bytes. Headers that set the length or the framing themselves go to the library.
+    """
+    heads = getattr(http_client, "_tokenswarm_heads", None)
+    if heads is None:
+        heads = http_client._tokenswarm_heads = {}
+    key = (path, tuple(headers.items()))
+    prefix = heads.get(key)
+    if prefix is None:
+        probe = http_client._build_request("POST", path, body=b"x", headers=headers, chunked=False)
+        own = any(k.lower() in ("content-length", "transfer-encoding") for k in headers)
+        prefix = b"" if own or not probe.endswith(_CL_PROBE) else probe[:-len(_CL_PROBE)].encode("latin-1")
+        if len(heads) >= _HEADS_MAX:
+            heads.clear()
+        heads[key] = prefix
+    if not prefix:  # not the library's usual ending: let it build this one
+        return http_client._build_request("POST", path, body=body, headers=headers, chunked=False).encode("latin-1")
+    return prefix + b"Content-Length: %d\r\n\r\n" % len(body)
 
 
 def _send_once(http_client: Any, cpool: Any, data: bytes, timing: RequestTiming) -> Any:

@@ -1,0 +1,61 @@
+"""RunContext.emit: the record written is the record built, numbered 0, 1, 2, ... without gaps."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import orjson
+
+from tokenswarm.load.context import RunContext
+from tokenswarm.load.scenario import load_scenario
+from tokenswarm.load.stream import StreamState
+from tokenswarm.record import UNNUMBERED
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.records: list = []
+        self.lines: list[bytes] = []
+
+    def add(self, record) -> None:  # serialised when handed over, as FileSink and RelaySink do
+        self.records.append(record)
+        self.lines.append(record.to_json())
+
+
+def _ctx(sink, events):
+    sc = load_scenario(ROOT / "scenarios" / "qa.yaml", {"target.metrics_url": None})
+    return RunContext(scenario=sc, run_id="r", worker_id="w", base_url="http://127.0.0.1:9", model="m",
+                      sink=sink, role="local", request_event=lambda **kw: events.append(kw))
+
+
+def _built(ctx, i: int):
+    st = StreamState(100.0)
+    st.on_events(100.01, [(None, orjson.dumps({"id": f"c{i}", "choices": [{"index": 0, "delta": {"content": "hi"}}]}))])
+    st.on_events(100.02, [(None, b"[DONE]")])
+    base = ctx.base(task="qa", user_class="U", scheduled_s=99.0, sent_estimate_s=99.5, key=f"k{i}")
+    return st.finish(100.03, http_status=200, anchor=ctx.anchor, base=base)
+
+
+def test_emitted_records_are_the_built_ones_numbered_without_gaps_and_written_as_emitted():
+    sink, events = _Sink(), []
+    ctx = _ctx(sink, events)
+    built = [_built(ctx, i) for i in range(5)]
+    assert all(r.seq == UNNUMBERED for r in built)
+    expected = [dataclasses.replace(r, seq=i) for i, r in enumerate(built)]
+    out = [ctx.emit(r) for r in built]
+    assert out == expected and sink.records == expected
+    assert [orjson.loads(line) for line in sink.lines] == [r.to_dict() for r in expected]
+    assert ctx.last_seq == 4 and len(events) == 5 and ctx.live.total().requests == 5
+
+
+def test_emitting_an_already_numbered_record_numbers_a_copy_and_leaves_the_first_alone():
+    sink, events = _Sink(), []
+    ctx = _ctx(sink, events)
+    r = _built(ctx, 0)
+    first = ctx.emit(r)
+    second = ctx.emit(first)
+    assert (first.seq, second.seq) == (0, 1) and second is not first
+    assert [orjson.loads(line)["seq"] for line in sink.lines] == [0, 1]
