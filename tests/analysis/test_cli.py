@@ -65,9 +65,9 @@ def test_fail_on_slo_exit_status(tmp_path):
 def test_bad_input_exit_2_with_the_file_named(tmp_path, capsys):
     assert main(["report", str(tmp_path / "missing"), "--quiet"]) == 2
     assert "missing" in capsys.readouterr().err
-    run = _run(tmp_path / "v2", format_version=2)
+    run = _run(tmp_path / "v99", format_version=99)
     assert main(["report", str(run), "--quiet"]) == 2
-    assert "manifest.json: unknown format_version 2" in capsys.readouterr().err
+    assert "manifest.json: unknown format_version 99" in capsys.readouterr().err
 
 
 def test_no_successful_request_exit_3(tmp_path):

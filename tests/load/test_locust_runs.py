@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.runs import read_manifest, read_records, run_locust, scenario_file
+from tokenswarm.record import FORMAT_VERSION
 from tokenswarm.sim.testing import start_sim
 
 pytestmark = pytest.mark.slow
@@ -68,7 +69,7 @@ def test_each_user_class_records_match_the_server_exactly(tmp_path, task):
     records = read_records(tmp_path / "run")
     pairs = check_against_truth(records, truth)
     m = read_manifest(tmp_path / "run")
-    assert m["format_version"] == 1 and m["complete"] and m["steps"][0]["name"] == "c2"
+    assert m["format_version"] == FORMAT_VERSION == 2 and m["complete"] and m["steps"][0]["name"] == "c2"
     assert m["totals"]["records_received"] == len(records) == m["totals"]["requests_started"]
     assert [r["seq"] for r in records] == list(range(len(records)))
     assert {r["task"] for r in records} == {task}
