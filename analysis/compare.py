@@ -33,7 +33,7 @@ import numpy as np
 from tokenswarm.analysis.errors import NotComparableError
 from tokenswarm.analysis.loader import Run
 from tokenswarm.analysis.slo import ALL_TASKS
-from tokenswarm.analysis.specdecode import spec_decode_tables
+from tokenswarm.analysis.specdecode import mean_acceptance, spec_decode_tables
 from tokenswarm.analysis.stats import bootstrap_percentiles, percentiles_sorted, ratio_ci
 from tokenswarm.analysis.tables import Window, derived, quality_shares, windows
 
@@ -179,18 +179,6 @@ def _group_compare(
     return out
 
 
-def _acceptance(row: dict[str, Any] | None) -> tuple[float | None, str | None]:
-    """Best available mean acceptance length of a spec-decode row: request > server > chunks."""
-    if row is None:
-        return None, None
-    for key, src in (("request_mean_acceptance_length_tokens", "per-request"),
-                     ("server_mean_acceptance_length_tokens", "server counters"),
-                     ("chunk_mean_tokens_per_chunk_tokens", "chunk sizes")):
-        if row.get(key) is not None:
-            return float(row[key]), src
-    return None, None
-
-
 def _occurrence_index(keys: np.ndarray, sent_at_s: np.ndarray) -> np.ndarray:
     order = np.lexsort((sent_at_s, keys))
     sk = keys[order]
@@ -325,8 +313,8 @@ def compare_runs(
                 "step_kind": w_b.kind, "load_value": w_b.target, "task": task,
             }
             row.update(_group_compare(base, cand, ma, mb, w_a.duration_s, w_b.duration_s, n_boot, rng))
-            acc_a, src_a = _acceptance(spec_a.get((w_a.index, task)))
-            acc_b, src_b = _acceptance(spec_b.get((w_b.index, task)))
+            acc_a, src_a = mean_acceptance(spec_a.get((w_a.index, task)))
+            acc_b, src_b = mean_acceptance(spec_b.get((w_b.index, task)))
             row["baseline_mean_acceptance_length_tokens"] = acc_a
             row["candidate_mean_acceptance_length_tokens"] = acc_b
             row["acceptance_source"] = src_b

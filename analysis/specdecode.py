@@ -279,3 +279,22 @@ def spec_decode_tables(run: Run, wins: list[Window], k_override: int | None = No
         (r.get("server_drafts_count") or r.get("request_stats_count")) for r in rows
     ) or any((r.get("chunk_mean_tokens_per_chunk_tokens") or 1.0) > 1.0 for r in rows)
     return {"num_spec_tokens_count": k, "num_spec_tokens_source": k_source, "rows": rows, "observed": bool(any_data)}
+
+
+def mean_acceptance(row: dict[str, Any] | None, mark_unreliable: bool = False) -> tuple[float | None, str | None]:
+    """Best available mean acceptance length of a spec-decode row, and its source:
+    per-request figures, else the server's counters, else the chunk sizes.
+
+    ``mark_unreliable`` labels a chunk-size estimate the row calls unreliable as
+    ``"chunk sizes (unreliable)"`` (the study's verdict table shows the source to the reader).
+    """
+    if row is None:
+        return None, None
+    for key, src in (("request_mean_acceptance_length_tokens", "per-request"),
+                     ("server_mean_acceptance_length_tokens", "server counters"),
+                     ("chunk_mean_tokens_per_chunk_tokens", "chunk sizes")):
+        if row.get(key) is not None:
+            if mark_unreliable and src == "chunk sizes" and not row.get("chunk_estimate_reliable"):
+                return float(row[key]), "chunk sizes (unreliable)"
+            return float(row[key]), src
+    return None, None

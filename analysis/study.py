@@ -42,7 +42,7 @@ from tokenswarm.analysis.compare import _binned_throughput_reps, consistency
 from tokenswarm.analysis.errors import RunInputError
 from tokenswarm.analysis.loader import Run, load_run
 from tokenswarm.analysis.slo import ALL_TASKS, scenario_slos
-from tokenswarm.analysis.specdecode import spec_decode_tables
+from tokenswarm.analysis.specdecode import mean_acceptance, spec_decode_tables
 from tokenswarm.analysis.stats import bootstrap_percentiles, min_samples_for, percentiles_sorted
 from tokenswarm.analysis.tables import Window, derived, good_mask, windows
 
@@ -89,19 +89,6 @@ def _sorted(v: np.ndarray) -> np.ndarray:
     return np.sort(v[~np.isnan(v)])
 
 
-def _acceptance(row: dict[str, Any] | None) -> tuple[float | None, str | None]:
-    if row is None:
-        return None, None
-    for key, src in (("request_mean_acceptance_length_tokens", "per-request"),
-                     ("server_mean_acceptance_length_tokens", "server counters"),
-                     ("chunk_mean_tokens_per_chunk_tokens", "chunk sizes")):
-        if row.get(key) is not None:
-            if src == "chunk sizes" and not row.get("chunk_estimate_reliable"):
-                return float(row[key]), "chunk sizes (unreliable)"
-            return float(row[key]), src
-    return None, None
-
-
 def run_cells(run: Run, rng: np.random.Generator, n_boot: int = N_BOOT) -> dict[tuple[str, float, str], Cell]:
     """Every (step kind, load value, task) cell of one run."""
     d = derived(run)
@@ -141,7 +128,7 @@ def _cell(run: Run, d: dict[str, np.ndarray], w: Window, m: np.ndarray, good: np
         v = _sorted((d[col] if col == "tpot_ms" else run[col])[ok])
         lat[name] = (int(v.size), v)
     goodput = float((good & m).sum() / w.duration_s) if good is not None and w.duration_s else None
-    acc, src = _acceptance(spec)
+    acc, src = mean_acceptance(spec, mark_unreliable=True)
     return Cell(n_ok, int(m.sum()), tps_med, tps_reps, agg, agg_reps, lat, goodput, acc, src,
                 None if spec is None else spec.get("request_acceptance_rate"),
                 None if spec is None else spec.get("chunk_mean_tokens_per_chunk_tokens"),
