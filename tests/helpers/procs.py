@@ -31,23 +31,27 @@ def wait_port(port: int, timeout_s: float = 10.0) -> None:
 
 
 @contextlib.contextmanager
+def helper_server(script: str, lifetime_s: float = 120.0, env: dict[str, str] | None = None, scheme: str = "http"):
+    """Run ``tests/helpers/<script> PORT LIFETIME_S`` in its own session; yields its base URL and
+    stops its process group when the block exits."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / script), str(port), str(lifetime_s)],
+        start_new_session=True, stdout=subprocess.DEVNULL, env={**os.environ, **(env or {})},
+    )
+    try:
+        wait_port(port)
+        yield f"{scheme}://127.0.0.1:{port}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(10)
+
+
 def scripted_server(lifetime_s: float = 120.0, tls: tuple[str, str] | None = None):
     """The misbehaving SSE server of ``scripted_server.py``; yields its base URL.
 
     ``tls=(certfile, keyfile)`` serves HTTPS.
     """
-    port = free_port()
-    env = dict(os.environ)
-    if tls:
-        env.update(SCRIPTED_TLS_CERT=tls[0], SCRIPTED_TLS_KEY=tls[1])
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "scripted_server.py"), str(port), str(lifetime_s)],
-        start_new_session=True, stdout=subprocess.DEVNULL, env=env,
-    )
-    try:
-        wait_port(port)
-        yield f"{'https' if tls else 'http'}://127.0.0.1:{port}"
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(10)
+    env = {"SCRIPTED_TLS_CERT": tls[0], "SCRIPTED_TLS_KEY": tls[1]} if tls else None
+    return helper_server("scripted_server.py", lifetime_s, env=env, scheme="https" if tls else "http")

@@ -4,15 +4,9 @@ timings and its llamacpp:spec_decode_* counters, and the audit naming its metric
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
-import sys
-
 import pytest
 
-from tests.helpers.procs import HERE, free_port, wait_port
+from tests.helpers.procs import helper_server
 from tests.helpers.runs import read_records, run_locust, scenario_file
 from tokenswarm.analysis import analyse
 from tokenswarm.analysis.loader import load_run
@@ -20,26 +14,12 @@ from tokenswarm.analysis.loader import load_run
 pytestmark = pytest.mark.slow
 
 
-@contextlib.contextmanager
-def fake_llamacpp():
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, str(HERE / "fake_llamacpp.py"), str(port), "120"],
-                            start_new_session=True, stdout=subprocess.DEVNULL)
-    try:
-        wait_port(port)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(10)
-
-
 def test_a_llama_cpp_server_is_sized_counted_and_audited_in_its_own_dialect(tmp_path):
     traffic = {"seed": 5, "classes": {"qa": {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 300},
                                              "output_tokens": {"dist": "fixed", "value": 30},
                                              "sampling": {"temperature": 0.0}}}}
     load = {"mode": "closed", "steps": [2], "warmup_s": 0.5, "step_duration_s": 4, "stop_timeout_s": 10}
-    with fake_llamacpp() as base:
+    with helper_server("fake_llamacpp.py") as base:
         sc = scenario_file(tmp_path, base="qa", traffic=traffic, load=load, target={"scrape_interval_s": 1})
         res = run_locust(sc, base, tmp_path / "run")
     assert res.returncode in (0, 1), res.stderr[-2000:]
