@@ -102,7 +102,7 @@ class RequestRecord:
     temperature: float | None = None
     spec_decode: dict[str, Any] | None = None
     extra: dict[str, Any] | None = field(default=None)
-    # Request phases (optional, appended: format version 1 still reads older records).
+    # Request phases (optional and appended, so records written before them still read).
     conn_reused: bool | None = None
     connect_ms: float | None = None
     send_delay_ms: float | None = None

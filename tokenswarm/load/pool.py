@@ -192,15 +192,15 @@ def send_request(http_client: Any, path: str, body: bytes, headers: dict[str, st
         cpool._create_socket = _timed_connects(cpool._create_socket)
         cpool._tokenswarm_timed = True
     data = request_head(http_client, path, body, headers) + body  # one write: a separate small write stalls on Nagle
-    for attempt in range(STALE_RETRY_LIMIT + 1):
+    for _ in range(STALE_RETRY_LIMIT):
         try:
             return _send_once(http_client, cpool, data, timing)
         except HTTPConnectionClosed:
-            if not timing.reused or attempt == STALE_RETRY_LIMIT:
+            if not timing.reused:
                 raise
             stats["stale_connection_retries_count"] += 1
             timing.connect_start_s = timing.connect_end_s = timing.sent_s = None
-    raise AssertionError("unreachable")  # the loop returns or raises
+    return _send_once(http_client, cpool, data, timing)  # the last attempt: whatever happens stands
 
 
 _CL_PROBE = "Content-Length: 1\r\n\r\n"  # how the library ends the head of a 1-byte POST body
