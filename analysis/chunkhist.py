@@ -39,7 +39,7 @@ from tokenswarm.analysis.stats import PERCENTILES
 from tokenswarm.load.livestats import BUCKET_BASE, RELATIVE_PRECISION, bucket_value_ms
 
 try:  # the C fast path of ChunkAccumulator.add (setup.py builds it; optional)
-    from tokenswarm.analysis import _chunkhist as _kernel  # type: ignore[attr-defined]
+    from tokenswarm.analysis import _chunkhist as _kernel
 except ImportError:  # pragma: no cover - no compiler at install time: the numpy path
     _kernel = None
 

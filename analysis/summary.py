@@ -24,7 +24,7 @@ from tokenswarm.analysis.sent import what_was_sent
 from tokenswarm.analysis.soak import soak
 from tokenswarm.analysis.specdecode import spec_decode_tables
 from tokenswarm.analysis.stats import PERCENTILE_METHOD
-from tokenswarm.analysis.tables import FAILURE_TREATMENT, derived, good_mask, step_table
+from tokenswarm.analysis.tables import FAILURE_TREATMENT, derived, good_mask, require_success_in, step_table
 
 SUMMARY_VERSION = 1
 
@@ -68,13 +68,6 @@ def run_info(run: Run) -> dict[str, Any]:
         "records_count": len(run),
         "records_files": run.files,
     }
-
-
-def require_success_in(run: Run) -> None:
-    """Raise :class:`NoSuccessError` (with the outcome counts) unless some request succeeded."""
-    if not derived(run)["ok"].any():
-        counts = {o: int((run["outcome"] == c).sum()) for c, o in enumerate(run.categories["outcome"])}
-        raise NoSuccessError(f"{run.path}: no successful request among {len(run)} records (outcomes: {counts})")
 
 
 def analyse(

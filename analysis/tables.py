@@ -31,6 +31,7 @@ import numpy as np
 
 from tokenswarm.analysis.chunkhist import METHOD as CHUNK_HIST_METHOD
 from tokenswarm.analysis.chunkhist import HistogramParts, window_hist_parts
+from tokenswarm.analysis.errors import NoSuccessError
 from tokenswarm.analysis.loader import Run
 from tokenswarm.analysis.prefixcache import prefix_cache_rows
 from tokenswarm.analysis.slo import ALL_TASKS, SloResult, SloSpec, evaluate_rows, parse_slos, scenario_slos
@@ -114,6 +115,13 @@ class StepTables:
 
 
 # --------------------------------------------------------------------------- derived columns
+
+
+def require_success_in(run: Run) -> None:
+    """Raise :class:`NoSuccessError` (with the outcome counts) unless some request succeeded."""
+    if not derived(run)["ok"].any():
+        counts = {o: int((run["outcome"] == c).sum()) for c, o in enumerate(run.categories["outcome"])}
+        raise NoSuccessError(f"{run.path}: no successful request among {len(run)} records (outcomes: {counts})")
 
 
 def derived(run: Run) -> dict[str, np.ndarray]:

@@ -34,7 +34,9 @@ Speculative-decoding traffic (``--workload spec``): what a user's machine pays o
 speculative decoding produces, against the uvicorn truth server (``benchmarks/truthserver``,
 not the simulator): ``--spec-streams`` streams (96), one event every 5 ms carrying
 ``--spec-tokens-per-chunk`` tokens (3), 256-token answers (~85 chunks per request), the
-prompts of ``scenarios/qa.yaml``. Each client is run as a whole process, A B A B: its CPU from
+prompts of ``scenarios/qa.yaml``. Each client is run as a whole process, A B A B, pinned to core 0
+(the truth server alone on core 1), every tokenswarm tree byte-compiled first as installing it
+would: its CPU from
 start to exit (start-up, ramp and teardown included, from ``getrusage`` of the waited
 process tree) per chunk it received and per request, next to the steady mid-run window's
 CPU per chunk, and the per-core ceilings that follow (1 s of CPU / CPU per chunk, and per

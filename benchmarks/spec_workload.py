@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import time
 from pathlib import Path
 
 import psutil
-from truthjoin import load_truth
+from truthjoin import join, load_truth
 from truthserver.testing import start_truth
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,6 +73,8 @@ def run_whole(kind: str, srv, args, work: Path, n: int) -> dict:
     before = _children_cpu()
     start = time.monotonic()
     cwd = Path(env["PYTHONPATH"]) if "PYTHONPATH" in env else ROOT  # python -m puts the cwd first on sys.path
+    if shutil.which("taskset"):  # the client on core 0, the truth server alone on core 1: neither slows the other
+        cmd = ["taskset", "-c", "0", *cmd]
     proc = subprocess.Popen(cmd, cwd=cwd, env={**os.environ, **env}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     warm = min(6.0, args.seconds / 3)
@@ -85,7 +88,7 @@ def run_whole(kind: str, srv, args, work: Path, n: int) -> dict:
     whole_cpu = _children_cpu() - before
     if proc.returncode not in (0, 1):  # 1: Locust counts a failed request; the rows show the counts
         raise SystemExit(f"{kind} client failed ({proc.returncode}): {err[-2000:]}")
-    return {"kind": kind, "start": start, "end": end, "window": (t0, t1), "whole_cpu_s": whole_cpu,
+    return {"kind": kind, "run": run, "start": start, "end": end, "window": (t0, t1), "whole_cpu_s": whole_cpu,
             "window_cpu_s": c1 - c0, "wall_s": end - start}
 
 
@@ -103,6 +106,21 @@ def count_chunks(row: dict, truth: dict[str, dict]) -> None:
     row["window_share"] = row["window_cpu_s"] / (t1 - t0)
 
 
+def add_accuracy(row: dict, truth: dict[str, dict]) -> None:
+    """A tokenswarm row's timing errors against the truth server, over the steady window.
+
+    Its records are joined to the server's truth log by response id; requests the server
+    received inside the window count (received is CLOCK_MONOTONIC, like this process's
+    ``time.monotonic``). The baseline keeps no per-request times, so only tokenswarm rows have this.
+    """
+    t0, t1 = row["window"]
+    window = {t["id"]: t for t in truth.values() if t.get("outcome") == "ok" and t0 <= t["received"] <= t1}
+    path = row["run"] / "records.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    row["accuracy"] = join([(r["response_id"], r["ttft_ms"], r["chunk_offsets_ms"]) for r in records
+                            if r["outcome"] == "ok" and r["response_id"] in window], window)
+
+
 def spec_cases(args) -> list[tuple[int, str, float]]:
     """(streams, tokens per chunk, step ms) of each case: the speculative one, then one-token chunks."""
     cases = [(args.spec_streams, str(args.spec_tokens_per_chunk), args.spec_step_ms)]
@@ -111,7 +129,24 @@ def spec_cases(args) -> list[tuple[int, str, float]]:
     return cases
 
 
+def compile_trees(args) -> None:
+    """Byte-compile every tokenswarm tree the benchmark runs, as installing it does.
+
+    Locust is installed (compiled); a checkout run with PYTHONDONTWRITEBYTECODE set (as on this
+    project's machine) would otherwise compile tokenswarm's sources on every client start and
+    charge that to it.
+    """
+    import compileall
+
+    for src in [ROOT, *(Path(d).resolve() for d in getattr(args, "spec_src", None) or [])]:
+        for sub in ("tokenswarm", "analysis", "locustfiles"):
+            if (src / sub).is_dir():
+                compileall.compile_dir(str(src / sub), quiet=1, workers=0)
+    compileall.compile_file(str(ROOT / "benchmarks" / "baseline_locustfile.py"), quiet=1)
+
+
 def run_spec_workload(args, work: Path) -> None:
+    compile_trees(args)
     for streams, tokens, step_ms in spec_cases(args):
         run_spec_case(args, work, streams, tokens, step_ms)
 
@@ -133,6 +168,8 @@ def run_spec_case(args, work: Path, streams: int, tokens_per_chunk: str, step_ms
     truth = load_truth(truth_path)
     for r in rows:
         count_chunks(r, truth)
+        if r["kind"] != "baseline":
+            add_accuracy(r, truth)
     print(f"\n{streams} streams, one event every {step_ms:g} ms with {tokens_per_chunk} token(s), "
           f"{args.spec_output_tokens}-token answers, scenarios/qa.yaml prompts; uvicorn truth server on core 1; "
           f"whole process = start to exit, {args.seconds:g} s of load")
@@ -167,6 +204,12 @@ def run_spec_case(args, work: Path, streams: int, tokens_per_chunk: str, step_ms
         steady_us = statistics.median(r["window_us_per_chunk"] or 0 for r in mine)
         print(f"{_label(kind)}: {us:.1f} us/chunk whole process ({steady_us:.1f} steady), {us_req:.0f} us/request; "
               f"ceiling per core {1e6 / us:.0f} chunks/s, {1e6 / us_req:.0f} requests/s")
+    for r in rows:
+        a = r.get("accuracy")
+        if a and a["joined"]:
+            print(f"{_label(r['kind'])} timing errors vs the truth server, steady window, {a['joined']} of "
+                  f"{a['requests']} requests joined: TTFT p50/p99 {a['ttft_err_p50_ms']:.2f}/{a['ttft_err_p99_ms']:.2f} ms, "
+                  f"chunk gap p50/p99 {a['gap_err_p50_ms']:.2f}/{a['gap_err_p99_ms']:.2f} ms (goal: p99 <= 2 ms)")
     print(f"truth server lateness over the runs: {json.dumps(lateness)[:300]}")
 
 

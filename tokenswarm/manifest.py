@@ -20,8 +20,10 @@ The steps define every per-step number of the analysis: a step's steady window i
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from tokenswarm.record import FORMAT_VERSION, READABLE_FORMAT_VERSIONS
@@ -305,3 +307,24 @@ class RunManifest:
             complete=complete,
             extra={k: v for k, v in data.items() if k not in _KNOWN},
         )
+
+
+def read_run_manifest(run_dir: str | os.PathLike[str]) -> RunManifest:
+    """``run_dir/manifest.json``, validated; :class:`ManifestError` names the file and field.
+
+    The one reader of the file, for the analysis (:func:`tokenswarm.analysis.loader.read_manifest`)
+    and the generator's own end-of-run verdict (which imports no analysis module for it).
+    """
+    import orjson
+
+    run_dir = Path(run_dir)
+    path = run_dir / "manifest.json"
+    if not run_dir.is_dir():
+        raise ManifestError(f"{run_dir}: not a run directory (does not exist or is not a directory)")
+    if not path.is_file():
+        raise ManifestError(f"{path}: missing (every run directory has a manifest.json)")
+    try:
+        manifest = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise ManifestError(f"{path}: truncated or not valid JSON ({exc})") from None
+    return RunManifest.from_json(manifest, str(path))

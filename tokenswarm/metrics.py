@@ -29,9 +29,10 @@ request phases
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-import numpy as np
+if TYPE_CHECKING:  # imported by the functions that use it: the generator itself needs no numpy
+    import numpy as np
 
 #: name -> (unit, definition). docs/reference/glossary.md is generated from it (docs/gen/reference.py).
 GLOSSARY: dict[str, tuple[str, str]] = {
@@ -199,6 +200,8 @@ def itl_ms(chunk_offsets_ms: Sequence[float] | None, chunk_tokens: Sequence[int]
     """
     if not chunk_offsets_ms or len(chunk_offsets_ms) < 2:
         return []
+    import numpy as np
+
     offsets = np.asarray(chunk_offsets_ms, dtype=np.float64)
     gaps = np.diff(offsets)
     tokens = np.ones(gaps.size, dtype=np.int64) if chunk_tokens is None else np.asarray(chunk_tokens[1:])
@@ -218,6 +221,8 @@ def itl_samples(gaps_ms: Any, tokens: Any, first_gap: Any) -> tuple[np.ndarray, 
     a delivery of ``n`` tokens after a gap ``g`` gives ``n`` samples of ``g / n`` (weight 0 for
     chunks of a request's first delivery and for chunks without tokens).
     """
+    import numpy as np
+
     g = np.asarray(gaps_ms)
     n = np.maximum(np.asarray(tokens, dtype=np.int64), 0)
     if g.size == 0:

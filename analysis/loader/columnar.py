@@ -23,14 +23,8 @@ import pyarrow.parquet as pq
 from tokenswarm.analysis.chunkhist import ChunkAccumulator, ChunkHistograms
 from tokenswarm.analysis.errors import RunInputError
 from tokenswarm.analysis.loader.records import CATEGORICAL_FIELDS, FLOAT_FIELDS, SPEC_FIELDS, _spec_fields, chunk_bounds
-from tokenswarm.collect.parquet_store import (
-    REJECTED_NAME,
-    StoreFormatError,
-    check_part,
-    current_names,
-    store_parts,
-    stored_names,
-)
+from tokenswarm.collect.parquet_store import check_part, current_names, stored_names
+from tokenswarm.collect.store import REJECTED_NAME, StoreFormatError, store_parts
 from tokenswarm.record import OUTCOMES
 
 #: Per-request columns read from every row group (chunk lists are handled apart).

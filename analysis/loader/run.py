@@ -14,17 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
 from tokenswarm.analysis.chunkhist import ChunkHistograms
 from tokenswarm.analysis.errors import RunInputError
 from tokenswarm.analysis.gpu import GpuMetrics, gpu_metrics_from_lines
-from tokenswarm.analysis.loader.columnar import read_store
 from tokenswarm.analysis.loader.lines import _iter_json
 from tokenswarm.analysis.loader.records import _release_free_memory, read_records
 from tokenswarm.analysis.loader.server_metrics import ServerMetrics, read_server_metrics
-from tokenswarm.collect.parquet_store import PARTS_GLOB
-from tokenswarm.manifest import ManifestError, RunManifest
+from tokenswarm.collect.store import PARTS_GLOB
+from tokenswarm.manifest import ManifestError, RunManifest, read_run_manifest
 
 
 @dataclass
@@ -101,18 +99,8 @@ def read_manifest(run_dir: str | os.PathLike[str]) -> RunManifest:
     The typed value is :class:`tokenswarm.manifest.RunManifest`, the one the controller writes:
     keys it does not know are kept in ``extra``, keys older manifests lack get its defaults.
     """
-    run_dir = Path(run_dir)
-    path = run_dir / "manifest.json"
-    if not run_dir.is_dir():
-        raise RunInputError(f"{run_dir}: not a run directory (does not exist or is not a directory)")
-    if not path.is_file():
-        raise RunInputError(f"{path}: missing (every run directory has a manifest.json)")
     try:
-        manifest = orjson.loads(path.read_bytes())
-    except orjson.JSONDecodeError as exc:
-        raise RunInputError(f"{path}: truncated or not valid JSON ({exc})") from None
-    try:
-        return RunManifest.from_json(manifest, str(path))
+        return read_run_manifest(run_dir)
     except ManifestError as exc:
         raise RunInputError(str(exc)) from None
 
@@ -193,6 +181,8 @@ def read_gpu_metrics(path: Path, warnings: list[str]) -> GpuMetrics | None:
 
 def _load_store(run_dir: Path, manifest: RunManifest, keep_text: bool) -> Run:
     """:func:`load_run` for a Parquet store: per-request columns, chunks as histograms."""
+    from tokenswarm.analysis.loader.columnar import read_store  # pyarrow: only for Parquet stores
+
     cols, cats, warnings, texts, hists, parts = read_store(run_dir, keep_text=keep_text)
     _release_free_memory()
     if not cols or cols["sent_at_s"].size == 0:

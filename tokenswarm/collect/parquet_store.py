@@ -38,14 +38,19 @@ import pyarrow as pa
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from tokenswarm.collect.store import (  # noqa: F401 (re-exported: the store's names live there)
+    PARTS_GLOB,
+    REJECTED_NAME,
+    SOAK_MIN_S,
+    STORE_FORMAT_VERSION,
+    StoreFormatError,
+    choose_format,
+    store_parts,
+)
 from tokenswarm.record import FIELD_NAMES, FORMAT_VERSION, V1_RENAMED_FIELDS, RequestRecord, upgrade_v1
 
 log = logging.getLogger("tokenswarm")
 
-#: Version of the Parquet layout (file names, column types, metadata keys).
-STORE_FORMAT_VERSION = 1
-#: Glob of the parts in a run directory (reading order = name order).
-PARTS_GLOB = "records-*.parquet"
 #: Metadata keys written into every part's schema.
 META_STORE_VERSION = b"tokenswarm.store_format_version"
 META_RECORD_VERSION = b"tokenswarm.record_format_version"
@@ -224,10 +229,6 @@ def _which_field(data: bytes) -> str | None:
     return None
 
 
-#: Lines of batches that could not be stored as Parquet (read by ``tokenswarm export`` and the analysis).
-REJECTED_NAME = "records-rejected.jsonl"
-
-
 #: Low-cardinality columns worth dictionary encoding (names that are not fields are ignored).
 _DICTIONARY_COLUMNS = [n for n in ("run_id", "worker_id", "task", "user_class", "outcome", "phase", "api", "model",
                                    "finish_reason", "error") if n in FIELD_NAMES]
@@ -251,19 +252,6 @@ def write_records(run_dir: str | os.PathLike, records: list[RequestRecord], **kw
     w.write_lines(b"".join(r.to_json() + b"\n" for r in records), len(records))
     w.close()
     return w
-
-
-class StoreFormatError(ValueError):
-    """A records part that this version cannot read; the message names the file."""
-
-
-def store_parts(run_dir: str | os.PathLike) -> tuple[list[Path], list[str]]:
-    """Finished parts of a run directory in writing order, and warnings about unfinished ones."""
-    d = Path(run_dir)
-    parts = sorted(d.glob(PARTS_GLOB))
-    warnings = [f"{p}: unfinished records part (the writer stopped mid-write); ignored"
-                for p in sorted(d.glob(PARTS_GLOB + ".tmp"))]
-    return parts, warnings
 
 
 def check_part(path: Path, schema: pa.Schema) -> None:
@@ -314,24 +302,3 @@ def iter_records(run_dir: str | os.PathLike, batch_rows: int = 8192) -> typing.I
 
 
 _FIELD_SET = frozenset(FIELD_NAMES)
-
-
-#: Planned runs at least this long are soak runs: ``--records-format auto`` stores them as Parquet.
-SOAK_MIN_S = 3600.0
-
-
-def choose_format(option: str, load: Any, jsonl_options: bool = False) -> str:
-    """``parquet`` or ``jsonl`` for ``--records-format`` (``auto``, ``jsonl``, ``parquet``).
-
-    ``auto`` picks Parquet for soak runs -- a scenario with live window summaries
-    (``load.report_interval_s``) or one whose planned steps last ``SOAK_MIN_S`` or more -- unless
-    a JSONL-only option (``--records-gzip``, ``--records-rotate-mb``) was given.
-    """
-    if option in ("jsonl", "parquet"):
-        return option
-    if option != "auto":
-        raise ValueError(f"--records-format: {option!r} is not one of auto, jsonl, parquet")
-    planned = len(getattr(load, "steps", ()) or ()) * (float(getattr(load, "warmup_s", 0) or 0)
-                                                       + float(getattr(load, "step_duration_s", 0) or 0))
-    soak = bool(getattr(load, "report_interval_s", None)) or planned >= SOAK_MIN_S
-    return "parquet" if soak and not jsonl_options else "jsonl"

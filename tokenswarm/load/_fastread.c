@@ -16,6 +16,7 @@
 #include "_watch.h"
 
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -491,6 +492,134 @@ static PyObject *split(PyObject *Py_UNUSED(self), PyObject *args)
     return out;
 }
 
+/* -- per-record numbers: what a finished stream's record and the live histograms need ------------
+ * In C so that the generator needs no numpy while it runs (its import is ~0.16 s of CPU per
+ * process); the numpy versions (tokenswarm.load.stream, tokenswarm.load.livestats) remain for
+ * installs without this extension and give the same values (tests/load/test_record_numbers.py). */
+
+/* offsets_ms(times, sent_s) -> [ms, ...]: each perf_counter time (an array('d')) as ms after
+ * sent_s, rounded to the microsecond the way numpy's round(3) does it (x*1000, rint, /1000). */
+static PyObject *offsets_ms(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *obj;
+    double sent;
+    if (!PyArg_ParseTuple(args, "Od", &obj, &sent))
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (view.itemsize != (Py_ssize_t)sizeof(double) || view.format == NULL || strcmp(view.format, "d") != 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "offsets_ms: times must be an array of doubles (array('d'))");
+        return NULL;
+    }
+    Py_ssize_t n = view.len / (Py_ssize_t)sizeof(double);
+    const double *t = view.buf;
+    PyObject *out = PyList_New(n);
+    if (out == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double ms = (t[i] - sent) * 1000.0;
+        PyObject *v = PyFloat_FromDouble(rint(ms * 1000.0) / 1000.0);
+        if (v == NULL) {
+            PyBuffer_Release(&view);
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, v);
+    }
+    PyBuffer_Release(&view);
+    return out;
+}
+
+static int add_count(PyObject *buckets, long long key, long long n)
+{
+    PyObject *k = PyLong_FromLongLong(key);
+    if (k == NULL)
+        return -1;
+    PyObject *old = PyDict_GetItemWithError(buckets, k);
+    long long have = 0;
+    if (old != NULL) {
+        have = PyLong_AsLongLong(old);
+        if (have == -1 && PyErr_Occurred()) {
+            Py_DECREF(k);
+            return -1;
+        }
+    } else if (PyErr_Occurred()) {
+        Py_DECREF(k);
+        return -1;
+    }
+    PyObject *v = PyLong_FromLongLong(have + n);
+    int rc = v == NULL ? -1 : PyDict_SetItem(buckets, k, v);
+    Py_XDECREF(v);
+    Py_DECREF(k);
+    return rc;
+}
+
+/* itl_buckets(offsets_ms, tokens, buckets, inv_log_base) -> (samples, total_ms, min_ms, max_ms)
+ * One stream's inter-token latencies per delivery (tokenswarm.metrics.itl_samples): chunks read
+ * together (equal offsets) are one delivery; a delivery of n tokens after a gap g gives n samples
+ * of g / n, none for the stream's first delivery or a delivery without tokens. The samples go
+ * into the live histogram's bucket counts (key -> count: trunc(log(us) * inv_log_base), -1 below
+ * 1 us, as livestats.bucket_keys). min/max are None without samples. */
+static PyObject *itl_buckets(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *offs, *toks, *buckets;
+    double inv;
+    if (!PyArg_ParseTuple(args, "OOO!d", &offs, &toks, &PyDict_Type, &buckets, &inv))
+        return NULL;
+    if (!PyList_Check(offs) || !PyList_Check(toks) || PyList_GET_SIZE(offs) != PyList_GET_SIZE(toks)) {
+        PyErr_SetString(PyExc_TypeError, "itl_buckets: offsets and tokens must be lists of the same length");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(offs);
+    long long samples = 0;
+    double total = 0.0, lo = 0.0, hi = 0.0;
+    Py_ssize_t i = 0;
+    while (i + 1 < n) {
+        double a = PyFloat_AsDouble(PyList_GET_ITEM(offs, i)), b = PyFloat_AsDouble(PyList_GET_ITEM(offs, i + 1));
+        long long tk = PyLong_AsLongLong(PyList_GET_ITEM(toks, i + 1));
+        if (PyErr_Occurred())
+            return NULL;
+        double lead = b - a;
+        long long tot = tk > 0 ? tk : 0;
+        Py_ssize_t j = i + 1;
+        while (j + 1 < n) { /* the chunks read with chunk j (gap 0) join its delivery */
+            double c = PyFloat_AsDouble(PyList_GET_ITEM(offs, j + 1));
+            if (c == -1.0 && PyErr_Occurred())
+                return NULL;
+            if (c - b != 0.0)
+                break;
+            long long t2 = PyLong_AsLongLong(PyList_GET_ITEM(toks, j + 1));
+            if (t2 == -1 && PyErr_Occurred())
+                return NULL;
+            tot += t2 > 0 ? t2 : 0;
+            b = c;
+            j++;
+        }
+        if (lead != 0.0 && tot > 0) {
+            double per = lead / (double)tot, us = per * 1000.0;
+            long long key = us < 1.0 ? -1 : (long long)(log(us) * inv);
+            if (add_count(buckets, key, tot) < 0)
+                return NULL;
+            if (samples == 0) {
+                lo = hi = per;
+            } else {
+                lo = per < lo ? per : lo;
+                hi = per > hi ? per : hi;
+            }
+            samples += tot;
+            total += per * (double)tot;
+        }
+        i = j;
+    }
+    if (samples == 0)
+        return Py_BuildValue("(LdOO)", 0LL, 0.0, Py_None, Py_None);
+    return Py_BuildValue("(Lddd)", samples, total, lo, hi);
+}
+
 static PyMethodDef methods[] = {
     {"read_events", (PyCFunction)(void (*)(void))read_events, METH_FASTCALL,
      "read_events(fd, chunked, stamped, real_minus_mono_s, now_s, max_age_s, tail, watched) -> (arrival_s, events|None, "
@@ -507,6 +636,9 @@ static PyMethodDef methods[] = {
     {"date_chunks", py_date_chunks, METH_VARARGS,
      "date_chunks(chunk_ends, notes, rx0, arrival_s, real_minus_mono_s, now_s, max_age_s) -> [date, ...]"},
     {"read_stats", read_stats, METH_NOARGS, "read_stats() -> dict of read_events' counters in this process"},
+    {"offsets_ms", offsets_ms, METH_VARARGS, "offsets_ms(times, sent_s) -> [ms after sent_s, to the microsecond]"},
+    {"itl_buckets", itl_buckets, METH_VARARGS,
+     "itl_buckets(offsets_ms, tokens, buckets, inv_log_base) -> (samples, total_ms, min_ms, max_ms)"},
     {NULL, NULL, 0, NULL},
 };
 

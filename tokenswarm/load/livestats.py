@@ -13,11 +13,15 @@ import math
 import time
 from collections import deque
 from itertools import chain
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-import numpy as np  # at import time: a first lazy import inside the event loop stalls it ~80 ms
-
+from tokenswarm.load.native import native_function
 from tokenswarm.metrics import itl_samples, tpot_ms
+
+#: C: one stream's per-delivery ITL into the bucket counts, as ``_flush`` does for many in numpy.
+_itl_buckets = native_function("itl_buckets")
+if _itl_buckets is None or TYPE_CHECKING:  # at import time: a first lazy import inside the event loop stalls it ~80 ms
+    import numpy as np
 
 _BASE = 1.01
 _LOG_BASE = math.log(_BASE)
@@ -27,6 +31,7 @@ _ZERO_BUCKET = -1  # values below 1 us
 RELATIVE_PRECISION = math.sqrt(_BASE) - 1.0
 #: Ratio between consecutive bucket bounds (public for the analysis' histograms of the same buckets).
 BUCKET_BASE = _BASE
+_INV_LOG_BASE = 1.0 / _LOG_BASE
 
 
 def bucket_keys(values_ms: np.ndarray) -> np.ndarray:
@@ -34,6 +39,8 @@ def bucket_keys(values_ms: np.ndarray) -> np.ndarray:
 
     Key ``k >= 0`` holds ``[1.01**k, 1.01**(k+1))`` microseconds; ``-1`` holds values below 1 us.
     """
+    import numpy as np
+
     v = np.asarray(values_ms)
     if v.dtype != np.float32:
         v = v.astype(np.float64)
@@ -101,19 +108,31 @@ class LogHistogram:
             self._max = value_ms
 
     def add_chunk_gaps(self, offsets_ms: list[float], tokens: list[int]) -> None:
-        """Inter-token samples of one stream, bucketed later in bulk (glossary: ``itl_ms``).
+        """Inter-token samples of one stream (glossary: ``itl_ms``): bucketed now by the C
+        extension, or without it kept and bucketed later in bulk with numpy (the same counts).
 
         Per delivery (:func:`tokenswarm.metrics.itl_samples`): the chunks read together (equal
         offsets), ``n`` tokens in all, arriving ``g`` ms after the previous delivery give ``n``
         samples of ``g / n``.
         """
-        if len(offsets_ms) > 1:
+        if len(offsets_ms) > 1 and _itl_buckets is not None:  # in C, now: a few µs per stream
+            n, total, lo, hi = _itl_buckets(offsets_ms, tokens, self._buckets, _INV_LOG_BASE)
+            if n:
+                self._count += n
+                self._total += total
+                if self._min is None or lo < self._min:
+                    self._min = lo
+                if self._max is None or hi > self._max:
+                    self._max = hi
+        elif len(offsets_ms) > 1:
             self._pending.append((offsets_ms, tokens))
             self._pending_n += len(offsets_ms)
             if self._pending_n >= FLUSH_GAPS:
                 self._flush()
 
     def _flush(self) -> None:
+        import numpy as np
+
         pending, self._pending, self._pending_n = self._pending, [], 0
         lengths = np.fromiter((len(o) for o, _ in pending), dtype=np.int64, count=len(pending))
         total = int(lengths.sum())
@@ -135,6 +154,8 @@ class LogHistogram:
 
         if len(values_ms) == 0:
             return
+        import numpy as np
+
         keys = bucket_keys(np.asarray(values_ms, dtype=np.float64))
         counts = np.asarray(counts, dtype=np.int64)
         # bincount over the (narrow) key range: no sort, unlike np.unique

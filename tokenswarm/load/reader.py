@@ -42,15 +42,14 @@ from gevent.monkey import get_original
 from tokenswarm import kstamp
 from tokenswarm.load import watch
 from tokenswarm.load.dechunk import ChunkedDecoder, ChunkedError
+from tokenswarm.load.native import native_function
 from tokenswarm.load.pool import library_read_pieces
 from tokenswarm.load.sse import SSEParser
 
-try:  # the C fast path (setup.py builds it; optional): whole chunks of whole events per read
-    from tokenswarm.load._fastread import read_events as _read_events
-except ImportError:  # no compiler at install time: the pure-Python path does the same work
-    _read_events = None
-#: TOKENSWARM_NATIVE=0 keeps the pure-Python path (for comparison and tests).
-FAST = _read_events is not None and os.environ.get("TOKENSWARM_NATIVE", "1") != "0"
+#: The C fast path (whole chunks of whole events per read), when built and not turned off with
+#: TOKENSWARM_NATIVE=0 (the pure-Python path does the same work; for comparison and tests).
+_read_events = native_function("read_events")
+FAST = _read_events is not None
 
 try:  # monkey-patching removes select.epoll (it would block the hub); we only poll it with timeout 0
     _epoll, _EPOLLIN = get_original("select", ["epoll", "EPOLLIN"])

@@ -26,10 +26,11 @@ import hashlib
 from array import array
 from typing import Any
 
-import numpy as np  # at import time: a first lazy import inside the event loop stalls it ~80 ms
 import orjson
 
+from tokenswarm.load.chunkjson import Usage, decode_chunk
 from tokenswarm.load.engine_fields import one_token_per_event, spec_decode_of
+from tokenswarm.load.native import native_function
 from tokenswarm.record import Outcome, RequestRecord
 from tokenswarm.redact import redact
 
@@ -66,7 +67,7 @@ class StreamState:
         self.text_parts: list[str] = []
         self.exact_tokens = True
         self.last_cum: int | None = None
-        self.usage: dict[str, Any] | None = None
+        self.usage: dict[str, Any] | Usage | None = None  # the latest usage object (either reading)
         self.finish_reason: str | None = None
         self.response_id: str | None = None
         self.done = False
@@ -83,61 +84,48 @@ class StreamState:
     # -- feeding -----------------------------------------------------------------------------
     def on_events(self, now_s: float, events: list[tuple]) -> int:
         """Consume parsed SSE events that arrived at ``now_s``; return content chunks added."""
-        # The hot path: one iteration per SSE event, kept flat on purpose (no helper calls).
+        # The hot path: one iteration per SSE event, kept flat on purpose (no helper calls for
+        # a typed completion chunk). Any other payload is read into the same fields by _read_object.
         added = 0
-        loads = orjson.loads
         for event_type, data in events:
             if data == b"[DONE]":
                 self.done = True
                 continue
-            try:
-                obj = loads(data)
-            except orjson.JSONDecodeError:
-                self.error = "malformed SSE: invalid JSON"
-                continue
-            if type(obj) is not dict:
-                self.error = "malformed SSE: payload is not an object"
-                continue
-            choices = obj.get("choices")
-            if event_type == "error" or ("error" in obj and not choices):
-                self.error = _error_text(obj)
-                continue
-            if self.response_id is None:
-                self.response_id = obj.get("id")
-            usage = obj.get("usage")
-            if usage is not None and type(usage) is dict:
-                self.usage = usage
-                self.usage_stale = False
+            c = decode_chunk(data) if event_type is None else None
+            if c is not None:
+                if self.response_id is None:
+                    self.response_id = c.id
+                usage = c.usage
+                if usage is not None:
+                    self.usage = usage
+                    self.usage_stale = False
+                choices = c.choices
+                if not choices:
+                    continue  # usage-only trailer or keep-alive object
+                c0 = choices[0]
+                finish, delta, token_ids = c0.finish_reason, c0.delta, c0.token_ids
+                if delta is not None:
+                    text = delta.content or ""
+                    thought = None if text else (delta.reasoning_content or delta.reasoning or None)
+                else:
+                    text, thought = c0.text or "", None
+                cum = None if usage is None else usage.completion_tokens
             else:
-                usage = None
-            if "metrics" in obj or "timings" in obj or "sglext" in obj:
-                sd = spec_decode_of(obj)  # vLLM metrics, llama.cpp timings, SGLang sglext
-                if sd is not None:
-                    self.spec_decode = sd
-            if not choices:
-                continue  # usage-only trailer or keep-alive object
-            c0 = choices[0]
-            finish = c0.get("finish_reason")
+                fields = self._read_object(event_type, data)
+                if fields is None:
+                    continue
+                usage, finish, text, thought, token_ids, cum = fields
             if finish:
                 self.finish_reason = finish
-            delta = c0.get("delta")
-            thought = None
-            if delta is not None:
-                text = delta.get("content") or ""
-                if not text:
-                    thought = delta.get("reasoning_content") or delta.get("reasoning") or None
-            else:
-                text = c0.get("text") or ""
             # Exact token count of this chunk, if the server tells.
             n = None
             if usage is not None:
-                cum = usage.get("completion_tokens")
                 if type(cum) is int:
                     # A text-less total after untracked chunks (llama.cpp's finish chunk) is no chunk.
                     n = 0 if (self.last_cum is None and self.times and not text) else cum - (self.last_cum or 0)
                     self.last_cum = cum
-            elif "token_ids" in c0 and type(c0["token_ids"]) is list:
-                n = len(c0["token_ids"])
+            elif type(token_ids) is list:
+                n = len(token_ids)
             if n is None:
                 self.exact_tokens = False
                 if not text and not thought:
@@ -157,6 +145,54 @@ class StreamState:
                 self.usage_stale = True
             added += 1
         return added
+
+    def _read_object(self, event_type: str | None, data: bytes) -> tuple | None:
+        """Any payload, decoded into dicts: ``(usage, finish, text, thought, token_ids, cum)`` of
+        its first choice, or None when it holds no choice (errors, trailers, malformed data are
+        recorded on the state here)."""
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            self.error = "malformed SSE: invalid JSON"
+            return None
+        if type(obj) is not dict:
+            self.error = "malformed SSE: payload is not an object"
+            return None
+        choices = obj.get("choices")
+        if event_type == "error" or ("error" in obj and not choices):
+            self.error = _error_text(obj)
+            return None
+        if self.response_id is None:
+            self.response_id = obj.get("id")
+        usage = obj.get("usage")
+        if usage is not None and type(usage) is dict:
+            self.usage = usage
+            self.usage_stale = False
+        else:
+            usage = None
+        if "metrics" in obj or "timings" in obj or "sglext" in obj:
+            sd = spec_decode_of(obj)  # vLLM metrics, llama.cpp timings, SGLang sglext
+            if sd is not None:
+                self.spec_decode = sd
+        if not choices:
+            return None  # usage-only trailer or keep-alive object
+        c0 = choices[0] if type(choices) is list else None
+        if type(c0) is not dict:
+            self.error = "malformed SSE: choices is not a list of objects"
+            return None
+        delta = c0.get("delta")
+        thought = None
+        if delta is None:
+            text = c0.get("text") or ""
+        elif type(delta) is not dict:
+            self.error = "malformed SSE: choices[0].delta is not an object"
+            return None
+        else:
+            text = delta.get("content") or ""
+            if not text:
+                thought = delta.get("reasoning_content") or delta.get("reasoning") or None
+        cum = None if usage is None else usage.get("completion_tokens")
+        return usage, c0.get("finish_reason"), text, thought, c0.get("token_ids"), cum
 
     def _on_reasoning(self, now_s: float, thought: Any) -> None:
         self.reasoning_chunks += 1
@@ -254,7 +290,7 @@ class StreamState:
         )
 
 
-def _reasoning_fields(state: StreamState, usage: dict[str, Any], chunk_tokens: list[int] | None,
+def _reasoning_fields(state: StreamState, usage: dict[str, Any] | Usage, chunk_tokens: list[int] | None,
                       sent: float) -> dict[str, Any]:
     """Two-phase timing and counts of a reasoning stream (all None for a plain one).
 
@@ -278,11 +314,17 @@ def _reasoning_fields(state: StreamState, usage: dict[str, Any], chunk_tokens: l
     }
 
 
+_native_offsets_ms = native_function("offsets_ms")
+if _native_offsets_ms is None:  # at import time: a first lazy import inside the event loop stalls it ~80 ms
+    import numpy as np
+
+
 def _offsets_ms(times: array, sent: float) -> list[float]:
     """Arrival offsets in ms from ``sent``, rounded to the microsecond (compact JSON)."""
     if not times:
         return []
-
+    if _native_offsets_ms is not None:
+        return _native_offsets_ms(times, sent)  # type: ignore[no-any-return]
     a = np.frombuffer(times, dtype=np.float64)
     return ((a - sent) * 1000.0).round(3).tolist()  # the method: no np.round dispatch per request
 

@@ -92,6 +92,9 @@ class RunController:
         self.health: HealthMonitor | None = None
         self.preflight: Preflight | None = None
         self.breaker = CircuitBreaker()
+        #: Records per outcome as this process emitted them (not on a master): answers the
+        #: no-SLO verdict without reading the records back. Reset per run, not by a stats reset.
+        self.outcomes_emitted: dict[str, int] = {}
         self.broken: str | None = None  # the circuit breaker's message, when it stopped the run
         if hasattr(environment.events, "llm_request") and not self.is_master:
             environment.events.llm_request.add_listener(self._on_record)
@@ -153,6 +156,7 @@ class RunController:
             return
         model = pf.model
         self.breaker, self.broken = CircuitBreaker(), None
+        self.outcomes_emitted = {}
         run_id = new_run_id()
         out = Path(opts.out) if opts.out else default_run_dir(run_id)
         if opts.out and self.runs > 1:
@@ -228,6 +232,8 @@ class RunController:
         set_class_weights(self.scenario, "closed" if self.fixed_users else self.scenario.load.mode)
 
     def _on_record(self, record: Any, **_kw: Any) -> None:
+        outcomes = self.outcomes_emitted
+        outcomes[record.outcome] = outcomes.get(record.outcome, 0) + 1
         self._breaker_observe(record.outcome, record.http_status, record.error)
 
     def on_records_batch(self, msg: dict[str, Any]) -> None:
@@ -458,7 +464,8 @@ class RunController:
         self.finalize_manifest()
         rec.close()
         print(f"tokenswarm: records and manifest written to {rec.run_dir}", flush=True)
-        self.verdict, code = conclude(rec.run_dir, self.slos, broken=self.broken)
+        self.verdict, code = conclude(rec.run_dir, self.slos, broken=self.broken,
+                                      outcomes=None if self.is_master else self.outcomes_emitted)
         self.env.process_exit_code = code
         print(
             f"tokenswarm: report: tokenswarm report {rec.run_dir}  (writes {os.path.join(str(rec.run_dir), 'report', 'report.html')})",

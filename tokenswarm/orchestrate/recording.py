@@ -20,8 +20,8 @@ from typing import IO, Any
 import orjson
 
 from tokenswarm.collect.manifest import ManifestFile, command_line, new_manifest
-from tokenswarm.collect.parquet_store import STORE_FORMAT_VERSION, ParquetRecordsWriter, choose_format
 from tokenswarm.collect.relay import Collector
+from tokenswarm.collect.store import STORE_FORMAT_VERSION, choose_format
 from tokenswarm.collect.writer import RecordsWriter
 from tokenswarm.load.health import merge_windows
 from tokenswarm.manifest import RecordsStore, RunTarget, Totals
@@ -57,6 +57,8 @@ class RunRecording:
         manifest_file.update(target=target, records_store=RecordsStore(fmt, STORE_FORMAT_VERSION))
         writer: Any
         if fmt == "parquet":
+            from tokenswarm.collect.parquet_store import ParquetRecordsWriter  # pyarrow: only runs that store Parquet
+
             writer = ParquetRecordsWriter(out)
         else:
             writer = RecordsWriter(out, gzip_output=bool(records_gzip),

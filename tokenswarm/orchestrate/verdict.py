@@ -17,7 +17,7 @@ from __future__ import annotations
 import difflib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 from xml.sax.saxutils import quoteattr
 
 from tokenswarm.metrics import slo_name
@@ -68,28 +68,42 @@ def merge_slos(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def evaluate_run(run_dir: str | Path, slos: dict[str, Any]) -> dict[str, Any]:
-    """Verdict dict for a finished run directory (nothing printed, nothing written)."""
-    from tokenswarm import analysis
-    from tokenswarm.analysis.errors import AnalysisError, NoSuccessError
-    from tokenswarm.analysis.loader import read_manifest
-    from tokenswarm.analysis.summary import require_success_in
+def evaluate_run(run_dir: str | Path, slos: dict[str, Any], *,
+                 outcomes: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """Verdict dict for a finished run directory (nothing printed, nothing written).
+
+    SLOs are evaluated on the records read back from the run directory. Without SLOs the
+    verdict only asks whether any request succeeded; ``outcomes`` (records per outcome, counted
+    by the process that wrote them, as it wrote them) answers that without reading every record
+    again. Without it (a master, or a finished run judged later) the records are read.
+    """
+    from tokenswarm.manifest import read_run_manifest
 
     run_dir = Path(run_dir)
-    manifest = read_manifest(run_dir)
+    manifest = read_run_manifest(run_dir)
     broken: list[str] = []
     lost = [w for w in manifest.workers if w.get("lost_reason")]
     if lost:
         broken.append(f"{len(lost)} worker(s) lost: " + "; ".join(f"{w['worker_id']} ({w['lost_reason']})" for w in lost))
     results: list[dict[str, Any]] = []
-    try:
-        run = analysis.load_run(run_dir)
-        require_success_in(run)
-        results = [r.to_dict() for r in analysis.evaluate(run, slos)] if slos else []
-    except NoSuccessError as exc:
-        broken.append(f"no successful request: {exc}")
-    except AnalysisError as exc:
-        broken.append(str(exc))
+    if not slos and outcomes is not None:
+        if not outcomes.get("ok"):
+            counts = {o: n for o, n in sorted(outcomes.items()) if n}
+            broken.append(f"no successful request: {run_dir}: no successful request among "
+                          f"{sum(counts.values())} records (outcomes: {counts})")
+    else:
+        from tokenswarm.analysis.errors import AnalysisError, NoSuccessError
+        from tokenswarm.analysis.loader import load_run
+        from tokenswarm.analysis.tables import evaluate, require_success_in
+
+        try:
+            run = load_run(run_dir)
+            require_success_in(run)
+            results = [r.to_dict() for r in evaluate(run, slos)] if slos else []
+        except NoSuccessError as exc:
+            broken.append(f"no successful request: {exc}")
+        except AnalysisError as exc:
+            broken.append(str(exc))
     failed = [r for r in results if not r["passed"]]
     if broken:
         status, reason = EXIT_RUN_BROKE, "; ".join(broken)
@@ -138,18 +152,20 @@ def verdict_table(verdict: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def conclude(run_dir: str | Path, slos: dict[str, Any], *, broken: str | None = None) -> tuple[dict[str, Any] | None, int]:
+def conclude(run_dir: str | Path, slos: dict[str, Any], *, broken: str | None = None,
+             outcomes: Mapping[str, int] | None = None) -> tuple[dict[str, Any] | None, int]:
     """The end of a run: write and print the verdict; return it and the process exit status.
 
     ``broken`` is the circuit breaker's message when it stopped the run: the exit status is
     then :data:`EXIT_RUN_BROKE` whatever the SLOs say, because the run did not measure the
     server it was meant to. A verdict that cannot be evaluated is logged, never raised: it
-    must not hide the run's own files, and the status says the run broke.
+    must not hide the run's own files, and the status says the run broke. ``outcomes``: see
+    :func:`evaluate_run`.
     """
     import logging
 
     try:
-        v = write_verdict(run_dir, slos)
+        v = write_verdict(run_dir, slos, outcomes=outcomes)
     except Exception as exc:
         logging.getLogger("tokenswarm").exception("tokenswarm: could not evaluate the SLO verdict: %s", exc)
         return None, EXIT_RUN_BROKE
@@ -157,9 +173,10 @@ def conclude(run_dir: str | Path, slos: dict[str, Any], *, broken: str | None = 
     return v, EXIT_RUN_BROKE if broken else int(v["exit_status"])
 
 
-def write_verdict(run_dir: str | Path, slos: dict[str, Any]) -> dict[str, Any]:
+def write_verdict(run_dir: str | Path, slos: dict[str, Any], *,
+                  outcomes: Mapping[str, int] | None = None) -> dict[str, Any]:
     """Evaluate, write ``slo.json`` and ``junit.xml`` into ``run_dir``, return the verdict."""
-    v = evaluate_run(run_dir, slos)
+    v = evaluate_run(run_dir, slos, outcomes=outcomes)
     Path(run_dir, "slo.json").write_text(json.dumps(v, indent=2))
     write_junit(v, Path(run_dir, "junit.xml"))
     return v

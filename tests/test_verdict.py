@@ -1,0 +1,53 @@
+"""The end-of-run verdict: SLOs are judged on the records read back; without SLOs the counts the
+generator kept while writing the records answer "did any request succeed?"."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.analysis.runfactory import failed, record, write_run
+from tokenswarm.orchestrate.verdict import EXIT_OK, EXIT_RUN_BROKE, EXIT_SLO_MISSED, evaluate_run
+
+
+def test_without_slos_the_emitted_outcome_counts_decide_and_no_record_is_read(tmp_path):
+    run = write_run(tmp_path / "run", [record(i) for i in range(3)])
+    (run / "records.jsonl").write_bytes(b"not json\n")  # would break the run if it were read
+    v = evaluate_run(run, {}, outcomes={"ok": 3})
+    assert v["exit_status"] == EXIT_OK and v["reason"] == "no SLOs given; the run worked"
+
+
+def test_without_slos_and_no_success_the_run_broke_with_its_outcome_counts(tmp_path):
+    run = write_run(tmp_path / "run", [failed(0), failed(1, outcome="http_error")])
+    v = evaluate_run(run, {}, outcomes={"timeout": 1, "http_error": 1, "ok": 0})
+    assert v["exit_status"] == EXIT_RUN_BROKE
+    assert v["reason"] == (f"no successful request: {run}: no successful request among 2 records "
+                           "(outcomes: {'http_error': 1, 'timeout': 1})")
+
+
+def test_without_counts_the_records_are_read(tmp_path):
+    run = write_run(tmp_path / "run", [failed(0), failed(1)])
+    v = evaluate_run(run, {})
+    assert v["exit_status"] == EXIT_RUN_BROKE and "no successful request among 2 records" in v["reason"]
+
+
+def test_slos_are_judged_on_the_records_whatever_the_counts_say(tmp_path):
+    run = write_run(tmp_path / "run", [record(i, ttft_ms=900.0) for i in range(40)])
+    v = evaluate_run(run, {"ttft_p50_ms": 100}, outcomes={"ok": 40})
+    assert v["exit_status"] == EXIT_SLO_MISSED
+    assert v["checks"] and all(c["observed_value"] == 900.0 and not c["passed"] for c in v["checks"])
+
+
+def test_a_jsonl_run_and_its_no_slo_verdict_import_neither_pyarrow_nor_numpy_nor_the_analysis(tmp_path):
+    # pyarrow ~0.2 s, numpy ~0.16 s (the C extension does the per-record numbers) and the analysis
+    # ~0.1 s of CPU per generator process, paid for nothing.
+    run = write_run(tmp_path / "run", [record(i) for i in range(3)])
+    code = ("import sys, locust, tokenswarm.locustfile\n"
+            "from tokenswarm.orchestrate.verdict import evaluate_run\n"
+            f"assert evaluate_run({str(run)!r}, {{}}, outcomes={{'ok': 3}})['passed']\n"
+            "from tokenswarm.load.native import ENABLED\n"
+            "heavy = ('pyarrow', 'prometheus_client', 'tokenswarm.analysis', 'jsonschema') + (('numpy',) if ENABLED else ())\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in heavy))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
