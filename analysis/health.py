@@ -86,6 +86,8 @@ _TIMING_FALLBACKS = {
                             "dated by a later note",
     "stale_connection_retries_count": "request(s) met a kept-alive connection the server had already closed and "
                                       "were sent again on a new one (the lost attempt is in their send_delay_ms)",
+    "kernel_dated_sends_count": "request(s) were held up inside their send (the generator was descheduled or its "
+                                "loop stalled): their send time is the kernel's, to 1-4 ms",
 }
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import errno
 import socket
+import sys
 from typing import Any, Callable
 
 import gevent.socket
@@ -168,8 +169,16 @@ def _timed_connects(create: Callable[[], Any]) -> Callable[[], Any]:
 
 #: Fresh connections tried after kept-alive ones the server had already closed, per request.
 STALE_RETRY_LIMIT = 2
-#: How often a request was re-sent because its kept-alive connection turned out closed.
-stats = {"stale_connection_retries_count": 0}
+#: How often a request was re-sent because its kept-alive connection turned out closed, and how
+#: often the process was held up inside the send so long that the kernel dated it (below).
+stats = {"stale_connection_retries_count": 0, "kernel_dated_sends_count": 0}
+#: A send that takes longer than this (a small request normally takes microseconds) was held
+#: up: the process was descheduled or the loop stalled before or after the bytes left.
+SEND_STALL_S = 0.002
+#: Byte offset of ``tcpi_last_data_sent`` (ms since the connection last sent data) in Linux's
+#: ``struct tcp_info``: after 8 one-byte fields and nine 32-bit ones.
+_TCPI_LAST_DATA_SENT = 44
+_TCP_INFO = getattr(socket, "TCP_INFO", None)
 
 
 def send_request(http_client: Any, path: str, body: bytes, headers: dict[str, str],
@@ -243,8 +252,12 @@ def _send_once(http_client: Any, cpool: Any, data: bytes, timing: RequestTiming)
         del _sending[me]
     clock = timing.clock
     try:
+        before = clock()
         sock.sendall(data)
-        timing.sent_s = clock()  # the last byte is in the kernel's send buffer now
+        sent = clock()  # the last byte is in the kernel's send buffer now
+        if sent - before > SEND_STALL_S:  # held up around the write: when did the bytes leave?
+            sent = kernel_sent_time(sock, before, sent, clock)
+        timing.sent_s = sent
     except OSError as exc:
         if exc.errno not in (errno.ECONNRESET, errno.EPIPE):
             cpool.release_socket(sock)
@@ -258,6 +271,35 @@ def _send_once(http_client: Any, cpool: Any, data: bytes, timing: RequestTiming)
                                       headers_type=http_client.headers_type)
     timing.headers_s = _headers_time(sock, clock)
     return response
+
+
+def kernel_sent_time(sock: Any, before: float, after: float, clock: Callable[[], float]) -> float:
+    """When a held-up send's bytes left, from the kernel, within ``[before, after]``.
+
+    A process descheduled right after handing the request to the kernel (seen beside a busy
+    vLLM on 2 cores: 300-700 ms) would read the send time after the server had answered,
+    giving a negative TTFT and a server that looks faster than it is; descheduled before the
+    write, the send really was late. The kernel knows which: TCP_INFO's ``tcpi_last_data_sent``
+    is how long ago the connection last sent data (milliseconds, counted in jiffies: one
+    jiffy of resolution, 1-4 ms). Without TCP_INFO the reading after the write stands.
+    """
+    if _TCP_INFO is None:
+        return after
+    try:
+        info = _raw(sock).getsockopt(socket.IPPROTO_TCP, _TCP_INFO, _TCPI_LAST_DATA_SENT + 4)
+        now = clock()
+    except (OSError, AttributeError):
+        return after
+    if len(info) < _TCPI_LAST_DATA_SENT + 4:
+        return after
+    ago_ms = int.from_bytes(info[_TCPI_LAST_DATA_SENT:_TCPI_LAST_DATA_SENT + 4], sys.byteorder)
+    stats["kernel_dated_sends_count"] += 1
+    return min(max(now - ago_ms / 1000.0, before), after)
+
+
+def _raw(sock: Any) -> Any:
+    """The OS-level socket under gevent's wrapper (getsockopt is the same on both)."""
+    return getattr(sock, "_sock", sock)
 
 
 def _headers_time(sock: Any, clock: Callable[[], float]) -> float:

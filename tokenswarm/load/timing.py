@@ -167,7 +167,8 @@ def provenance() -> dict[str, Any]:
     ``notes_dropped_count`` (a stream's notes were full) and ``notes_over_cap_count`` (a read
     covered more notes than are used); ``stale_connection_retries_count`` (requests sent again
     because their kept-alive connection had been closed by the server, see
-    :func:`tokenswarm.load.pool.send_request`).
+    :func:`tokenswarm.load.pool.send_request`); ``kernel_dated_sends_count`` (sends held up
+    past ``pool.SEND_STALL_S``, dated by the kernel: :func:`tokenswarm.load.pool.kernel_sent_time`).
     """
     counters: dict[str, int] = {}
     native = reader._read_events is not None
