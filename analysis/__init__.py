@@ -55,7 +55,7 @@ def __getattr__(name: str) -> Any:
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     module = importlib.import_module(f"{__name__}.{home}")
-    value = module if name == home and name == "slo" else getattr(module, name)
+    value = module if name == "slo" else getattr(module, name)  # slo: the module itself
     globals()[name] = value  # later lookups are plain attribute reads
     return value
 

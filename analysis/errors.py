@@ -29,3 +29,9 @@ class NoSuccessError(AnalysisError):
     """The run holds no successful (``outcome == "ok"``) request: nothing to measure."""
 
     exit_code = 3
+
+    @classmethod
+    def among(cls, where: object, outcomes: dict[str, int], records: int | None = None) -> NoSuccessError:
+        """The error for a run at ``where`` whose ``records`` (default: all counted) had these outcomes."""
+        n = sum(outcomes.values()) if records is None else records
+        return cls(f"{where}: no successful request among {n} records (outcomes: {outcomes})")

@@ -121,7 +121,7 @@ def require_success_in(run: Run) -> None:
     """Raise :class:`NoSuccessError` (with the outcome counts) unless some request succeeded."""
     if not derived(run)["ok"].any():
         counts = {o: int((run["outcome"] == c).sum()) for c, o in enumerate(run.categories["outcome"])}
-        raise NoSuccessError(f"{run.path}: no successful request among {len(run)} records (outcomes: {counts})")
+        raise NoSuccessError.among(run.path, counts, len(run))
 
 
 def derived(run: Run) -> dict[str, np.ndarray]:

@@ -286,20 +286,15 @@ def kernel_sent_time(sock: Any, before: float, after: float, clock: Callable[[],
     if _TCP_INFO is None:
         return after
     try:
-        info = _raw(sock).getsockopt(socket.IPPROTO_TCP, _TCP_INFO, _TCPI_LAST_DATA_SENT + 4)
+        info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, _TCPI_LAST_DATA_SENT + 4)
         now = clock()
-    except (OSError, AttributeError):
+    except OSError:
         return after
     if len(info) < _TCPI_LAST_DATA_SENT + 4:
         return after
     ago_ms = int.from_bytes(info[_TCPI_LAST_DATA_SENT:_TCPI_LAST_DATA_SENT + 4], sys.byteorder)
     stats["kernel_dated_sends_count"] += 1
     return min(max(now - ago_ms / 1000.0, before), after)
-
-
-def _raw(sock: Any) -> Any:
-    """The OS-level socket under gevent's wrapper (getsockopt is the same on both)."""
-    return getattr(sock, "_sock", sock)
 
 
 def _headers_time(sock: Any, clock: Callable[[], float]) -> float:

@@ -87,10 +87,11 @@ def evaluate_run(run_dir: str | Path, slos: dict[str, Any], *,
         broken.append(f"{len(lost)} worker(s) lost: " + "; ".join(f"{w['worker_id']} ({w['lost_reason']})" for w in lost))
     results: list[dict[str, Any]] = []
     if not slos and outcomes is not None:
-        if not outcomes.get("ok"):
+        if not outcomes.get("ok"):  # the run broke: only then the analysis' wording of it
+            from tokenswarm.analysis.errors import NoSuccessError
+
             counts = {o: n for o, n in sorted(outcomes.items()) if n}
-            broken.append(f"no successful request: {run_dir}: no successful request among "
-                          f"{sum(counts.values())} records (outcomes: {counts})")
+            broken.append(f"no successful request: {NoSuccessError.among(run_dir, counts)}")
     else:
         from tokenswarm.analysis.errors import AnalysisError, NoSuccessError
         from tokenswarm.analysis.loader import load_run
