@@ -7,7 +7,7 @@ COPY tokenswarm ./tokenswarm
 COPY analysis ./analysis
 COPY locustfiles ./locustfiles
 COPY scenarios ./scenarios
-# gcc only for the build of the reader's C fast path (tokenswarm/load/_fastread.c), then removed
+# gcc only for the build of the reader's C fast path (tokenswarm/wire/_fastread.c), then removed
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
     && pip install . \
     && apt-get purge -y gcc libc6-dev && apt-get autoremove -y && rm -rf /var/lib/apt/lists/*

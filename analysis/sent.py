@@ -36,7 +36,7 @@ def _dist(x: np.ndarray, prefix: str) -> dict[str, Any]:
 
 def requested_prompt_mean(manifest: RunManifest, task: str) -> float | None:
     """Mean of the scenario's prompt-length distribution for ``task`` (``None`` if not sized by tokens)."""
-    from tokenswarm.load.distributions import DistSpecError, make_dist
+    from tokenswarm.workload.distributions import DistSpecError, make_dist
 
     classes = (manifest.scenario_dict.get("traffic") or {}).get("classes") or {}
     if isinstance(classes, list):

@@ -11,7 +11,7 @@
    slightly wider than the steady window (scrape spacing).
 2. Per-request fields (``record.spec_decode``: vLLM ``metrics.speculative_decoding``, llama.cpp
    ``timings.draft_n``/``draft_n_accepted``, SGLang ``spec_tokens_details``, read into vLLM's
-   names by :mod:`tokenswarm.load.engine_fields`): the same
+   names by :mod:`tokenswarm.wire.engine_fields`): the same
    ratios over the sums of ``num_accepted_draft_tokens``, ``num_draft_tokens`` and
    ``num_spec_steps`` of the selected requests. Exact and per task; the best source.
 3. Chunk inference: tokens per streamed chunk, first chunk excluded (it follows prefill).

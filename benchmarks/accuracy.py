@@ -110,7 +110,7 @@ def _client_env(root: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(root)}
 
 
-_CHECK = ("import sys\nfrom tokenswarm.load.scenario import ScenarioError, load_scenario\n"
+_CHECK = ("import sys\nfrom tokenswarm.workload.scenario import ScenarioError, load_scenario\n"
           "try:\n    load_scenario(sys.argv[1])\nexcept ScenarioError as e:\n    print(e)\n    sys.exit(3)\n")
 
 

@@ -1,7 +1,7 @@
 """Per-event CPU of reading a streamed completion chunk: typed (msgspec) against general (dicts).
 
 ``StreamState.on_events`` reads the commonest payload, an OpenAI-style chat completion chunk,
-through :func:`tokenswarm.load.chunkjson.decode_chunk` (msgspec structs holding only what the
+through :func:`tokenswarm.wire.chunkjson.decode_chunk` (msgspec structs holding only what the
 stream state uses) and every other shape through the general path (orjson into dicts). This
 script feeds the same events, shaped as vLLM sends them (with per-chunk usage, as tokenswarm
 asks for by default, and without), through both and prints µs per event and the ratio, measured
@@ -23,8 +23,8 @@ sys.path.insert(0, str(ROOT))
 
 import orjson  # noqa: E402
 
-from tokenswarm.load import stream  # noqa: E402
-from tokenswarm.load.stream import StreamState  # noqa: E402
+from tokenswarm.wire import stream  # noqa: E402
+from tokenswarm.wire.stream import StreamState  # noqa: E402
 
 
 def events(n: int, usage: bool, tokens_per_chunk: int) -> list[tuple]:

@@ -14,8 +14,8 @@ from tests.analysis import runfactory as rf
 from tokenswarm.analysis.errors import RunInputError
 from tokenswarm.analysis.loader import load_run
 from tokenswarm.collect.parquet_store import ParquetRecordsWriter, iter_records
-from tokenswarm.load.trace import load_trace
 from tokenswarm.record import FORMAT_VERSION, V1_RENAMED_FIELDS, RequestRecord, record_from_dict
+from tokenswarm.workload.trace import load_trace
 
 
 def as_v1(record: dict) -> dict:

@@ -115,6 +115,6 @@ def test_the_scenario_configmap_is_generated_from_a_shipped_scenario_and_mounted
     assert kust["generatorOptions"]["disableNameSuffixHash"] is True
     volumes = one("Deployment", "tokenswarm-master")["spec"]["template"]["spec"]["volumes"]
     assert {"name": "scenario", "configMap": {"name": gen["name"]}} in volumes
-    from tokenswarm.load.scenario import load_scenario
+    from tokenswarm.workload.scenario import load_scenario
 
     load_scenario(str((K8S / src).resolve()))  # the shipped file is a valid scenario

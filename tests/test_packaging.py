@@ -75,7 +75,7 @@ def test_every_subcommand_explains_itself():
 
 def test_installed_packages_carry_the_shipped_scenarios():
     """``tokenswarm/scenarios`` links to the top-level folder, so wheels ship the same files."""
-    from tokenswarm.load.scenario import resolve_scenario_path, shipped_scenarios_dir
+    from tokenswarm.workload.scenario import resolve_scenario_path, shipped_scenarios_dir
 
     link = ROOT / "tokenswarm" / "scenarios"
     assert link.resolve() == (ROOT / "scenarios").resolve()
@@ -94,8 +94,8 @@ def test_the_readers_c_fast_path_is_built_where_a_compiler_is():
 
     if not shutil.which("cc") and not shutil.which("gcc"):
         pytest.skip("no C compiler: the pure-Python reader is the expected path")
-    from tokenswarm.load import reader
+    from tokenswarm.wire import reader
 
-    assert reader._read_events is not None, "tokenswarm.load._fastread was not built: pip install -e . again"
+    assert reader._read_events is not None, "tokenswarm.wire._fastread was not built: pip install -e . again"
     docker = (ROOT / "Dockerfile").read_text()
     assert "setup.py" in docker and "gcc" in docker  # the image builds it too

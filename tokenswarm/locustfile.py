@@ -4,7 +4,6 @@ Use through ``locustfiles/llm.py`` (``locust -f locustfiles/llm.py --scenario sc
 or ``tokenswarm run``.
 """
 
-from tokenswarm.load.shape import ScenarioShape  # noqa: F401
 from tokenswarm.load.users import (  # noqa: F401
     AbnormalUser,
     CodeUser,
@@ -16,3 +15,4 @@ from tokenswarm.load.users import (  # noqa: F401
     SummarizationUser,
 )
 from tokenswarm.orchestrate import plugin  # noqa: F401  (registers options and event listeners)
+from tokenswarm.orchestrate.shape import ScenarioShape  # noqa: F401

@@ -188,7 +188,7 @@ class RunManifest:
     """``manifest.json``: what ran, against what, when, on which workers, and what was lost.
 
     ``scenario`` is the resolved scenario as written (its schema is the scenario model's, see
-    :mod:`tokenswarm.load.scenario`); ``workers`` are the collector's per-worker accounts and
+    :mod:`tokenswarm.workload.scenario`); ``workers`` are the collector's per-worker accounts and
     ``generator_health`` the health summary, kept as JSON objects because their producers own
     their shape. ``complete`` is true once the run ended normally and every record was flushed.
     """

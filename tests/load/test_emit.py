@@ -8,9 +8,9 @@ from pathlib import Path
 import orjson
 
 from tokenswarm.load.context import RunContext
-from tokenswarm.load.scenario import load_scenario
-from tokenswarm.load.stream import StreamState
 from tokenswarm.record import UNNUMBERED
+from tokenswarm.wire.stream import StreamState
+from tokenswarm.workload.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 

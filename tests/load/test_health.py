@@ -39,8 +39,8 @@ def test_open_sockets_counts_this_process_sockets():
 
 
 def test_a_sample_counts_the_arrivals_the_watcher_dated_during_stalls():
-    from tokenswarm.load import watch
     from tokenswarm.load.health import HealthMonitor
+    from tokenswarm.wire import watch
 
     s = HealthMonitor("w1", lambda sample: None).sample()
     if watch.ENABLED:

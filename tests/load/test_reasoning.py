@@ -7,10 +7,11 @@ import random
 import orjson
 
 from tokenswarm.load.context import RunContext
-from tokenswarm.load.prompts import PromptSource
-from tokenswarm.load.scenario import parse_scenario
-from tokenswarm.load.stream import StreamState, WallAnchor
 from tokenswarm.load.users import Conversationalist
+from tokenswarm.wire.clock import WallAnchor
+from tokenswarm.wire.stream import StreamState
+from tokenswarm.workload.prompts import PromptSource
+from tokenswarm.workload.scenario import parse_scenario
 
 ANCHOR = WallAnchor(wall_s=1_000_000.0, mono_s=100.0)
 BASE = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="QAUser", request_key="k",

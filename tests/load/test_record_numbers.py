@@ -10,9 +10,10 @@ from array import array
 import numpy as np
 import pytest
 
-from tokenswarm.load import livestats, stream
+from tokenswarm.load import livestats
 from tokenswarm.load.livestats import LogHistogram
-from tokenswarm.load.native import native_function
+from tokenswarm.wire import stream
+from tokenswarm.wire.native import native_function
 
 offsets_c = native_function("offsets_ms")
 itl_c = native_function("itl_buckets")

@@ -9,11 +9,11 @@ from locust.env import Environment
 
 from tests.helpers.procs import scripted_server
 from tests.helpers.runs import ROOT
-from tokenswarm.load.client import stream_call
-from tokenswarm.load.scenario import load_scenario
 from tokenswarm.load.setup import apply_user_settings
-from tokenswarm.load.stream import WallAnchor
 from tokenswarm.load.users import QAUser
+from tokenswarm.wire.client import stream_call
+from tokenswarm.wire.clock import WallAnchor
+from tokenswarm.workload.scenario import load_scenario
 
 BASE = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="QAUser", request_key="k",
             scheduled_at_s=0.0, schedule_lag_ms=0.0)

@@ -8,11 +8,11 @@ import orjson
 import pytest
 
 from tokenswarm.load.context import RunContext
-from tokenswarm.load.prompts import PromptSource
-from tokenswarm.load.quality import check_json, strip_fence
-from tokenswarm.load.scenario import ScenarioError, load_scenario, parse_scenario
-from tokenswarm.load.stream import StreamState
 from tokenswarm.load.users import Conversationalist
+from tokenswarm.wire.stream import StreamState
+from tokenswarm.workload.prompts import PromptSource
+from tokenswarm.workload.quality import check_json, strip_fence
+from tokenswarm.workload.scenario import ScenarioError, load_scenario, parse_scenario
 
 EXTRACTION = {"kind": "extraction", "document_tokens": {"dist": "fixed", "value": 300}}
 
@@ -174,7 +174,7 @@ def test_an_extraction_request_sends_its_response_format(monkeypatch):
 
 @pytest.mark.parametrize("name", ["mix", "spec-baseline", "spec-candidate"])
 def test_the_mixed_and_spec_ab_scenarios_include_extraction(name):
-    from tokenswarm.load.scenario import resolve_scenario_path
+    from tokenswarm.workload.scenario import resolve_scenario_path
 
     sc = load_scenario(resolve_scenario_path(name))
     assert sc.traffic.task("extraction").kind == "extraction"
@@ -228,7 +228,7 @@ def test_a_bad_shared_prefix_is_an_error_naming_its_field(sp, field):
 # ----------------------------------------------------------------------------- length grid
 
 def test_the_length_grid_has_four_corners_and_a_long_context_class_each_its_own_task():
-    from tokenswarm.load.scenario import resolve_scenario_path
+    from tokenswarm.workload.scenario import resolve_scenario_path
 
     sc = load_scenario(resolve_scenario_path("length-grid"))
     t = {c.name: c for c in sc.traffic.classes}
@@ -249,7 +249,7 @@ def test_the_length_grid_has_four_corners_and_a_long_context_class_each_its_own_
 
 
 def test_a_long_context_prompt_of_tens_of_thousands_of_tokens_comes_from_the_built_in_corpus():
-    from tokenswarm.load.scenario import resolve_scenario_path
+    from tokenswarm.workload.scenario import resolve_scenario_path
 
     task = load_scenario(resolve_scenario_path("length-grid")).traffic.task("long_context")
     src = PromptSource(task, None, seed=1, pool_size=4)

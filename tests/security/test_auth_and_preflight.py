@@ -7,9 +7,9 @@ import base64
 import pytest
 
 from tokenswarm import redact
-from tokenswarm.load.auth import split_userinfo, target_headers, url_headers
 from tokenswarm.load.preflight import Answer, PreflightError, preflight
-from tokenswarm.load.scenario import parse_scenario
+from tokenswarm.wire.auth import split_userinfo, target_headers, url_headers
+from tokenswarm.workload.scenario import parse_scenario
 
 
 def target(**fields):

@@ -77,7 +77,7 @@ def test_bytes_are_redacted_like_text():
 
 
 def test_a_target_registers_its_key_secret_headers_and_url_user_info(monkeypatch):
-    from tokenswarm.load.scenario import parse_scenario
+    from tokenswarm.workload.scenario import parse_scenario
 
     monkeypatch.setenv("I18_TEST_KEY", "env-key-0001")
     sc = parse_scenario({"name": "t", "target": {"base_url": "http://u:url-pass-0002@h:1/v1", "api_key_env": "I18_TEST_KEY",

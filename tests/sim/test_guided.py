@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from tokenswarm.load.corpora.extraction import SCHEMAS
-from tokenswarm.load.quality import check_json
 from tokenswarm.sim.api import HttpError, parse_completion
 from tokenswarm.sim.engine import Sequence
 from tokenswarm.sim.tokenizer import tokenize
+from tokenswarm.workload.corpora.extraction import SCHEMAS
+from tokenswarm.workload.quality import check_json
 
 SOURCE = tokenize(" The for statement is used to iterate over the elements of a sequence such as a string or list.")
 

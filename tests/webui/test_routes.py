@@ -16,7 +16,6 @@ from locust.env import Environment
 
 from tokenswarm.collect.manifest import ManifestFile, new_manifest
 from tokenswarm.collect.scrape import Scraper
-from tokenswarm.load.scenario import load_scenario
 from tokenswarm.load.users import CodeUser, QAUser
 from tokenswarm.manifest import LoadStep, Totals
 from tokenswarm.orchestrate.controller import RunController
@@ -25,6 +24,7 @@ from tokenswarm.record import RequestRecord, encode_lines
 from tokenswarm.webui import install
 from tokenswarm.webui.report import default_command
 from tokenswarm.webui.table import COLUMNS
+from tokenswarm.workload.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_800_000_000.0

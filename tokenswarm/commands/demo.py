@@ -39,8 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def demo_study(args: argparse.Namespace):  # -> Study
     """The demo as a study: two simulator arms, the scenario shortened by :data:`DEMO_OVERRIDES`."""
-    from tokenswarm.load.scenario import resolve_scenario_path
     from tokenswarm.study.spec import Arm, Study
+    from tokenswarm.workload.scenario import resolve_scenario_path
 
     # --gpu-metrics: the simulator's modelled GPU, scraped like a DCGM exporter next to a real server
     sim = f"{sys.executable} -m tokenswarm sim --port {{port}} --profile {args.profile} --gpu-metrics"
@@ -55,9 +55,9 @@ def demo_study(args: argparse.Namespace):  # -> Study
 
 
 def run(args: argparse.Namespace) -> int:
-    from tokenswarm.load.scenario import ScenarioError, load_scenario, parse_override
     from tokenswarm.study.cli import checkable, write_study_report
     from tokenswarm.study.runner import run_study
+    from tokenswarm.workload.scenario import ScenarioError, load_scenario, parse_override
 
     study = demo_study(args)
     try:

@@ -116,9 +116,9 @@ def build_locust_argv(args: argparse.Namespace, scenario_path: str) -> list[str]
 
 
 def run(args: argparse.Namespace) -> int:
-    from tokenswarm.load.scenario import ScenarioError, load_scenario, parse_override, resolve_scenario_path
     from tokenswarm.load.setup import scenario_slos
     from tokenswarm.orchestrate.verdict import merge_slos, parse_slo_args
+    from tokenswarm.workload.scenario import ScenarioError, load_scenario, parse_override, resolve_scenario_path
 
     path = resolve_scenario_path(args.scenario)
     if args.insecure:

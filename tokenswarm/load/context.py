@@ -18,10 +18,10 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from tokenswarm.load.auth import split_userinfo, target_headers
 from tokenswarm.load.livestats import LiveStats
-from tokenswarm.load.stream import WallAnchor
 from tokenswarm.record import RecordIdentity, RequestRecord
+from tokenswarm.wire.auth import split_userinfo, target_headers
+from tokenswarm.wire.clock import WallAnchor
 
 log = logging.getLogger("tokenswarm")
 

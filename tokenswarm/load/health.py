@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import gevent
 
-from tokenswarm.load import watch
+from tokenswarm.wire import watch
 
 log = logging.getLogger("tokenswarm")
 

@@ -15,8 +15,8 @@ from collections import deque
 from itertools import chain
 from typing import TYPE_CHECKING, Any, Iterable
 
-from tokenswarm.load.native import native_function
 from tokenswarm.metrics import itl_samples, tpot_ms
+from tokenswarm.wire.native import native_function
 
 #: C: one stream's per-delivery ITL into the bucket counts, as ``_flush`` does for many in numpy.
 _itl_buckets = native_function("itl_buckets")

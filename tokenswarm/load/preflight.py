@@ -1,6 +1,6 @@
 """Preflight: before any load, the target must answer, accept our credentials and serve the model.
 
-One ``GET /v1/models`` (with the target's auth, see :mod:`tokenswarm.load.auth`) decides:
+One ``GET /v1/models`` (with the target's auth, see :mod:`tokenswarm.wire.auth`) decides:
 
 * no answer (connection refused, DNS, timeout) -> wait and retry while ``--wait-for-server``
   seconds remain, then fail: a CI stage may start the server a moment before the run;
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 from urllib.parse import urlsplit, urlunsplit
 
-from tokenswarm.load.auth import split_userinfo, target_headers
 from tokenswarm.redact import redact
+from tokenswarm.wire.auth import split_userinfo, target_headers
 
 #: seconds between two probes while waiting for the server
 RETRY_INTERVAL_S = 1.0
@@ -84,7 +84,7 @@ def http_get(url: str, headers: dict[str, str], timeout_s: float, verify_tls: bo
 
 
 def _server_message(status: int, raw: bytes) -> str:
-    from tokenswarm.load.stream import error_from_body
+    from tokenswarm.wire.stream import error_from_body
 
     return error_from_body(status, raw)
 

@@ -46,8 +46,8 @@ def discover_model(base_url: str, target: Any) -> tuple[str | None, Any, dict[st
     """``(model, /v1/models answer or error text, server headers)``; model None if unreachable."""
     from urllib.parse import urlsplit, urlunsplit
 
-    from tokenswarm.load.auth import split_userinfo, target_headers
     from tokenswarm.load.context import api_prefix
+    from tokenswarm.wire.auth import split_userinfo, target_headers
 
     headers = target_headers(target, base_url)
     base_url = split_userinfo(base_url)[0]
@@ -80,9 +80,9 @@ def discover_model(base_url: str, target: Any) -> tuple[str | None, Any, dict[st
 # ---------------------------------------------------------------------------------------------
 def build_worker_context(env: Any, sc: Any, run_id: str, base_url: str, model: str, sink: Any, role: str,
                          index: int) -> RunContext:
-    from tokenswarm.load.auth import split_userinfo, target_headers
-    from tokenswarm.load.prompts import PromptSource
-    from tokenswarm.load.tokencount import make_token_counter
+    from tokenswarm.wire.auth import split_userinfo, target_headers
+    from tokenswarm.workload.prompts import PromptSource
+    from tokenswarm.workload.tokencount import make_token_counter
 
     counter = make_token_counter(split_userinfo(base_url)[0], model, sc.traffic.tokenizer,
                                  headers=target_headers(sc.target, base_url))  # /tokenize carries the target's auth
@@ -97,7 +97,7 @@ def build_worker_context(env: Any, sc: Any, run_id: str, base_url: str, model: s
                      prompt_sources=sources)
     apply_user_settings(sc, base_url)
     if any(t.kind == "extraction" and t.weight > 0 for t in sc.traffic.classes):
-        from tokenswarm.load import quality
+        from tokenswarm.workload import quality
 
         quality.preload()  # answers are schema-checked: import the validator before the loop runs
     quiet_gc()
@@ -125,8 +125,8 @@ def quiet_gc() -> None:
 
 def apply_user_settings(sc: Any, base_url: str) -> None:
     """Timeouts, TLS, host and pool sizes of the user classes, from the scenario."""
-    from tokenswarm.load.auth import split_userinfo
     from tokenswarm.load.users import CLOSED_LOOP_USERS, OpenLoopUser
+    from tokenswarm.wire.auth import split_userinfo
 
     t = sc.target
     for cls in (*CLOSED_LOOP_USERS, OpenLoopUser):
@@ -152,7 +152,7 @@ def set_class_weights(sc: Any, mode: str) -> None:
 
 
 def load_scenario_from_options(opts: Any) -> Any:
-    from tokenswarm.load.scenario import load_scenario, parse_override, resolve_scenario_path
+    from tokenswarm.workload.scenario import load_scenario, parse_override, resolve_scenario_path
 
     if not opts.scenario:
         raise SystemExit("tokenswarm: --scenario is required (e.g. --scenario scenarios/mix.yaml)")

@@ -23,13 +23,14 @@ from geventhttpclient.url import URL
 from locust import FastHttpUser, constant, task
 from locust.exception import StopUser
 
-from tokenswarm.load import quality, runtime
-from tokenswarm.load.arrivals import ArrivalProcess
-from tokenswarm.load.client import StreamHooks, stream_call
+from tokenswarm.load import runtime
 from tokenswarm.load.context import RunContext, request_key
-from tokenswarm.load.pool import tune_pool
-from tokenswarm.load.prompts import ReplayPrompts
-from tokenswarm.load.trace import load_trace
+from tokenswarm.wire.client import StreamHooks, stream_call
+from tokenswarm.wire.pool import tune_pool
+from tokenswarm.workload import quality
+from tokenswarm.workload.arrivals import ArrivalProcess
+from tokenswarm.workload.prompts import ReplayPrompts
+from tokenswarm.workload.trace import load_trace
 
 KIND_CLASSES: dict[str, str] = {
     "qa": "QAUser",

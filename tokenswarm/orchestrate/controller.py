@@ -1,7 +1,7 @@
 """Orchestrating a run on the master (or the single local process): plan, broadcasts, scrapers, health.
 
 :class:`RunController` drives one Locust run: it turns the scenario's load plan into shape
-ticks (a :class:`~tokenswarm.load.steps.StepMachine`), broadcasts every step/phase change to
+ticks (a :class:`~tokenswarm.workload.steps.StepMachine`), broadcasts every step/phase change to
 the workers, starts the Prometheus scrapers and the health monitor, merges the workers'
 reports and live statistics, stops the run on the circuit breaker or the run-time guard,
 and prints the progress line. What it decides is written by the modules that own the files
@@ -46,8 +46,6 @@ from tokenswarm.load.setup import (
     sc_data,
     set_class_weights,
 )
-from tokenswarm.load.steps import StepMachine, plan_steps
-from tokenswarm.load.timing import provenance as timing_provenance
 from tokenswarm.manifest import RunTarget, Totals
 from tokenswarm.orchestrate import progress
 from tokenswarm.orchestrate.recording import RunRecording
@@ -55,6 +53,8 @@ from tokenswarm.orchestrate.verdict import EXIT_BAD_CONFIG, EXIT_RUN_BROKE, conc
 from tokenswarm.orchestrate.workers import WorkerReports, stop_workers, workers_settled
 from tokenswarm.redact import redact, remember_target
 from tokenswarm.webui.view import RunSnapshot
+from tokenswarm.wire.timing import provenance as timing_provenance
+from tokenswarm.workload.steps import StepMachine, plan_steps
 
 log = logging.getLogger("tokenswarm")
 
@@ -207,7 +207,7 @@ class RunController:
 
     def _apply_option_overrides(self, opts: Any) -> None:
         """--steps/--step-duration/--warmup (e.g. edited in the web UI) override the scenario."""
-        from tokenswarm.load.scenario import ScenarioError, load_scenario
+        from tokenswarm.workload.scenario import ScenarioError, load_scenario
 
         extra: dict[str, Any] = {}
         try:
@@ -290,7 +290,7 @@ class RunController:
             return
         assert self.recording is not None
         fh = self.recording.open_metrics_log()
-        from tokenswarm.load.auth import target_headers, url_headers
+        from tokenswarm.wire.auth import target_headers, url_headers
 
         for source, u in endpoints:
             # the target's /metrics carries the target's auth; an extra endpoint only its own URL's

@@ -37,11 +37,11 @@ from tokenswarm.load.setup import (  # noqa: F401  (planned_duration_s, scenario
     scenario_slos,
     set_class_weights,
 )
-from tokenswarm.load.timing import provenance as timing_provenance
 from tokenswarm.orchestrate.controller import MSG_LIVE, MSG_STEP, RunController
 from tokenswarm.orchestrate.verdict import EXIT_BAD_CONFIG, EXIT_RUN_BROKE, merge_slos, parse_slo_args
 from tokenswarm.redact import install_log_redaction, remember_target
 from tokenswarm.webui import install as install_webui
+from tokenswarm.wire.timing import provenance as timing_provenance
 
 log = logging.getLogger("tokenswarm")
 install_log_redaction()  # every log line of this process, Locust's too, goes through redact()
@@ -122,7 +122,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     if isinstance(runner, WorkerRunner):
         _init_worker(environment)
         return
-    from tokenswarm.load.scenario import ScenarioError
+    from tokenswarm.workload.scenario import ScenarioError
 
     try:
         sc, overrides = load_scenario_from_options(opts)
@@ -209,7 +209,7 @@ def _init_worker(environment: Any) -> None:
 
     @environment.events.test_start.add_listener
     def _start(environment: Any, **_kw: Any) -> None:
-        from tokenswarm.load.scenario import parse_scenario
+        from tokenswarm.workload.scenario import parse_scenario
 
         opts = environment.parsed_options
         data = json.loads(opts.tokenswarm_scenario_data or "{}")
@@ -217,7 +217,7 @@ def _init_worker(environment: Any) -> None:
         if raw is None:
             log.error("tokenswarm: the master sent no scenario; is the master running tokenswarm's locustfile?")
             return
-        from tokenswarm.load.scenario import apply_overrides
+        from tokenswarm.workload.scenario import apply_overrides
 
         raw = apply_overrides(raw, data.get("overrides"), data.get("path") or "<scenario>")
         sc = parse_scenario(raw, data.get("path") or "<scenario>")

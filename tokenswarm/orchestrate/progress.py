@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from tokenswarm.load.livestats import LiveStats, snapshot, summary_rows, window_summary
-from tokenswarm.load.steps import StepMachine
+from tokenswarm.workload.steps import StepMachine
 
 
 def fmt(v: float | None) -> str:

@@ -27,7 +27,7 @@ EXIT_OK, EXIT_SLO_MISSED, EXIT_BAD_CONFIG, EXIT_RUN_BROKE = 0, 1, 2, 3
 
 def parse_slo_args(items: list[str]) -> dict[str, Any]:
     """``["ttft_p95_ms=800", "code.ttft_p95_ms=1000"]`` -> an SLO block with ``per_task``."""
-    from tokenswarm.load.scenario import SLO_NAMES
+    from tokenswarm.workload.scenario import SLO_NAMES
 
     out: dict[str, Any] = {}
     for item in items:

@@ -27,7 +27,6 @@ import gevent.event
 import orjson
 from gevent.server import StreamServer
 
-from tokenswarm import kstamp
 from tokenswarm.sim import api
 from tokenswarm.sim.api import HttpError
 from tokenswarm.sim.engine import Emission, Scheduler, Sequence, SpecConfig
@@ -38,6 +37,7 @@ from tokenswarm.sim.profiles import Profile
 from tokenswarm.sim.simmetrics import SimMetrics, render
 from tokenswarm.sim.tokenizer import token_ids
 from tokenswarm.sim.truth import TruthLog
+from tokenswarm.wire import kstamp
 
 monotonic = time.monotonic
 MAX_HEADER_BYTES = 65536

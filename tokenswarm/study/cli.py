@@ -38,9 +38,9 @@ def checkable(override: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tokenswarm.load.scenario import ScenarioError, load_scenario, parse_override
     from tokenswarm.study.runner import run_study
     from tokenswarm.study.spec import StudyError, study_from_args
+    from tokenswarm.workload.scenario import ScenarioError, load_scenario, parse_override
 
     try:
         study = study_from_args(args)

@@ -38,7 +38,7 @@ class ArmFailed(RuntimeError):
 
 
 def _headers(scenario_path: str) -> dict[str, str]:
-    from tokenswarm.load.scenario import load_scenario
+    from tokenswarm.workload.scenario import load_scenario
 
     sc = load_scenario(scenario_path)
     key = sc.target.api_key()
@@ -77,7 +77,7 @@ def _terminate(proc: subprocess.Popen, timeout_s: float) -> None:
 def run_arm_round(study: Study, out: Path, manifest: StudyManifest, round_no: int, arm_name: str,
                   say: Callable[[str], None]) -> None:
     """One arm-round; raises :class:`ArmFailed` with the reason when it cannot complete."""
-    from tokenswarm.load.scenario import load_scenario
+    from tokenswarm.workload.scenario import load_scenario
 
     arm = study.arm(arm_name)
     entry = manifest.entry(round_no, arm_name)

@@ -134,7 +134,7 @@ def _check_arms(arms: list[Arm], baseline: str | None, where: str) -> str:
 
 
 def _resolve_scenario(name: str, base_dir: Path | None, where: str) -> str:
-    from tokenswarm.load.scenario import resolve_scenario_path
+    from tokenswarm.workload.scenario import resolve_scenario_path
 
     if base_dir is not None and (base_dir / name).is_file():
         return str((base_dir / name).resolve())

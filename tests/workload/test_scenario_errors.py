@@ -1,0 +1,69 @@
+"""A scenario file's problems are reported all at once, with a "did you mean" for misspellings."""
+
+from __future__ import annotations
+
+import pytest
+
+from tokenswarm import cli
+from tokenswarm.workload.scenario import ScenarioError, ScenarioErrors, parse_scenario
+
+BROKEN = {
+    "target": {"timeouts": {"conect_s": 3}},
+    "traffic": {"classes": {"qa": {"weight": 1}}},
+    "load": {"stepz": [1, 2], "step_duration_s": -1},
+    "slo": {"ttft_p95": 100},
+}
+
+
+def problems_of(data: dict) -> ScenarioError:
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(data, source="s.yaml")
+    return info.value
+
+
+def test_every_unknown_field_and_each_sections_invalid_value_are_reported_together():
+    err = problems_of(BROKEN)
+    assert isinstance(err, ScenarioErrors)
+    fields = [e.field for e in err.errors]
+    assert fields == ["target.timeouts.conect_s", "load.stepz", "load.step_duration_s", "slo.ttft_p95"]
+    text = str(err)
+    assert text.splitlines()[0] == "s.yaml: 4 problems in the scenario:"
+    for field in fields:
+        assert f"s.yaml: {field}: " in text
+
+
+def test_a_misspelled_field_gets_the_closest_known_name():
+    err = problems_of(BROKEN)
+    hints = {e.field: e.hint for e in err.errors}
+    assert hints["target.timeouts.conect_s"] == "connect_s"
+    assert hints["load.stepz"] == "steps"
+    assert hints["slo.ttft_p95"] == "ttft_p95_ms"
+    assert "(did you mean 'steps'?)" in str(err)
+
+
+def test_a_name_close_to_nothing_known_gets_no_hint():
+    err = problems_of({"traffic": {"classes": {"qa": {}}}, "colour": "blue"})
+    assert not isinstance(err, ScenarioErrors)
+    assert err.field == "colour" and err.hint is None and "did you mean" not in str(err)
+
+
+def test_one_problem_is_a_plain_scenario_error_with_the_usual_message():
+    err = problems_of({"traffic": {"classes": {"qa": {}}}, "load": {"mode": "closd"}})
+    assert type(err) is ScenarioError
+    assert str(err).startswith("s.yaml: load.mode: expected one of closed, open")
+
+
+def test_a_valid_scenario_still_parses_after_a_broken_one():
+    problems_of(BROKEN)  # the unknown-field collection must not leak into the next parse
+    with pytest.raises(ScenarioError, match="load.stepz: unknown field"):
+        parse_scenario({"traffic": {"classes": {"qa": {}}}, "load": {"stepz": [1]}}, source="t.yaml")
+    assert parse_scenario({"traffic": {"classes": {"qa": {}}}}).load.steps == (1.0,)
+
+
+def test_run_prints_every_problem_and_exits_2_before_sending_anything(tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text("traffic:\n  clases: {qa: {}}\nload:\n  stepz: [1]\n")
+    assert cli.main(["run", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "traffic.clases: unknown field" in err and "(did you mean 'classes'?)" in err
+    assert "load.stepz: unknown field" in err and "(did you mean 'steps'?)" in err

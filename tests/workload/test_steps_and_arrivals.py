@@ -1,0 +1,93 @@
+"""Load plans and arrival schedules, driven by an injected clock (no sleeping)."""
+
+import random
+import statistics
+
+import pytest
+
+from tokenswarm.workload.arrivals import ArrivalProcess, arrival_times
+from tokenswarm.workload.steps import StepMachine, plan_steps
+
+
+def test_steps_wait_for_the_target_then_warm_up_then_hold_steady():
+    m = StepMachine(plan_steps("closed", [1, 4], warmup_s=5, duration_s=10))
+    tr = m.advance(0.0, reached=False)
+    assert [(t.step.name, t.phase) for t in tr] == [("c1", "warmup")]
+    assert m.advance(3.0, reached=False) == []          # still ramping: the clock does not run
+    assert m.advance(4.0, reached=True) == []           # reached at 4 -> warm-up until 9
+    tr = m.advance(9.5, reached=True)
+    assert [(t.step.name, t.phase, t.at_s) for t in tr] == [("c1", "steady", 9.0)]
+    at_target = {"c1": True, "c4": False}
+    tr = m.advance(19.2, reached=lambda step: at_target[step.name])  # steady 9..19 -> c4 starts at 19
+    assert [(t.step.name, t.phase, t.at_s) for t in tr] == [("c4", "warmup", 19.0)]
+    assert m.times[0].steady_s == 9.0 and m.times[0].ended_s == 19.0
+    m.advance(20.0, reached=True)
+    assert m.remaining_s(21.0) == pytest.approx(14.0)
+    tr = m.advance(40.0, reached=True)
+    assert [(t.step.name, t.phase) for t in tr] == [("c4", "steady"), ("c4", "done")]
+    assert m.done and m.times[1].ended_s == 35.0
+
+
+def test_a_late_tick_catches_up_through_several_transitions_with_exact_times():
+    m = StepMachine(plan_steps("open", [2.0, 4.0], warmup_s=1, duration_s=2))
+    m.advance(0.0, reached=True)
+    tr = m.advance(100.0, reached=True)
+    assert [(t.step.name, t.phase, t.at_s) for t in tr] == [
+        ("r2", "steady", 1.0), ("r4", "warmup", 3.0), ("r4", "steady", 4.0), ("r4", "done", 6.0)]
+
+
+def test_rate_steps_are_named_by_rate():
+    assert [s.name for s in plan_steps("open", [0.5, 2, 10], 0, 1)] == ["r0.5", "r2", "r10"]
+
+
+@pytest.mark.parametrize("kind,burst", [("poisson", 1.0), ("gamma", 0.5), ("gamma", 4.0), ("constant", 1.0)])
+def test_arrival_processes_have_the_configured_mean_rate(kind, burst):
+    p = ArrivalProcess(20.0, kind, burst, random.Random(7))
+    times = arrival_times(0.0, 500.0, p)
+    assert len(times) / 500.0 == pytest.approx(20.0, rel=0.03)
+
+
+def test_burstiness_controls_the_dispersion_of_gaps():
+    def cv(kind, b):
+        p = ArrivalProcess(10.0, kind, b, random.Random(1))
+        gaps = [p.next_interval_s() for _ in range(20000)]
+        return statistics.pstdev(gaps) / statistics.fmean(gaps)
+    assert cv("poisson", 1) == pytest.approx(1.0, abs=0.03)
+    assert cv("gamma", 0.25) == pytest.approx(2.0, abs=0.1)   # cv = 1/sqrt(shape)
+    assert cv("gamma", 4.0) == pytest.approx(0.5, abs=0.03)
+    assert cv("constant", 1) == 0.0
+
+
+def test_same_seed_same_schedule():
+    a = arrival_times(0, 10, ArrivalProcess(5, "poisson", 1, random.Random(3)))
+    b = arrival_times(0, 10, ArrivalProcess(5, "poisson", 1, random.Random(3)))
+    assert a == b
+
+
+def test_invalid_arrival_settings_are_rejected_with_the_reason():
+    with pytest.raises(ValueError, match="expected one of"):
+        ArrivalProcess(1, "uniform")
+    with pytest.raises(ValueError, match="rate must be > 0"):
+        ArrivalProcess(0)
+
+
+def test_a_target_that_is_never_reached_times_out_and_is_remembered():
+    m = StepMachine(plan_steps("closed", [8], warmup_s=1, duration_s=2), max_ramp_s=30)
+    m.advance(0.0, reached=False)
+    assert m.advance(29.0, reached=False) == [] and m.phase == "ramping"
+    m.advance(31.0, reached=False)
+    assert m.phase == "warmup" and m.ramp_timeouts == [0]
+
+
+def test_ramp_s_turns_into_a_spawn_rate_that_takes_that_long():
+    from types import SimpleNamespace
+
+    from tokenswarm.orchestrate.controller import RunController
+
+    ctl = RunController.__new__(RunController)
+    ctl.scenario = SimpleNamespace(load=SimpleNamespace(ramp_s=20.0, spawn_rate=100.0))
+    m = StepMachine(plan_steps("closed", [4, 64], warmup_s=1, duration_s=5))
+    assert ctl.spawn_rate_for(m.steps[0], m) == 4 / 20   # 0 -> 4 users in 20 s
+    assert ctl.spawn_rate_for(m.steps[1], m) == 60 / 20  # 4 -> 64 users in 20 s
+    ctl.scenario.load.ramp_s = 0.0
+    assert ctl.spawn_rate_for(m.steps[1], m) == 100.0

@@ -1,0 +1,25 @@
+"""How the reader, the stream state and the live statistics find the C extension's functions.
+
+The extension (:mod:`tokenswarm.wire._fastread`) is optional (``setup.py`` builds it when a
+compiler is there), and ``TOKENSWARM_NATIVE=0`` turns it off to compare with, or test, the
+Python paths. Whether it ran is in the manifest's timing provenance (``native_fast_path``).
+The arrival watcher (:mod:`tokenswarm.wire.watch`) has its own switch.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+try:  # built by setup.py; optional
+    from tokenswarm.wire import _fastread
+except ImportError:  # no compiler at install time: the Python paths do the same work
+    _fastread = None  # type: ignore[assignment]
+
+#: The C paths are used (the extension is built and TOKENSWARM_NATIVE is not "0").
+ENABLED = _fastread is not None and os.environ.get("TOKENSWARM_NATIVE", "1") != "0"
+
+
+def native_function(name: str) -> Any:
+    """The extension's ``name``, or None when the C paths are not used."""
+    return getattr(_fastread, name, None) if ENABLED else None

@@ -1,0 +1,376 @@
+"""Reading streamed responses from the event loop itself: no greenlet switch per SSE event.
+
+In gevent, a greenlet blocked in ``recv`` is woken through the hub for every TCP segment:
+two greenlet switches plus a watcher start/stop per event, the biggest single cost of a
+streaming client (it is what limits a plain Locust ``readline`` loop). Here the request's
+greenlet instead hands its socket to the process's :class:`StreamPoller` and sleeps once;
+the poller's callback runs *inside the hub* whenever sockets are readable, reads what each
+socket has, parses it and updates the stream state. The greenlet is woken once, when the
+response is complete (or broken).
+
+How a read is dated and done:
+
+* **Kernel receive stamps** (Linux, ``SO_TIMESTAMPNS``): each read is dated by when its last
+  segment reached the host, so how late the loop gets to a socket does not move the time.
+  Without them (other platforms, injected test clocks) a read gets the time its poll returned.
+* **One ``epoll`` set per process** behind one libev watcher, and, once busy, a sweep of all
+  ready sockets every ``READ_BATCH_S`` instead of a wake-up per arrival: fewer wake-ups and
+  system calls per event, and the stamps do not move.
+* **The C fast path** (:mod:`tokenswarm.wire._fastread`) reads a socket, converts its stamp
+  and splits whole chunks of whole ``data:`` events in one call; everything else goes through
+  the Python de-chunker and SSE parser, which give the same events.
+* **The arrival watcher** (:mod:`tokenswarm.wire.watch`): when the loop stalls, a native
+  thread notes what each stream had received by when. The fast path dates the chunks of a
+  read that arrived apart by those notes instead of by the read's single stamp, and the
+  general parsers decode such a read piece by piece, each piece at its noted time.
+
+Callbacks must never block or raise: errors are stored and re-raised in the waiting
+greenlet. Used for plain-TCP streams without per-chunk hooks; TLS sockets (which buffer
+inside OpenSSL) and hooked streams use the greenlet loop in :mod:`tokenswarm.wire.client`.
+Without ``epoll`` (non-Linux) each socket gets its own libev watcher instead.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import gevent
+from gevent.event import Event
+from gevent.monkey import get_original
+
+from tokenswarm.wire import kstamp, watch
+from tokenswarm.wire.dechunk import ChunkedDecoder, ChunkedError
+from tokenswarm.wire.native import native_function
+from tokenswarm.wire.pool import library_read_pieces
+from tokenswarm.wire.sse import SSEParser
+
+#: The C fast path (whole chunks of whole events per read), when built and not turned off with
+#: TOKENSWARM_NATIVE=0 (the pure-Python path does the same work; for comparison and tests).
+_read_events = native_function("read_events")
+FAST = _read_events is not None
+
+try:  # monkey-patching removes select.epoll (it would block the hub); we only poll it with timeout 0
+    _epoll, _EPOLLIN = get_original("select", ["epoll", "EPOLLIN"])
+except AttributeError:
+    _epoll, _EPOLLIN = None, 0
+
+RECV_BYTES = 65536
+#: Times per response the reader tries to take the chunked framing over from the HTTP library.
+TAKEOVER_ATTEMPTS = 8
+#: Ready sockets handled per wake-up; more stay ready (level-triggered) for the next one.
+MAX_READY = 1024
+#: With kernel timestamps, a busy poller looks at its sockets every this many seconds instead of
+#: on every arrival: one sweep reads many sockets (fewer wake-ups and system calls per event)
+#: and the timestamps do not move. TOKENSWARM_READ_BATCH_MS=0 reads on every arrival.
+READ_BATCH_S = float(os.environ.get("TOKENSWARM_READ_BATCH_MS", "1")) / 1000.0
+
+
+def _between_chunks(resp: Any) -> bool:
+    try:
+        return resp.get_remaining_content_length() == 0
+    except (AttributeError, ValueError):
+        return not resp._body_buffer  # no parser state to ask: only an untouched body is safe
+
+
+def can_watch(resp: Any) -> bool:
+    """True for a plain (non-TLS) gevent socket we can read from the hub."""
+    sock = getattr(resp, "_sock", None)
+    return sock is not None and getattr(sock, "_sslobj", None) is None and hasattr(sock, "_sock")
+
+
+class StreamPoller:
+    """All hub-read sockets of one process in one ``epoll`` set behind one libev watcher.
+
+    Idle, it wakes on the first arrival. Busy (it found sockets ready) and with kernel
+    timestamps, it stops listening and sweeps again after ``READ_BATCH_S``, going back to
+    listening when a sweep finds nothing.
+    """
+
+    __slots__ = ("clock", "ep", "handlers", "watcher", "timer", "kernel_stamps", "last_sweep_s")
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.ep = _epoll()
+        self.handlers: dict[int, Callable[[float, float], None]] = {}
+        loop = gevent.get_hub().loop
+        self.watcher = loop.io(self.ep.fileno(), 1)
+        # Kernel stamps are CLOCK_REALTIME; an injected test clock gets read-time stamps.
+        self.kernel_stamps = kstamp.maps_onto(clock)
+        sweep = self.kernel_stamps and READ_BATCH_S > 0  # without kernel stamps, reading late is stamping late
+        self.timer = loop.timer(READ_BATCH_S, READ_BATCH_S) if sweep else None
+        self.last_sweep_s = 0.0
+
+    def add(self, fd: int, handler: Callable[[float, float], None]) -> None:
+        """Call ``handler(now_s, real_minus_mono_s)`` from the hub whenever ``fd`` is readable."""
+        self.ep.register(fd, _EPOLLIN)
+        self.handlers[fd] = handler
+        if not self.watcher.active and not (self.timer is not None and self.timer.active):
+            self.watcher.start(self._ready)
+
+    def remove(self, fd: int) -> None:
+        if self.handlers.pop(fd, None) is not None:
+            try:
+                self.ep.unregister(fd)
+            except (OSError, ValueError):
+                pass  # already closed: the kernel dropped it from the set
+        if not self.handlers:  # an idle process does not wake for an empty set
+            self.watcher.stop()
+            if self.timer is not None:
+                self.timer.stop()
+
+    def sweep_if_due(self) -> None:
+        """Sweep now if the last one is ``READ_BATCH_S`` old (called by request greenlets).
+
+        gevent runs every greenlet that became ready before it looks at timers again. When a
+        sweep completes twenty requests at once, their greenlets (record, next request) ran
+        back to back for 10-30 ms with no sweep in between -- long enough for a stream's next
+        event to join the previous one in the socket, and one read has one kernel stamp.
+        """
+        if self.handlers and self.timer is not None and self.clock() - self.last_sweep_s >= READ_BATCH_S:
+            self._ready()
+
+    def _ready(self) -> None:
+        now = self.clock()  # one timestamp for everything this poll reports
+        self.last_sweep_s = now
+        if self.kernel_stamps and watch.ENABLED:
+            watch.alive()  # the watcher thread stays idle while the loop sweeps
+        offset = kstamp.real_minus_mono(self.clock) if self.kernel_stamps else 0.0  # realtime -> our timeline
+        handlers = self.handlers
+        ready = self.ep.poll(0, MAX_READY)
+        for fd, _mask in ready:
+            h = handlers.get(fd)
+            if h is not None:
+                h(now, offset)
+        timer = self.timer
+        if timer is None or not self.handlers:
+            return
+        if ready:
+            if not timer.active:  # busy: sweep on the timer from now on
+                self.watcher.stop()
+                timer.start(self._ready)
+        elif timer.active:  # quiet again: wake on the next arrival
+            timer.stop()
+            self.watcher.start(self._ready)
+
+
+_pollers: dict[tuple, StreamPoller] = {}
+
+
+def stream_poller(clock: Callable[[], float]) -> StreamPoller | None:
+    """The poller of this process and hub (created on first use: forked workers get their own)."""
+    if _epoll is None:
+        return None
+    pid = os.getpid()
+    key = (pid, gevent.get_hub(), clock)
+    p = _pollers.get(key)
+    if p is None:
+        for stale in [k for k in _pollers if k[0] != pid]:  # inherited from the parent through fork
+            del _pollers[stale]
+        p = _pollers[key] = StreamPoller(clock)
+    return p
+
+
+class HubReader:
+    """Feeds one response's SSE events into ``on_events(now_s, events)`` from the hub."""
+
+    __slots__ = ("resp", "raw", "fd", "clock", "parser", "on_events", "on_eof", "done", "error", "poller",
+                 "watcher", "dechunker", "trial", "takeovers", "stamped", "fast", "steady", "tail", "chunked",
+                 "watched")
+
+    def __init__(self, resp: Any, clock: Callable[[], float], parser: SSEParser,
+                 on_events: Callable[[float, list], bool], on_eof: Callable[[], None]) -> None:
+        self.resp = resp
+        self.raw = resp._sock._sock  # the non-blocking OS-level socket under gevent's wrapper
+        self.fd = -1
+        self.clock = clock
+        self.parser = parser
+        self.on_events = on_events  # returns True when the caller wants to stop reading
+        self.on_eof = on_eof  # peer closed: raise if that was not a valid end of body
+        self.done = Event()
+        self.error: BaseException | None = None
+        self.poller: StreamPoller | None = None
+        self.watcher = None
+        self.stamped = False  # reads carry kernel receive timestamps
+        self.watched = False  # registered with the arrival watcher (stamped reads, C extension built)
+        # Our own de-chunking from the first chunk boundary on. The library's parser reads the
+        # headers and whatever body bytes came with them; it is between chunks when it expects
+        # no more bytes of the current one (remaining length 0). The states that also report 0
+        # -- before a chunk's closing CRLF, inside the terminating "0" line -- make our first
+        # feed fail, and ``_consume`` then hands the framing back to the library.
+        self.chunked = chunked = "chunked" in str(resp.get("transfer-encoding") or "").lower()
+        self.dechunker = ChunkedDecoder() if chunked and _between_chunks(resp) else None
+        self.trial: list[bytes] | None = [] if self.dechunker is not None else None  # raw bytes until trusted
+        # Where the header read ended inside a chunk (a client reading a backlog: the library
+        # reads 4 KiB), the library keeps the framing until one of its reads ends between
+        # chunks, and we take over then; a few attempts per response at most.
+        self.takeovers = TAKEOVER_ATTEMPTS if chunked else 0
+        # The C fast path reads whole chunks of whole events; allowed while our decoder and the
+        # SSE parser hold nothing partial (they start empty; re-checked after every slow read).
+        self.fast = False
+        self.tail = b""  # fast path: raw bytes of a chunk the last read ended inside
+        # Set by the caller once no read can make it stop (first token seen, no per-read hooks):
+        # the events go straight to the stream state, one call less per read.
+        self.steady: Callable[[float, list], Any] | None = None
+
+    def run(self) -> None:
+        """Process what is already buffered, then read from the hub until the response ends."""
+        resp = self.resp
+        if resp._body_buffer:  # came with the headers, in the library's last read
+            data = bytes(resp._body_buffer)
+            del resp._body_buffer[:]
+            for now, piece in library_read_pieces(resp, data, self.clock, self.chunked):  # dated apart if they came apart
+                if self._body(now, piece):
+                    return
+        if resp.message_complete:
+            return
+        self.fd = self.raw.fileno()
+        poller = stream_poller(self.clock)
+        if poller is not None:
+            self.poller = poller
+            if poller.kernel_stamps:
+                self.stamped = kstamp.enable(self.raw)
+                self.watched = FAST and self.stamped and watch.start(self.fd) is not None
+            poller.add(self.fd, self.readable)
+        else:
+            self.watcher = gevent.get_hub().loop.io(self.fd, 1)
+            self.watcher.start(lambda: self.readable(self.clock(), 0.0))
+        try:
+            self.done.wait()
+        finally:
+            self.stop()
+        if self.error is not None:
+            raise self.error
+
+    def _body(self, now: float, body: bytes) -> bool:
+        events = self.parser.feed(body)
+        return self.on_events(now, events) if events else False
+
+    def readable(self, now: float, offset: float) -> None:
+        """The socket has bytes (or EOF) that were there at ``now``: read and parse them.
+
+        With kernel timestamps the read's time is when its last segment reached this host
+        (``CLOCK_REALTIME`` minus ``offset``, the realtime-minus-monotonic difference sampled at
+        the poll) -- possibly after ``now``, when it arrived while this sweep was reading other
+        sockets; without them (or if the kernel gave none) ``now``.
+        """
+        cuts = None
+        try:
+            if self.fast:
+                now, events, data, self.tail, groups = _read_events(self.fd, True, self.stamped, offset, now,
+                                                                    kstamp.PLAUSIBLE_AGE_S, self.tail, self.watched)
+                if events is not None:
+                    if groups is not None:  # the watcher saw its chunks arrive apart
+                        self._dated(groups)
+                    elif events:
+                        steady = self.steady
+                        if steady is not None:
+                            steady(now, events)
+                        elif self.on_events(now, events):
+                            self._finish(None)
+                    return
+                cuts = groups  # undecoded bytes: where the watcher saw them arrive apart
+            elif self.watched:  # the general parsers' read, through C for the watcher's notes
+                now, _events, data, _tail, cuts = _read_events(self.fd, False, True, offset, now,
+                                                               kstamp.PLAUSIBLE_AGE_S, b"", True)
+            elif self.stamped:
+                data, anc, _flags, _addr = self.raw.recvmsg(RECV_BYTES, kstamp.ANC_BYTES)
+                if anc:  # judged against the time after the read: it may have arrived after ``now``
+                    now = kstamp.stamp_of(anc, offset, self.clock())
+            else:
+                data = self.raw.recv(RECV_BYTES)
+        except BlockingIOError:
+            return
+        except BaseException as exc:
+            self._finish(exc)
+            return
+        try:
+            if cuts:  # decode piece by piece, each at the time its last byte had arrived
+                start = 0
+                for end, when in cuts:
+                    self._consume(when, data[start:end])
+                    start = end
+                    if self.done.is_set():
+                        return
+                data = data[start:]
+            self._consume(now, data)
+        except BaseException as exc:
+            self._finish(exc)
+
+    def _dated(self, groups: list) -> None:
+        """Deliver a read's events in groups, each at the time the watcher dated it."""
+        steady = self.steady
+        for when, events in groups:
+            if steady is not None:
+                steady(when, events)
+            elif self.on_events(when, events):
+                self._finish(None)
+                return
+
+    def _consume(self, now: float, data: bytes) -> None:
+        """The general path: any framing, partial chunks and events, EOF."""
+        if not data:
+            if self.dechunker is not None:
+                raise ConnectionError("connection closed mid-stream")
+            self.on_eof()
+            self._finish(None)
+            return
+        dec = self.dechunker
+        if dec is not None:
+            trial = self.trial
+            if trial is not None:
+                trial.append(data)
+            try:
+                body = dec.feed(data)
+            except ChunkedError:
+                if trial is None:
+                    raise
+                # The library's parser was inside a chunk when we took over: hand it every
+                # byte we have seen and let it do the framing until its next chunk boundary.
+                self.dechunker = self.trial = None
+                data = b"".join(trial)
+            else:
+                if body:
+                    self.trial = None  # our framing produced data: it is ours from now on
+                stop = self._body(now, body) if body else False
+                if dec.done:
+                    self.resp.feed(b"0\r\n\r\n")  # end the message for the library: keep-alive reuse
+                    self._finish(None)
+                elif stop:
+                    self._finish(None)
+                else:
+                    self.fast = FAST and self.trial is None and dec.idle and self.parser.idle
+                return
+        resp = self.resp
+        resp.feed(data)  # de-chunks into _body_buffer; may complete the message
+        buf = resp._body_buffer
+        stop = False
+        if buf:
+            body = bytes(buf)
+            del buf[:]
+            stop = self._body(now, body)
+        if stop or resp.message_complete:
+            self._finish(None)
+        elif self.takeovers and _between_chunks(resp):
+            self.takeovers -= 1
+            self.dechunker, self.trial = ChunkedDecoder(), []
+
+    def _finish(self, exc: BaseException | None) -> None:
+        self.stop()
+        if exc is not None and self.error is None:
+            self.error = exc
+        self.done.set()
+
+    def stop(self) -> None:
+        p = self.poller
+        if p is not None:
+            self.poller = None
+            p.remove(self.fd)
+        if self.watched:
+            self.watched = False
+            watch.stop(self.fd)
+        w = self.watcher
+        if w is not None:
+            self.watcher = None
+            w.stop()
+            w.close()

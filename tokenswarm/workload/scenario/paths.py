@@ -1,0 +1,33 @@
+"""Where scenario files are found: a path as given, ``scenarios/`` in the working directory, or
+the scenarios shipped with tokenswarm (the checkout's top-level folder, or the installed copy
+that ``tokenswarm/scenarios`` links to).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def shipped_scenarios_dir() -> Path:
+    """The shipped scenarios: the checkout's ``scenarios/`` folder, or the installed copy.
+
+    ``tokenswarm/scenarios`` is a link to the top-level folder, so wheels carry the files.
+    """
+    # this file is tokenswarm/workload/scenario/paths.py: parents[3] is the checkout, parents[2] the package
+    checkout = Path(__file__).resolve().parents[3] / "scenarios"
+    if checkout.is_dir():
+        return checkout
+    return Path(__file__).resolve().parents[2] / "scenarios"
+
+
+def resolve_scenario_path(name_or_path: str) -> str:
+    """A path as given if it exists, else ``scenarios/NAME[.yaml]`` (cwd, then the checkout's folder)."""
+    if os.path.isfile(name_or_path):
+        return name_or_path
+    if "/" not in name_or_path and os.sep not in name_or_path:
+        stem = name_or_path if name_or_path.endswith((".yaml", ".yml")) else name_or_path + ".yaml"
+        for folder in (Path.cwd() / "scenarios", shipped_scenarios_dir()):
+            if (folder / stem).is_file():
+                return str(folder / stem)
+    return name_or_path

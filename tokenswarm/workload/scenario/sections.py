@@ -1,0 +1,536 @@
+"""One parser per scenario section: target, traffic (with its task classes), load and SLOs.
+
+Each ``_parse_*`` function reads its section through a
+:class:`~tokenswarm.workload.scenario.fields._Section` that knows the section's field names, and
+returns the frozen config of :mod:`tokenswarm.workload.scenario.model`. ``DEFAULTS`` holds the
+per-kind length/time distributions that the README documents.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from tokenswarm.metrics import DEPRECATED_SLO_NAMES, slo_name
+from tokenswarm.workload.scenario.credentials import _ENV_NAME, _KEY_LIKE, _SECRET_HEADER
+from tokenswarm.workload.scenario.errors import ScenarioError
+from tokenswarm.workload.scenario.fields import _Section
+from tokenswarm.workload.scenario.model import (
+    ABNORMAL_CASES,
+    APIS,
+    ARRIVALS,
+    DATASET_FORMATS,
+    KINDS,
+    LOAD_MODES,
+    PREFIX_POPULARITY,
+    RESERVED_BODY_FIELDS,
+    RESPONSE_FORMATS,
+    SLO_NAMES,
+    TASK_DRAWS,
+    DatasetConfig,
+    LoadConfig,
+    Sampling,
+    SharedPrefix,
+    SloConfig,
+    TargetConfig,
+    TaskConfig,
+    TrafficConfig,
+    _strip_v1,
+    metrics_url_for,
+)
+
+_CLASS_NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
+
+_TARGET = (
+    "base_url",
+    "api",
+    "model",
+    "api_key_env",
+    "headers",
+    "timeouts",
+    "continuous_usage_stats",
+    "verify_tls",
+    "metrics_url",
+    "scrape_interval_s",
+    "extra_metrics",
+    "keep_alive",
+    "extra_body",
+)
+_TIMEOUTS = ("connect_s", "first_token_s", "total_s")
+_TRAFFIC = ("seed", "keep_outputs", "tokenizer", "sampling", "classes", "task_draw", "extra_body")
+_SAMPLING = ("temperature", "top_p", "seed", "stop", "ignore_eos")
+_TASK_COMMON = ("kind", "weight", "output_tokens", "think_time_s", "sampling", "dataset", "extra_body",
+                "shared_prefix")
+_TASK_FIELDS = {
+    "qa": _TASK_COMMON + ("prompt_tokens",),
+    "summarization": _TASK_COMMON + ("document_tokens",),
+    "code": _TASK_COMMON + ("prompt_tokens", "completion_share"),
+    "multi_turn": _TASK_COMMON + ("prompt_tokens", "followup_tokens", "turns"),
+    "abnormal": ("kind", "weight", "prompt_tokens", "output_tokens", "think_time_s", "sampling", "cases",
+                 "extra_body"),
+    "extraction": ("kind", "weight", "output_tokens", "think_time_s", "sampling", "extra_body", "shared_prefix",
+                   "document_tokens", "response_format"),
+}
+_SHARED_PREFIX = ("tokens", "count", "popularity", "zipf_s")
+_LOAD = (
+    "mode",
+    "steps",
+    "warmup_s",
+    "step_duration_s",
+    "spawn_rate",
+    "arrival",
+    "burstiness",
+    "max_in_flight",
+    "stop_timeout_s",
+    "ramp_s",
+    "report_interval_s",
+    "trace",
+    "trace_format",
+    "speed",
+    "trace_block_tokens",
+)
+
+#: per-kind defaults of the length/time distributions (documented in the README)
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "qa": {
+        "prompt_tokens": {"dist": "lognormal", "mean": 60, "sigma": 0.5, "min": 8, "max": 400},
+        "output_tokens": {"dist": "uniform", "min": 32, "max": 256},
+    },
+    "summarization": {
+        "document_tokens": {"dist": "uniform", "min": 1000, "max": 8000},
+        "output_tokens": {"dist": "uniform", "min": 64, "max": 256},
+    },
+    "code": {
+        "prompt_tokens": {"dist": "uniform", "min": 200, "max": 2000},
+        "output_tokens": {"dist": "uniform", "min": 64, "max": 512},
+    },
+    "multi_turn": {
+        "prompt_tokens": {"dist": "lognormal", "mean": 80, "sigma": 0.6, "min": 8, "max": 1000},
+        "followup_tokens": {"dist": "lognormal", "mean": 30, "sigma": 0.6, "min": 4, "max": 300},
+        "output_tokens": {"dist": "uniform", "min": 32, "max": 256},
+        "turns": {"dist": "uniform", "min": 2, "max": 5},
+        "think_time_s": {"dist": "uniform", "min": 0.5, "max": 2.0},
+    },
+    "abnormal": {
+        "prompt_tokens": {"dist": "fixed", "value": 32},
+        "output_tokens": {"dist": "fixed", "value": 16},
+    },
+    "extraction": {
+        "document_tokens": {"dist": "uniform", "min": 200, "max": 1500},
+        "output_tokens": {"dist": "uniform", "min": 128, "max": 384},
+    },
+}
+
+
+def _parse_extra_body(sec: _Section, key: str = "extra_body") -> dict[str, Any]:
+    """``extra_body``: a JSON object of request-body fields passed through as given.
+
+    Fields tokenswarm sets itself (model, messages, max_tokens...) and the sampling fields
+    (one name per meaning: ``sampling.temperature``, not ``extra_body.temperature``) are refused.
+    """
+    import orjson
+
+    raw = sec.raw(key, {})
+    if not isinstance(raw, dict):
+        raise sec.err(key, "a mapping of request-body field -> JSON value (e.g. {top_k: 20})")
+    for name, value in raw.items():
+        at = sec.at(f"{key}.{name}")
+        if not isinstance(name, str) or not name:
+            raise ScenarioError(sec.file, at, "a field name (a non-empty string)", name)
+        if name in RESERVED_BODY_FIELDS:
+            raise ScenarioError(sec.file, at, "a field tokenswarm does not set itself", name,
+                                problem="set by tokenswarm (max_tokens comes from output_tokens)")
+        if name in _SAMPLING:
+            raise ScenarioError(sec.file, at, f"sampling.{name} (one place per field)", name,
+                                problem="a sampling field")
+        try:
+            orjson.dumps(value)
+        except TypeError:
+            raise ScenarioError(sec.file, at, "a JSON value (string, number, boolean, null, list, mapping)",
+                                value) from None
+    return dict(raw)
+
+
+def _parse_shared_prefix(s: _Section) -> SharedPrefix | None:
+    if not s.has("shared_prefix"):
+        return None
+    sp = s.section("shared_prefix", _SHARED_PREFIX)
+    if not sp.has("tokens"):
+        raise sp.err("tokens", "a prefix length in tokens (an integer >= 1)")
+    popularity = sp.str_("popularity", "uniform", PREFIX_POPULARITY)
+    zipf_s = sp.num("zipf_s", 1.0, gt=0)
+    if popularity != "zipf" and sp.has("zipf_s"):
+        raise sp.err("zipf_s", "no zipf_s unless popularity is zipf")
+    return SharedPrefix(tokens=sp.num("tokens", None, ge=1, integer=True),
+                        count=sp.num("count", 1, ge=1, integer=True), popularity=popularity, zipf_s=zipf_s)
+
+
+def _parse_target(top: _Section, file: str) -> TargetConfig:
+    t = top.section("target", _TARGET)
+    base_url = t.str_("base_url", None)
+    if base_url is not None:
+        if not re.match(r"^https?://[^/\s]+", base_url):
+            raise t.err("base_url", "an http:// or https:// URL")
+        base_url = _strip_v1(base_url)
+    api = t.str_("api", "chat", APIS)
+    model = t.str_("model", "auto")
+    if not model:
+        raise t.err("model", "a model name or 'auto'")
+    key_env = t.str_("api_key_env", None)
+    if key_env is not None:
+        if _KEY_LIKE.search(key_env):
+            raise ScenarioError(
+                file,
+                t.at("api_key_env"),
+                "the NAME of an environment variable (e.g. OPENAI_API_KEY)",
+                "***",
+                problem="this looks like a key itself",
+            )
+        if not _ENV_NAME.match(key_env):
+            raise t.err("api_key_env", "an environment variable name like OPENAI_API_KEY")
+    headers_raw = t.raw("headers", {})
+    if not isinstance(headers_raw, dict):
+        raise t.err("headers", "a mapping of header name to string value")
+    headers: dict[str, str] = {}
+    for k, v in headers_raw.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise ScenarioError(
+                file,
+                t.at(f"headers.{k}"),
+                "a string header value",
+                "***" if _SECRET_HEADER.search(str(k)) else v,
+            )
+        headers[k] = v
+    to = t.section("timeouts", _TIMEOUTS)
+    connect = to.num("connect_s", 10.0, gt=0)
+    first = to.num("first_token_s", 120.0, gt=0)
+    total = to.num("total_s", 600.0, gt=0)
+    if first > total:
+        raise to.err("first_token_s", f"a number <= timeouts.total_s ({total:g})")
+    metrics_raw = t.data.get("metrics_url", "auto")
+    metrics_auto = metrics_raw == "auto"
+    if metrics_raw is None or metrics_raw is False:
+        metrics_url = None
+    elif metrics_auto:
+        metrics_url = metrics_url_for(base_url) if base_url else None
+    elif isinstance(metrics_raw, str) and re.match(r"^https?://", metrics_raw):
+        metrics_url = metrics_raw
+    else:
+        raise t.err("metrics_url", "'auto', null or an http(s) URL")
+    extra: list[tuple[str, str]] = []
+    extra_raw = t.raw("extra_metrics", [])
+    if not isinstance(extra_raw, list):
+        raise t.err("extra_metrics", "a list of {name, url}")
+    for i, item in enumerate(extra_raw):
+        e = _Section(item, t.at(f"extra_metrics[{i}]"), file, ("name", "url"))
+        ename = e.str_("name")
+        if ename == "target" or ename in {n for n, _ in extra}:
+            raise e.err("name", "a unique name other than 'target'")
+        url = e.str_("url")
+        if not re.match(r"^https?://", url):
+            raise e.err("url", "an http(s) URL")
+        extra.append((ename, url))
+    return TargetConfig(
+        base_url=base_url,
+        api=api,
+        model=model,
+        api_key_env=key_env,
+        headers=headers,
+        connect_timeout_s=connect,
+        first_token_timeout_s=first,
+        total_timeout_s=total,
+        continuous_usage_stats=t.bool_("continuous_usage_stats", True),
+        verify_tls=t.bool_("verify_tls", True),
+        metrics_url=metrics_url,
+        scrape_interval_s=t.num("scrape_interval_s", 5.0, gt=0),
+        extra_metrics=tuple(extra),
+        metrics_auto=metrics_auto,
+        keep_alive=t.bool_("keep_alive", True),
+        extra_body=_parse_extra_body(t),
+    )
+
+
+def _parse_sampling(s: _Section, base: Sampling) -> Sampling:
+    if "max_tokens" in s.data:
+        raise ScenarioError(
+            s.file,
+            s.at("max_tokens"),
+            "output_tokens on the class (max_tokens is drawn from it)",
+            s.data["max_tokens"],
+            problem="not a sampling field",
+        )
+    s = _Section(s.data, s.path, s.file, _SAMPLING)
+    stop = base.stop
+    if s.has("stop"):
+        raw = s.data["stop"]
+        if isinstance(raw, str):
+            raw = [raw]
+        if not isinstance(raw, list) or not all(isinstance(x, str) and x for x in raw):
+            raise s.err("stop", "a non-empty string or a list of them")
+        stop = tuple(raw)
+    return Sampling(
+        temperature=s.num("temperature", base.temperature, ge=0),
+        top_p=s.num("top_p", base.top_p, gt=0, le=1),
+        seed=s.num("seed", base.seed, integer=True),
+        stop=stop,
+        ignore_eos=s.bool_("ignore_eos", base.ignore_eos),
+    )
+
+
+def _resolve_file(raw: str, base_dir: Path) -> str | None:
+    p = Path(os.path.expanduser(raw))
+    for cand in [p] if p.is_absolute() else [base_dir / p, Path.cwd() / p]:
+        if cand.is_file():
+            return str(cand.resolve())
+    return None
+
+
+def _parse_traffic(top: _Section, file: str, base_dir: Path,
+                   target_extra: dict[str, Any] | None = None) -> TrafficConfig:
+    tr = top.section("traffic", _TRAFFIC)
+    traffic_extra = _parse_extra_body(tr)
+    inherited = {**(target_extra or {}), **traffic_extra}
+    seed = tr.num("seed", 0, integer=True)
+    tokenizer = None
+    if tr.has("tokenizer"):
+        raw = tr.str_("tokenizer")
+        tokenizer = _resolve_file(raw, base_dir)
+        if tokenizer is None:
+            raise tr.err(
+                "tokenizer", f"a tokenizer.json file (relative to {base_dir} or the working directory)"
+            )
+        try:
+            import tokenizers  # noqa: F401  (optional dependency, only needed when named)
+        except ImportError:
+            raise tr.err(
+                "tokenizer",
+                "the 'tokenizers' package to be installed for a local tokenizer (pip install tokenizers)",
+            ) from None
+    base_sampling = _parse_sampling(tr.section("sampling", _SAMPLING + ("max_tokens",)), Sampling())
+    classes_raw = tr.data.get("classes")
+    if not isinstance(classes_raw, dict) or not classes_raw:
+        raise tr.err("classes", "a mapping of task name -> task config (at least one)")
+    classes = []
+    for cname, cfg in classes_raw.items():
+        classes.append(_parse_task(str(cname), cfg, tr.at(f"classes.{cname}"), file, base_dir, base_sampling,
+                                   inherited))
+    if sum(c.weight for c in classes) <= 0:
+        raise ScenarioError(
+            file, tr.at("classes"), "at least one class with weight > 0", {c.name: c.weight for c in classes}
+        )
+    return TrafficConfig(
+        seed=seed, keep_outputs=tr.bool_("keep_outputs", False), tokenizer=tokenizer, classes=tuple(classes),
+        task_draw=tr.str_("task_draw", "per_user", TASK_DRAWS),
+        extra_body=traffic_extra,
+    )
+
+
+def _parse_task(
+    name: str, cfg: Any, path: str, file: str, base_dir: Path, base_sampling: Sampling,
+    inherited_extra: dict[str, Any] | None = None,
+) -> TaskConfig:
+    if not _CLASS_NAME.match(name):
+        raise ScenarioError(file, path, "a class name of letters, digits, '_' or '-'", name)
+    if not isinstance(cfg, dict):
+        raise ScenarioError(file, path, "a mapping (kind, weight, prompt_tokens, ...)", cfg)
+    kind = cfg.get("kind", name if name in KINDS else None)
+    if kind not in KINDS:
+        raise ScenarioError(
+            file,
+            f"{path}.kind",
+            "one of " + ", ".join(KINDS) + " (required when the class name is not a kind)",
+            kind,
+        )
+    if kind in ("summarization", "extraction") and "prompt_tokens" in cfg:
+        raise ScenarioError(
+            file,
+            f"{path}.prompt_tokens",
+            f"document_tokens for {kind}",
+            cfg["prompt_tokens"],
+            problem="not used by summarization",
+        )
+    s = _Section(cfg, path, file, _TASK_FIELDS[kind])
+    d = DEFAULTS[kind]
+    weight = s.num("weight", 1.0, ge=0)
+    output = s.dist("output_tokens", d["output_tokens"], floor=1, integer=True)
+    document = s.dist("document_tokens", d.get("document_tokens"), floor=1, integer=True)
+    prompt = (
+        document
+        if kind in ("summarization", "extraction")
+        else s.dist("prompt_tokens", d["prompt_tokens"], floor=0 if kind == "abnormal" else 1, integer=True)
+    )
+    turns = s.dist("turns", d.get("turns"), floor=1, integer=True)
+    followup = s.dist("followup_tokens", d.get("followup_tokens"), floor=1, integer=True)
+    think = s.dist("think_time_s", d.get("think_time_s", 0), floor=0, integer=False)
+    sampling = _parse_sampling(s.section("sampling", _SAMPLING + ("max_tokens",)), base_sampling)
+    dataset = None
+    if s.has("dataset"):
+        ds = s.section("dataset", ("path", "format"))
+        raw_path = ds.str_("path")
+        resolved = _resolve_file(raw_path, base_dir)
+        if resolved is None:
+            raise ds.err(
+                "path", f"an existing dataset file (relative to {base_dir} or the working directory)"
+            )
+        dataset = DatasetConfig(resolved, ds.str_("format", "auto", DATASET_FORMATS))
+    completion_share = s.num("completion_share", 0.5, ge=0, le=1)
+    class_extra = _parse_extra_body(s)
+    if kind == "extraction" and s.str_("response_format", "json_schema", RESPONSE_FORMATS) != "none":
+        for level in (class_extra, inherited_extra or {}):
+            if "response_format" in level:
+                raise s.err("response_format", "response_format: none when extra_body sets response_format",
+                            s.raw("response_format", "json_schema"))
+    cases: tuple[tuple[str, float], ...] = ()
+    if kind == "abnormal":
+        raw_cases = s.raw("cases", {c: 1 for c in ABNORMAL_CASES})
+        if isinstance(raw_cases, list):
+            raw_cases = {c: 1 for c in raw_cases} if all(isinstance(c, str) for c in raw_cases) else raw_cases
+        cs = _Section(raw_cases, s.at("cases"), file, ABNORMAL_CASES)
+        cases = tuple((c, cs.num(c, 0.0, ge=0)) for c in ABNORMAL_CASES if cs.has(c))
+        if not cases or sum(w for _, w in cases) <= 0:
+            raise s.err("cases", "at least one of " + ", ".join(ABNORMAL_CASES) + " with weight > 0")
+    return TaskConfig(
+        name=name,
+        kind=kind,
+        weight=weight,
+        prompt_tokens=prompt,
+        output_tokens=output,
+        document_tokens=document,
+        turns=turns,
+        think_time_s=think,
+        sampling=sampling,
+        dataset=dataset,
+        followup_tokens=followup,
+        completion_share=completion_share,
+        abnormal_cases=cases,
+        extra_body={**(inherited_extra or {}), **class_extra},
+        class_extra_body=class_extra,
+        response_format=s.str_("response_format", "json_schema", RESPONSE_FORMATS) if kind == "extraction" else "none",
+        shared_prefix=_parse_shared_prefix(s),
+    )
+
+
+def _parse_replay(ld: _Section, base_dir: Path) -> LoadConfig:
+    """``mode: replay``: the trace is read now, so a bad line stops the run before any request."""
+    from tokenswarm.workload.trace import TRACE_FORMATS, TraceError, load_trace
+
+    for key in ("steps", "arrival", "burstiness", "ramp_s", "warmup_s"):
+        if ld.has(key):
+            raise ld.err(key, f"no {key} in mode replay (the trace sets the schedule)")
+    if not ld.has("trace"):
+        raise ld.err("trace", "the path of a trace file (Mooncake JSONL, BurstGPT CSV or tokenswarm records)")
+    path = _resolve_file(ld.str_("trace"), base_dir)
+    if path is None:
+        raise ld.err("trace", f"an existing trace file (relative to {base_dir} or the working directory)")
+    fmt = ld.str_("trace_format", "auto", TRACE_FORMATS)
+    speed = ld.num("speed", 1.0, gt=0)
+    try:
+        trace = load_trace(path, fmt)
+    except TraceError as exc:
+        raise ScenarioError(ld.file, ld.at("trace"), "a valid trace", str(exc)) from None
+    duration = trace.span_s / speed + 1.0  # the steady window ends 1 s after the last scheduled request
+    rate = len(trace.entries) / duration
+    return LoadConfig(
+        mode="replay",
+        steps=(rate,),
+        warmup_s=0.0,  # the schedule starts with the steady window (trim a trace to drop its start)
+        step_duration_s=duration,
+        spawn_rate=ld.num("spawn_rate", 100.0, gt=0),
+        arrival="constant",
+        burstiness=1.0,
+        max_in_flight=ld.num("max_in_flight", 1024, ge=1, integer=True),
+        stop_timeout_s=ld.num("stop_timeout_s", 30.0, ge=0, duration=True),
+        ramp_s=0.0,
+        report_interval_s=ld.num("report_interval_s", None, gt=0, duration=True),
+        trace=path,
+        trace_format=trace.format,
+        speed=speed,
+        trace_block_tokens=ld.num("trace_block_tokens", 512, ge=1, integer=True),
+    )
+
+
+def _parse_load(top: _Section, base_dir: Path | None = None) -> LoadConfig:
+    ld = top.section("load", _LOAD)
+    mode = ld.str_("mode", "closed", LOAD_MODES)
+    if mode == "replay":
+        return _parse_replay(ld, base_dir or Path.cwd())
+    for key in ("trace", "trace_format", "speed", "trace_block_tokens"):
+        if ld.has(key):
+            raise ld.err(key, f"no {key} unless mode is replay")
+    raw_steps = ld.raw("steps", [1])
+    if isinstance(raw_steps, (int, float)) and not isinstance(raw_steps, bool):
+        raw_steps = [raw_steps]
+    if not isinstance(raw_steps, list) or not raw_steps:
+        raise ld.err(
+            "steps", "a non-empty list of " + ("user counts" if mode == "closed" else "request rates (req/s)")
+        )
+    steps = []
+    for i, v in enumerate(raw_steps):
+        ok_num = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        if mode == "closed" and not (ok_num and v >= 1 and v == int(v)):
+            raise ScenarioError(
+                ld.file, ld.at(f"steps[{i}]"), "a whole number of users >= 1 (mode closed)", v
+            )
+        if mode == "open" and not (ok_num and v > 0):
+            raise ScenarioError(
+                ld.file, ld.at(f"steps[{i}]"), "a positive request rate in req/s (mode open)", v
+            )
+        steps.append(float(v))
+    arrival = ld.str_("arrival", "poisson", ARRIVALS)
+    burstiness = ld.num("burstiness", 1.0, gt=0)
+    if arrival != "gamma" and burstiness != 1.0:
+        raise ld.err("burstiness", "1.0 unless arrival is gamma (poisson is gamma with shape 1)")
+    return LoadConfig(
+        mode=mode,
+        steps=tuple(steps),
+        warmup_s=ld.num("warmup_s", 10.0, ge=0, duration=True),
+        step_duration_s=ld.num("step_duration_s", 30.0, gt=0, duration=True),
+        spawn_rate=ld.num("spawn_rate", 100.0, gt=0),
+        arrival=arrival,
+        burstiness=burstiness,
+        max_in_flight=ld.num("max_in_flight", 1024, ge=1, integer=True),
+        stop_timeout_s=ld.num("stop_timeout_s", 30.0, ge=0, duration=True),
+        ramp_s=ld.num("ramp_s", 0.0, ge=0, duration=True),
+        report_interval_s=ld.num("report_interval_s", None, gt=0, duration=True),
+    )
+
+
+#: SLO keys a scenario may write: the current names and the deprecated ones they replace.
+_SLO_KEYS = SLO_NAMES + tuple(DEPRECATED_SLO_NAMES)
+
+
+def _slo_values(sec: _Section, names: tuple[str, ...]) -> dict[str, float]:
+    out = {}
+    for key in names + tuple(DEPRECATED_SLO_NAMES):
+        if not sec.has(key):
+            continue
+        if key in ("error_rate", "min_goodput_share"):
+            value = sec.num(key, None, ge=0, le=1)
+        else:
+            value = sec.num(key, None, gt=0)
+        # an old name (min_output_tps) still works; the warning names the file, the field and the new name
+        out[slo_name(key, f"{sec.file}: {sec.at(key)}")] = value
+    return out
+
+
+def _parse_slo(top: _Section, file: str, task_names: set[str]) -> SloConfig:
+    sl = top.section("slo", _SLO_KEYS + ("per_task",))
+    overall = _slo_values(sl, SLO_NAMES)
+    per_task: dict[str, dict[str, float]] = {}
+    pt_raw = sl.raw("per_task", {})
+    if not isinstance(pt_raw, dict):
+        raise sl.err("per_task", "a mapping of task name -> SLOs")
+    for tname, vals in pt_raw.items():
+        if tname not in task_names:
+            raise ScenarioError(
+                file,
+                sl.at(f"per_task.{tname}"),
+                "a task name from traffic.classes (" + ", ".join(sorted(task_names)) + ")",
+                tname,
+                problem="unknown task",
+            )
+        per_task[tname] = _slo_values(_Section(vals, sl.at(f"per_task.{tname}"), file, _SLO_KEYS), SLO_NAMES)
+    return SloConfig(overall=overall, per_task=per_task)
