@@ -117,7 +117,6 @@ def test_connection_refused_and_a_server_restart_mid_run(tmp_path):
         sim.wait(10)
     assert locust.returncode == 0, out[-2000:]  # failures are data; no SLOs given
     recs = read_records(tmp_path / "run")
-    outcomes = Counter(r["outcome"] for r in recs)
     refused = [r for r in recs if r["error"] == "connection refused"]
     assert refused and all(r["outcome"] == "http_error" and r["http_status"] is None for r in refused)
     # refusals happened only while the server was down (1 s of slack for the anchor's rounding and
