@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import gevent
@@ -28,7 +29,7 @@ from tokenswarm.load.context import RunContext, request_key
 from tokenswarm.wire.client import StreamHooks, stream_call
 from tokenswarm.wire.pool import tune_pool
 from tokenswarm.workload import quality
-from tokenswarm.workload.arrivals import ArrivalProcess
+from tokenswarm.workload.arrivals import ArrivalProcess, schedule
 from tokenswarm.workload.prompts import ReplayPrompts
 from tokenswarm.workload.trace import load_trace
 
@@ -297,7 +298,7 @@ class OpenLoopUser(_TokenswarmUser):
             finally:
                 self.pool.kill(block=True, timeout=5)  # in-flight streams become 'cancelled' records
             return
-        process: ArrivalProcess | None = None
+        times: Iterator[float] | None = None
         rate_seen: float | None = None
         next_s = ctx.clock()
         try:
@@ -307,11 +308,11 @@ class OpenLoopUser(_TokenswarmUser):
                     gevent.sleep(0.05)
                     next_s = ctx.clock()
                     continue
-                if rate != rate_seen:
-                    process = ArrivalProcess(rate, load.arrival, load.burstiness, self.rng)
+                if rate != rate_seen:  # a new step's rate: a new schedule from the last send time
+                    times = schedule(next_s, ArrivalProcess(rate, load.arrival, load.burstiness, self.rng))
                     rate_seen = rate
-                assert process is not None
-                next_s += process.next_interval_s()
+                assert times is not None
+                next_s = next(times)
                 wait = next_s - ctx.clock()
                 if wait > 0:
                     gevent.sleep(wait)
