@@ -82,10 +82,8 @@ class Conversationalist:
             max_tokens = extra.get("max_tokens", max_tokens)
         key = request_key(ctx.api, payload, max_tokens, sampling)
         body = ctx.body(payload_key, payload, max_tokens, sampling)
-        now = ctx.clock()
-        base = ctx.base(task=task_cfg.name, user_class=self.user_class, scheduled_s=scheduled_s,
-                        sent_estimate_s=now, key=key, session_id=session_id, turn=turn, max_tokens=max_tokens,
-                        temperature=sampling.get("temperature"),
+        base = ctx.base(task=task_cfg.name, user_class=self.user_class, scheduled_s=scheduled_s, key=key,
+                        session_id=session_id, turn=turn, max_tokens=max_tokens, temperature=sampling.get("temperature"),
                         extra={"abnormal": abnormal} if abnormal else None)
         target = ctx.scenario.target
         ctx.requests_started += 1
