@@ -22,7 +22,7 @@ APIS = ("chat", "completions")
 TASK_DRAWS = ("per_user", "per_request")
 LOAD_MODES = ("closed", "open", "replay")
 ARRIVALS = ("poisson", "gamma", "constant")
-DATASET_FORMATS = ("auto", "jsonl", "sharegpt")
+DATASET_FORMATS = ("auto", "jsonl", "sharegpt", "spec_bench")
 #: abnormal request kinds an ``abnormal`` task can send (see the README)
 ABNORMAL_CASES = ("empty_prompt", "huge_max_tokens", "invalid_params", "cancel_early", "unicode")
 SLO_NAMES = tuple(SLO_METRICS)  # the glossary defines them (tokenswarm.metrics)
@@ -79,10 +79,15 @@ class Sampling:
 
 @dataclass(frozen=True)
 class DatasetConfig:
-    """A user dataset: absolute ``path`` and ``format`` (``auto``, ``jsonl`` or ``sharegpt``)."""
+    """A user dataset: absolute ``path`` and ``format`` (``auto``, ``jsonl``, ``sharegpt`` or ``spec_bench``).
+
+    ``category``: the one task category this class reads (a Spec-Bench class is split into one
+    class per category when the scenario is parsed, each with its ``category`` set).
+    """
 
     path: str
     format: str = "auto"
+    category: str | None = None
 
 
 @dataclass(frozen=True)
@@ -274,6 +279,8 @@ def _task_dict(task: TaskConfig) -> dict:
     d["sampling"] = task.sampling.params()
     if task.dataset is not None:
         d["dataset"] = {"path": task.dataset.path, "format": task.dataset.format}
+        if task.dataset.category is not None:
+            d["dataset"]["category"] = task.dataset.category
     if task.kind == "code":
         d["completion_share"] = task.completion_share
     if task.kind == "abnormal":
