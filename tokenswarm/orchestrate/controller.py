@@ -150,7 +150,8 @@ class RunController:
         pf, self.preflight = self.preflight, None  # made at init (headless); a UI restart probes again
         try:
             if pf is None:
-                pf = preflight(base_url, sc.target, float(getattr(opts, "tokenswarm_wait_for_server", 0) or 0))
+                pf = preflight(base_url, sc.target, float(getattr(opts, "tokenswarm_wait_for_server", 0) or 0),
+                               models=sc.model_names())
         except PreflightError as exc:
             self._abort(str(exc), EXIT_RUN_BROKE)
             return

@@ -136,7 +136,8 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     if opts.headless and target_url:
         # before any user exists: a failed preflight exits here, with no user tracebacks
         try:
-            first_preflight = preflight(target_url, sc.target, float(opts.tokenswarm_wait_for_server or 0))
+            first_preflight = preflight(target_url, sc.target, float(opts.tokenswarm_wait_for_server or 0),
+                                        models=sc.model_names())
         except PreflightError as exc:
             print(f"tokenswarm: {exc}", file=sys.stderr)
             sys.exit(EXIT_RUN_BROKE)

@@ -64,16 +64,16 @@ _TIMEOUTS = ("connect_s", "first_token_s", "total_s")
 _TRAFFIC = ("seed", "keep_outputs", "tokenizer", "sampling", "classes", "task_draw", "extra_body")
 _SAMPLING = ("temperature", "top_p", "seed", "stop", "ignore_eos")
 _TASK_COMMON = ("kind", "weight", "output_tokens", "think_time_s", "sampling", "dataset", "extra_body",
-                "shared_prefix")
+                "shared_prefix", "model")
 _TASK_FIELDS = {
     "qa": _TASK_COMMON + ("prompt_tokens",),
     "summarization": _TASK_COMMON + ("document_tokens",),
     "code": _TASK_COMMON + ("prompt_tokens", "completion_share"),
     "multi_turn": _TASK_COMMON + ("prompt_tokens", "followup_tokens", "turns"),
     "abnormal": ("kind", "weight", "prompt_tokens", "output_tokens", "think_time_s", "sampling", "cases",
-                 "extra_body"),
+                 "extra_body", "model"),
     "extraction": ("kind", "weight", "output_tokens", "think_time_s", "sampling", "extra_body", "shared_prefix",
-                   "document_tokens", "response_format"),
+                   "document_tokens", "response_format", "model"),
 }
 _SHARED_PREFIX = ("tokens", "count", "popularity", "zipf_s")
 _LOAD = (
@@ -177,9 +177,10 @@ def _parse_target(top: _Section, file: str) -> TargetConfig:
             raise t.err("base_url", "an http:// or https:// URL")
         base_url = _strip_v1(base_url)
     api = t.str_("api", "chat", APIS)
-    model = t.str_("model", "auto")
+    models = _parse_models(t)
+    model = models[0][0] if models else t.str_("model", "auto")
     if not model:
-        raise t.err("model", "a model name or 'auto'")
+        raise t.err("model", "a model name, 'auto' or a mapping of model name to weight")
     key_env = t.str_("api_key_env", None)
     if key_env is not None:
         if _KEY_LIKE.search(key_env):
@@ -251,7 +252,35 @@ def _parse_target(top: _Section, file: str) -> TargetConfig:
         metrics_auto=metrics_auto,
         keep_alive=t.bool_("keep_alive", True),
         extra_body=_parse_extra_body(t),
+        models=models,
     )
+
+
+def _parse_models(sec: _Section, one_name: bool = False) -> tuple[tuple[str, float], ...]:
+    """``model`` as a mapping ``{name: weight}`` (a split over models/adapters); ``()`` when it is not one.
+
+    A class's ``model`` may also be one name (all its requests ask for it): ``((name, 1.0),)``.
+    """
+    raw = sec.raw("model", None)
+    if isinstance(raw, str) and one_name:
+        if not raw or raw == "auto":
+            raise sec.err("model", "a model name (auto is for target.model) or a mapping of model name to weight")
+        return ((raw, 1.0),)
+    if not isinstance(raw, dict):
+        if one_name:
+            raise sec.err("model", "a model name or a mapping of model name to weight", raw)
+        return ()
+    out = []
+    for name in raw:
+        if not isinstance(name, str) or not name or name == "auto":
+            raise sec.err("model", "model names (not auto) mapped to weights >= 0", name)
+        w = raw[name]
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+            raise ScenarioError(sec.file, sec.at(f"model.{name}"), "a weight >= 0", w)
+        out.append((name, float(w)))
+    if not out or sum(w for _, w in out) <= 0:
+        raise sec.err("model", "at least one model with weight > 0", raw)
+    return tuple(out)
 
 
 def _parse_sampling(s: _Section, base: Sampling) -> Sampling:
@@ -434,6 +463,7 @@ def _parse_task(
         class_extra_body=class_extra,
         response_format=s.str_("response_format", "json_schema", RESPONSE_FORMATS) if kind == "extraction" else "none",
         shared_prefix=_parse_shared_prefix(s),
+        models=_parse_models(s, one_name=True) if s.has("model") else (),
     )
     if dataset is None or dataset.format != "spec_bench" or dataset.category is not None:
         return [task]
