@@ -151,3 +151,19 @@ def test_a_run_serves_its_live_statistics_to_a_prometheus_scrape(tmp_path):
     assert families["tokenswarm_ttft_seconds"].type == "histogram"
     assert any(s.value > 0 for s in families["tokenswarm_output_tokens"].samples)
     assert families["tokenswarm_generator_cpu_percent"].samples, "the run's own health sample is exported"
+
+
+def test_the_grafana_dashboard_queries_only_metrics_the_export_serves():
+    import json
+    import re
+
+    dash = json.loads((ROOT / "deploy" / "grafana" / "tokenswarm-live.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    used = {m for e in exprs for m in re.findall(r"tokenswarm_[a-z_]+", e)}
+    run = _Run()
+    run.live.observe(_record(0, "qa", 30.0))
+    exporter = LiveExporter(run)
+    exporter.on_health_sample({"worker_id": "w1", "cpu_pct": 1.0, "loop_lag_max_ms": 1.0, "rss_mb": 1.0})
+    served = {s.name for f in _families(exporter).values() for s in f.samples}
+    assert used and used <= served, used - served
+    assert any("vllm:" in e for e in exprs), "beside the server's own metrics"
