@@ -17,10 +17,10 @@ from tokenswarm.analysis.curves import curves
 from tokenswarm.analysis.errors import NoSuccessError
 from tokenswarm.analysis.health import generator_health
 from tokenswarm.analysis.loader import Run
+from tokenswarm.analysis.models import model_tables
 from tokenswarm.analysis.observability import audit, server_view, ttft_breakdown
 from tokenswarm.analysis.prefixcache import prefix_cache_rows
 from tokenswarm.analysis.resources import compare_resources, resources
-from tokenswarm.analysis.models import model_tables
 from tokenswarm.analysis.sent import what_was_sent
 from tokenswarm.analysis.soak import soak
 from tokenswarm.analysis.specdecode import spec_decode_tables

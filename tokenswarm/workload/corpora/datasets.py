@@ -18,6 +18,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterable, Iterator
 
 from tokenswarm.workload.scenario.errors import ScenarioError
 
@@ -33,13 +34,13 @@ class DatasetItem:
     """One prompt or conversation from a user dataset."""
 
     prompt: str | None  # plain prompt (jsonl ``prompt``)
-    messages: tuple[dict, ...] | None  # chat messages (jsonl ``messages`` / ShareGPT turns)
+    messages: tuple[dict[str, Any], ...] | None  # chat messages (jsonl ``messages`` / ShareGPT turns)
     user_turns: tuple[str, ...]  # user messages in order (multi-turn replay)
     max_tokens: int | None
     where: str  # "file.jsonl:12" for provenance
     category: str | None = None  # spec_bench: the task category (SPEC_BENCH_TASKS applied)
 
-    def first_messages(self) -> tuple[dict, ...]:
+    def first_messages(self) -> tuple[dict[str, Any], ...]:
         """Chat messages for a single-shot request: everything up to the first user message."""
         if self.messages is None:
             return ({"role": "user", "content": self.prompt or ""},)
@@ -57,7 +58,7 @@ class DatasetItem:
         return render_messages_as_text(self.first_messages())
 
 
-def render_messages_as_text(messages) -> str:
+def render_messages_as_text(messages: Iterable[dict[str, Any]]) -> str:
     """Render chat messages for a completions endpoint: ``Role: content`` blocks, then ``Assistant:``."""
     parts = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
     return "\n\n".join(parts) + "\n\nAssistant:"
@@ -94,11 +95,11 @@ SPEC_BENCH_TASKS: dict[str, str] = {
 _TASK_NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
 
 
-def _err(path: str, line: int | None, expected: str, got) -> DatasetError:
+def _err(path: str, line: int | None, expected: str, got: Any) -> DatasetError:
     return DatasetError(path, f"line {line}" if line else "file", expected, got)
 
 
-def _jsonl_item(obj, path: str, line: int) -> DatasetItem:
+def _jsonl_item(obj: Any, path: str, line: int) -> DatasetItem:
     if not isinstance(obj, dict):
         raise _err(path, line, "a JSON object with 'prompt' or 'messages'", obj)
     max_tokens = obj.get("max_tokens")
@@ -136,7 +137,7 @@ def _jsonl_item(obj, path: str, line: int) -> DatasetItem:
     raise _err(path, line, "a 'prompt' string or a 'messages' list", sorted(obj))
 
 
-def _sharegpt_item(obj, path: str, line: int) -> DatasetItem | None:
+def _sharegpt_item(obj: Any, path: str, line: int) -> DatasetItem | None:
     if not isinstance(obj, dict) or not isinstance(obj.get("conversations"), list):
         raise _err(
             path,
@@ -163,7 +164,7 @@ def _sharegpt_item(obj, path: str, line: int) -> DatasetItem | None:
     return DatasetItem(None, tuple(msgs), users, None, f"{os.path.basename(path)}:{line}")
 
 
-def _spec_bench_item(obj, path: str, line: int) -> DatasetItem:
+def _spec_bench_item(obj: Any, path: str, line: int) -> DatasetItem:
     """One Spec-Bench question: its user turns, in order, and its task category."""
     if not isinstance(obj, dict) or not {"question_id", "category", "turns"} <= set(obj):
         raise _err(path, line, "a Spec-Bench question {'question_id', 'category', 'turns'}",
@@ -179,7 +180,7 @@ def _spec_bench_item(obj, path: str, line: int) -> DatasetItem:
     return DatasetItem(None, messages, tuple(turns), None, where, SPEC_BENCH_TASKS.get(category, category))
 
 
-def _iter_json_array(text: str, path: str):
+def _iter_json_array(text: str, path: str) -> Iterator[tuple[int, Any]]:
     """Yield ``(line, obj)`` for each element of a top-level JSON array, with its line number."""
     dec = json.JSONDecoder()
     i = text.index("[") + 1
@@ -209,7 +210,7 @@ def _iter_json_array(text: str, path: str):
         raise _err(path, text.count("\n", 0, i) + 1, "',' or ']' in the JSON array", text[i : i + 20])
 
 
-def _iter_jsonl(text: str, path: str):
+def _iter_jsonl(text: str, path: str) -> Iterator[tuple[int, Any]]:
     for lineno, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
