@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -13,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from tests.helpers.procs import free_port
-from tests.helpers.runs import ROOT, scenario_file
+from tests.helpers.runs import ROOT, scenario_file, start_master_and_workers
 from tokenswarm.load.livestats import LiveStats, LogHistogram
 from tokenswarm.orchestrate.export import TTFT_BUCKETS_S, LiveExporter, is_loopback, prometheus_buckets
 from tokenswarm.record import RequestRecord
@@ -117,40 +119,72 @@ def test_only_loopback_addresses_count_as_local():
     assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.5")
 
 
-def test_a_run_serves_its_live_statistics_to_a_prometheus_scrape(tmp_path):
-    sc = scenario_file(tmp_path, traffic={"seed": 1, "classes": {"qa": {
+def _scenario(tmp_path):
+    return scenario_file(tmp_path, traffic={"seed": 1, "classes": {"qa": {
         "weight": 1, "prompt_tokens": {"dist": "fixed", "value": 30}, "output_tokens": {"dist": "fixed", "value": 8},
         "sampling": {"ignore_eos": True}}}},
         load={"mode": "closed", "steps": [2], "warmup_s": 0, "step_duration_s": 20, "stop_timeout_s": 3})
-    port = free_port()
-    with start_sim("--profile", "tiny-fast") as sim:
-        cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfiles" / "llm.py"), "--headless",
-               "--scenario", str(sc), "--host", sim.base_url, "--out", str(tmp_path / "run"), "--only-summary",
-               "--metrics-port", str(port)]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+
+def _scrape_until_served(port: int, workers: int = 1, timeout_s: float = 60) -> dict:
+    """Scrape until finished requests and a health sample of every worker show (bounded)."""
+    families: dict = {}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
         try:
-            families, deadline = {}, time.monotonic() + 60
-            while time.monotonic() < deadline:  # until a scrape shows finished requests and a health sample
-                try:
-                    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-                except OSError:
-                    time.sleep(0.3)
-                    continue
-                families = {f.name: f for f in text_string_to_metric_families(text)}
-                done = [s for s in families.get("tokenswarm_requests", []).samples if s.name.endswith("_total")]
-                health = families.get("tokenswarm_generator_cpu_percent")
-                if done and sum(s.value for s in done) >= 5 and health is not None and health.samples:
-                    break
-                time.sleep(0.3)
-        finally:
-            proc.terminate()
-            out, err = proc.communicate(timeout=60)
-    assert families, err[-2000:]
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        except OSError:
+            time.sleep(0.3)
+            continue
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        done = [s for s in families.get("tokenswarm_requests", []).samples if s.name.endswith("_total")]
+        health = families.get("tokenswarm_generator_cpu_percent")
+        if done and sum(s.value for s in done) >= 5 and health is not None and len(health.samples) >= workers:
+            break
+        time.sleep(0.3)
+    return families
+
+
+def _check_scrape(families: dict) -> None:
     ttft = [s for s in families["tokenswarm_ttft_seconds"].samples if s.name == "tokenswarm_ttft_seconds_count"]
     assert ttft and {s.labels["task"] for s in ttft} == {"qa"} and all(s.labels["step"] != "none" for s in ttft)
     assert families["tokenswarm_ttft_seconds"].type == "histogram"
     assert any(s.value > 0 for s in families["tokenswarm_output_tokens"].samples)
+
+
+def test_a_run_serves_its_live_statistics_to_a_prometheus_scrape(tmp_path):
+    port = free_port()
+    with start_sim("--profile", "tiny-fast") as sim:
+        cmd = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfiles" / "llm.py"), "--headless",
+               "--scenario", str(_scenario(tmp_path)), "--host", sim.base_url, "--out", str(tmp_path / "run"),
+               "--only-summary", "--metrics-port", str(port)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        try:
+            families = _scrape_until_served(port)
+        finally:
+            proc.terminate()
+            _out, err = proc.communicate(timeout=60)
+    assert families, err[-2000:]
+    _check_scrape(families)
     assert families["tokenswarm_generator_cpu_percent"].samples, "the run's own health sample is exported"
+
+
+def test_a_master_serves_what_its_workers_report(tmp_path):
+    port = free_port()
+    with start_sim("--profile", "tiny-fast") as sim:
+        master, workers = start_master_and_workers(_scenario(tmp_path), sim.base_url, tmp_path / "run", 2,
+                                                   "--metrics-port", str(port))
+        try:
+            families = _scrape_until_served(port, workers=2)
+        finally:
+            for p in [master, *workers]:
+                os.killpg(p.pid, signal.SIGTERM)
+            for p in [master, *workers]:
+                p.communicate(timeout=60)
+    assert families
+    _check_scrape(families)
+    reporting = {s.labels["worker"] for s in families["tokenswarm_generator_cpu_percent"].samples}
+    assert len(reporting) >= 2, f"both workers' health samples reach the master's export: {reporting}"
 
 
 def test_the_grafana_dashboard_queries_only_metrics_the_export_serves():
