@@ -103,3 +103,10 @@ def test_the_shipped_scenario_reads_the_sample_from_a_local_path():
     assert {t.name for t in sc.traffic.classes} == {"mt_bench", "translation", "summarization", "qa",
                                                      "math_reasoning", "rag"}
     assert all(t.dataset.path == str(SAMPLE.resolve()) for t in sc.traffic.classes)
+
+
+def test_the_sample_ships_with_the_scenarios_in_a_wheel():
+    from tokenswarm.workload.scenario import shipped_scenarios_dir
+
+    assert (shipped_scenarios_dir() / "data" / "spec_bench_sample.jsonl").is_file()
+    assert '"scenarios/data/*.jsonl"' in (ROOT / "pyproject.toml").read_text(), "package data names the datasets"

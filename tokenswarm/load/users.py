@@ -389,7 +389,8 @@ class OpenLoopUser(_TokenswarmUser):
         # the recorded output length is asked for exactly, unless sampling.ignore_eos says otherwise
         extra = {"ignore_eos": True} if task_cfg.sampling.ignore_eos is None else None
         Conversationalist(self.ctx, self, self.http, "Replay").send(
-            task_cfg, payload_key, payload, entry.output_tokens, scheduled_s, extra=extra)
+            task_cfg, payload_key, payload, entry.output_tokens, scheduled_s, extra=extra,
+            model=pick_model(self.ctx.scenario.models_of(task_cfg), rng))
 
 
 CLOSED_LOOP_USERS = (QAUser, SummarizationUser, CodeUser, MultiTurnUser, AbnormalUser, ExtractionUser, MixedUser)
