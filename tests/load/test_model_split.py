@@ -41,7 +41,7 @@ def test_a_class_model_overrides_the_targets():
     sc = _parse("base", qa={"model": {"lora-sql": 1, "lora-chat": 3}}, code={"model": "lora-code"})
     assert sc.models_of(sc.traffic.task("qa")) == (("lora-sql", 1.0), ("lora-chat", 3.0))
     assert sc.models_of(sc.traffic.task("code")) == (("lora-code", 1.0),)
-    assert sc.models_of(sc.traffic.task("code")) and sc.resolved()["traffic"]["classes"]["code"]["model"] == {"lora-code": 1.0}
+    assert sc.resolved()["traffic"]["classes"]["code"]["model"] == {"lora-code": 1.0}
     assert sc.model_names() == ("base", "lora-sql", "lora-chat", "lora-code")
 
 
