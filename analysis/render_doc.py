@@ -149,6 +149,7 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
     b += _phase_blocks(steps)
     b += server_view_blocks(s.get("server_view"))
     b += sent_blocks(s.get("sent"))
+    b += model_blocks(s.get("models"))
     b += _workload_blocks(s)
     # SLOs and curves
     c = s["curves"]
@@ -351,6 +352,28 @@ def sent_blocks(sent: list[dict[str, Any]] | None) -> list[Block]:
         out.append(("banner", "yellow", "Prompt sizing is off for " + ", ".join(bad) + ": the server counted prompt "
                     "lengths far from the scenario's (means compared; first turns only for multi-turn tasks). The "
                     "prompts were sized with a tokenizer other than the server's -- see the run log's sizing line."))
+    return out
+
+
+def model_blocks(models: dict[str, Any] | None) -> list[Block]:
+    """Per step and model (a run whose requests asked for several models): load, latency, SLOs."""
+    if not models:
+        return []
+    out: list[Block] = [("h3", "Per model (steady windows, all tasks): " + ", ".join(models["models"]))]
+    out.append(("table", ["step", "model", "requests", "errors", "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50",
+                          "TPOT p99", "ITL p99", "E2E p99"],
+                [[r["step_name"], r["model"], fmt(r["requests_count"]), pct(r["error_rate"]),
+                  fmt(r["output_tokens_per_s"]), guarded(r, "ttft_p50_ms"), guarded(r, "ttft_p99_ms"),
+                  guarded(r, "tpot_p50_ms"), guarded(r, "tpot_p99_ms"), guarded(r, "itl_p99_ms"),
+                  guarded(r, "e2e_p99_ms")] for r in models["rows"]]))
+    failing = [r for r in models["slo_results"] if not r["passed"]]
+    if failing:
+        out.append(("list", [f"{r['step_name']} / {r['model']}: {r['slo_name']} observed {fmt(r['observed_value'])}, "
+                             f"needs {r['comparison']} {fmt(r['threshold_value'])}" for r in failing]))
+    elif models["slo_results"]:
+        out.append(("p", "Every model meets the SLOs at every step."))
+    if models.get("notes"):
+        out.append(("list", models["notes"]))
     return out
 
 

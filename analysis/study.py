@@ -419,6 +419,7 @@ def analyse_study(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 0) ->
         "notes": notes,
         "unmatched": unmatched,
         "verdict_rules": VERDICT_RULES,
+        "by_model": model_verdict(runs, base_arm, candidates, rng, n_boot),  # None unless several models
         "methods": {
             "bootstrap_replicates": n_boot, "seed": seed, "confidence_level": LEVEL,
             "within_run": "percentile bootstrap per run (medians/percentiles by order statistics, aggregate "
@@ -460,6 +461,87 @@ def crossovers(verdict: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     entry["pays_at_all_loads"] = True
             out.append(entry)
     return out
+
+
+# --------------------------------------------------------------------------- several models
+
+
+def _models_of(run: Run) -> list[str]:
+    if "model" not in run.columns:
+        return []
+    names = run.categories["model"]
+    return sorted(names[c] for c in np.unique(run["model"]).tolist() if c >= 0)
+
+
+def _request_accept_len(run: Run, ok: np.ndarray) -> float | None:
+    """Mean accepted length of the requests ``ok`` from their own per-request metrics (None without them)."""
+    if "sd_num_spec_steps" not in run.columns:
+        return None
+    steps, acc = run["sd_num_spec_steps"][ok], run["sd_num_accepted_tokens"][ok]
+    keep = ~np.isnan(steps) & ~np.isnan(acc)
+    total = float(steps[keep].sum())
+    return 1.0 + float(acc[keep].sum()) / total if total > 0 else None
+
+
+def model_cells(run: Run, rng: np.random.Generator, n_boot: int = N_BOOT) -> dict[tuple[str, float, str], Cell]:
+    """Every (step kind, load value, model) cell of one run (all tasks), as :func:`run_cells` per task."""
+    d = derived(run)
+    wins, _notes = windows(run)
+    try:
+        good = good_mask(run, scenario_slos(run.manifest))
+    except ValueError:
+        good = None
+    out: dict[tuple[str, float, str], Cell] = {}
+    for w in wins:
+        if w.target is None:
+            continue
+        for name in _models_of(run):
+            m = w.mask & (run["model"] == run.code("model", name))
+            if not m.any():
+                continue
+            cell = _cell(run, d, w, m, good, None, rng, n_boot)
+            cell.accept_len = _request_accept_len(run, m & d["ok"])
+            cell.accept_source = "per-request metrics" if cell.accept_len is not None else None
+            out[(str(w.kind), float(w.target), name)] = cell
+    return out
+
+
+def model_verdict(runs: dict[tuple[str, int], Run], base_arm: str, candidates: list[str],
+                  rng: np.random.Generator, n_boot: int = N_BOOT) -> list[dict[str, Any]] | None:
+    """Per candidate arm, model and load: the speedup over the baseline, as the per-task verdict.
+
+    ``None`` unless some run's requests asked for more than one model (a LoRA split): then the
+    per-task verdict mixes the models, and this says how each fared. Acceptance comes from the
+    per-request metrics only (the server's counters are not split by model).
+    """
+    if not any(len(_models_of(run)) > 1 for run in runs.values()):
+        return None
+    cells = {key: model_cells(run, rng, n_boot) for key, run in runs.items()}
+    rows: list[dict[str, Any]] = []
+    for arm in candidates:
+        rounds = sorted(r for a, r in cells if a == arm and (base_arm, r) in cells)
+        keys = {k for r in rounds for k in cells[(arm, r)]} & {k for r in rounds for k in cells[(base_arm, r)]}
+        for key in sorted(keys, key=lambda k: (k[2], k[0], k[1])):
+            pairs = [(cells[(arm, r)][key], cells[(base_arm, r)][key]) for r in rounds
+                     if key in cells[(arm, r)] and key in cells[(base_arm, r)]]
+            cand_c, base_c = [p[0] for p in pairs], [p[1] for p in pairs]
+            enough = min(c.n_ok for c in cand_c + base_c) >= MIN_CELL_REQUESTS
+            sp = _ratio_pair(cand_c, base_c, "tps_median", "tps_reps", rng)
+            ag = _ratio_pair(cand_c, base_c, "agg_tps", "agg_reps", rng)
+            row: dict[str, Any] = {
+                "arm": arm, "model": key[2], "load": key[1], "load_kind": key[0], "rounds": len(pairs),
+                "baseline_requests_count": [c.n_ok for c in base_c], "candidate_requests_count": [c.n_ok for c in cand_c],
+                "speedup": sp["point"] if sp else None, "speedup_ci": sp["ci"] if sp else None,
+                "aggregate_speedup": ag["point"] if ag else None, "aggregate_speedup_ci": ag["ci"] if ag else None,
+                "verdict": verdict_of(sp, len(pairs), enough),
+                "mean_accepted_length": _mean([c.accept_len for c in cand_c]),
+            }
+            for metric in ("ttft", "tpot"):
+                comb, short = _latency_ratio(cand_c, base_c, metric, 50.0, rng, n_boot)
+                row[f"{metric}_p50_ratio"] = comb["point"] if comb else None
+                row[f"{metric}_p50_ratio_insufficient"] = short
+            rows.append(row)
+    return rows
 
 
 def write_study_report(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 0) -> tuple[dict[str, Path], str]:

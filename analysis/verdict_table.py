@@ -134,6 +134,25 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> str:
                      + ["| " + " | ".join(r) + " |" for r in esc])
 
 
+def _by_model_lines(rows: list[dict[str, Any]] | None) -> list[str]:
+    """The per-model verdict (a study whose requests asked for several models), as Markdown."""
+    if not rows:
+        return []
+
+    def num(v: float | None, ci: list[float] | None = None) -> str:
+        if v is None:
+            return "-"
+        return f"{v:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+
+    table = [[r["arm"], r["model"], f"{r['load']:g}", num(r["speedup"], r["speedup_ci"]),
+              num(r["aggregate_speedup"], r["aggregate_speedup_ci"]), num(r["ttft_p50_ratio"]),
+              num(r["tpot_p50_ratio"]), num(r["mean_accepted_length"]), r["verdict"]] for r in rows]
+    return ["## Per model", "", "All tasks together, per model the requests asked for; acceptance from the "
+            "per-request metrics only.", "",
+            _md_table(["arm", "model", "load", "speedup", "aggregate speedup", "TTFT p50 ratio", "TPOT p50 ratio",
+                       "mean accepted length", "verdict"], table), ""]
+
+
 def report_markdown(summary: dict[str, Any], images: list[str]) -> str:
     """The study report as Markdown: conditions, verdict tables, curves, rules, variability, acceptance."""
     b = ["# Study verdict", ""]
@@ -147,6 +166,7 @@ def report_markdown(summary: dict[str, Any], images: list[str]) -> str:
               "that percentile.", "", _md_table(HEADERS, verdict_rows(summary, arm)), ""]
     for img in images:
         b += [f"![speedup vs load]({img})", ""]
+    b += _by_model_lines(summary.get("by_model"))
     cross = _crossover_lines(summary)
     if cross:
         b += ["## Crossover", ""] + [f"- {c}" for c in cross] + [""]

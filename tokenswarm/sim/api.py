@@ -75,14 +75,14 @@ def parse_json_object(body: bytes) -> dict[str, Any]:
     return data
 
 
-def check_model(data: dict, served_model: str) -> str:
-    """The requested model (optional field) must be the served one (404 otherwise)."""
+def check_model(data: dict, served_model: str, adapters: tuple[str, ...] = ()) -> str:
+    """The requested model (optional field) must be the served one or one of its LoRA adapters (404 otherwise)."""
     model = data.get("model")
     if model is None:
         return served_model
     if not isinstance(model, str):
         raise HttpError(400, "'model' must be a string", "model")
-    if model != served_model:
+    if model != served_model and model not in adapters:
         raise HttpError(404, f"The model `{model}` does not exist.", "model")
     return model
 
@@ -163,9 +163,10 @@ def guided_schema(response_format: Any) -> dict | None:
                     "response_format")
 
 
-def parse_completion(data: dict, endpoint: str, served_model: str, max_model_len: int) -> CompletionRequest:
-    """Validate a completion request against the served model and context window."""
-    model = check_model(data, served_model)
+def parse_completion(data: dict, endpoint: str, served_model: str, max_model_len: int,
+                     adapters: tuple[str, ...] = ()) -> CompletionRequest:
+    """Validate a completion request against the served model (or an adapter) and context window."""
+    model = check_model(data, served_model, adapters)
     n = data.get("n", 1)
     if n != 1:
         raise HttpError(400, f"'n' must be 1 (the simulator returns one choice), got {n!r}", "n")

@@ -341,6 +341,7 @@ class SimServer:
         api_key: str | None = None,
         echo_headers: bool = False,
         basic_auth: str | None = None,
+        lora_modules: tuple[str, ...] = (),
     ) -> None:
         import base64
 
@@ -361,6 +362,9 @@ class SimServer:
         self.spec = spec
         self.faults = faults
         self.model = served_model_name or profile.model_name
+        #: LoRA adapter names served beside the model (vLLM --lora-modules): listed by /v1/models
+        #: and accepted as ``model``; they share the base model's engine (no adapter cost is modelled)
+        self.adapters = tuple(lora_modules)
         self.per_request_spec_metrics = per_request_spec_metrics
         self.metrics = SimMetrics()
         has_draft_faults = faults.draft_unavailable > 0 or faults.draft_slow > 0
@@ -651,11 +655,12 @@ class SimServer:
     def _models(self) -> bytes:
         card = {"id": self.model, "object": "model", "created": self.started, "owned_by": "tokenswarm-sim",
                 "root": self.model, "parent": None, "max_model_len": self.profile.max_model_len}
-        return orjson.dumps({"object": "list", "data": [card]})
+        cards = [card] + [{**card, "id": name, "root": name, "parent": self.model} for name in self.adapters]
+        return orjson.dumps({"object": "list", "data": cards})
 
     def _tokenize(self, body: bytes) -> bytes:
         data = api.parse_json_object(body)
-        api.check_model(data, self.model)
+        api.check_model(data, self.model, self.adapters)
         if "messages" in data:
             toks, _ = api.prompt_tokens_of(data, "chat")
         elif "prompt" in data:
@@ -707,7 +712,8 @@ class SimServer:
             self.truth_record(rid, endpoint, status, received, None, 0, None, "error", [])
             return keep
         try:
-            req = api.parse_completion(api.parse_json_object(body), endpoint, self.model, self.profile.max_model_len)
+            req = api.parse_completion(api.parse_json_object(body), endpoint, self.model, self.profile.max_model_len,
+                                       self.adapters)
         except HttpError as e:
             self._respond(conn, e.status, e.body(), keep)
             self.truth_record(rid, endpoint, e.status, received, None, 0, None, "error", [])
