@@ -34,8 +34,8 @@ import numpy as np
 
 from tokenswarm.analysis.errors import NotComparableError
 from tokenswarm.analysis.loader import Run
-from tokenswarm.analysis.slo import ALL_TASKS
 from tokenswarm.analysis.samples import MEDIAN_NEED
+from tokenswarm.analysis.slo import ALL_TASKS
 from tokenswarm.analysis.specdecode import mean_acceptance, spec_decode_tables
 from tokenswarm.analysis.stats import bootstrap_percentiles, min_samples_for, percentiles_sorted, ratio_ci
 from tokenswarm.analysis.tables import Window, derived, quality_shares, windows
