@@ -15,7 +15,7 @@ Pareto view
     latency.
 Sample size
     A point's percentile below its need (:mod:`analysis.samples`, n >= 10 / (1 - q)) is
-    ``None`` in the point and named in its ``short_columns`` (column -> samples needed): no
+    ``None`` in the point and named in its ``short_columns`` (``column``, ``samples_needed_count``): no
     plot draws it, the knee finder and the Pareto flag do not see it.
 """
 
@@ -65,7 +65,7 @@ def curve_points(rows: list[dict[str, Any]], latency_key: str = "e2e_p95_ms") ->
              "load_value": load_of(r)}
         values, short = guard_values(r, CURVE_COLUMNS)
         p.update(values)
-        p["short_columns"] = short
+        p["short_columns"] = [{"column": k, "samples_needed_count": v} for k, v in short.items()]
         pts.append(p)
     pts.sort(key=lambda p: p["load_value"])
     for p in pts:

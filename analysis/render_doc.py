@@ -57,7 +57,7 @@ def guarded(row: Any, column: str) -> str:
 
 def point_cell(point: dict[str, Any], column: str) -> str:
     """A curve point's value, or ``n<N`` when it was left out for too few samples."""
-    need = (point.get("short_columns") or {}).get(column)
+    need = next((c["samples_needed_count"] for c in point.get("short_columns") or [] if c["column"] == column), None)
     return short_text(need) if need is not None else fmt(point.get(column))
 
 
