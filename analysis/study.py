@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -434,7 +435,7 @@ def analyse_study(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 0) ->
                     row[f"{name}_ci"] = comb["ci"] if comb else None
                     row[f"{name}_insufficient"] = short
             row.update(goodput_fields(spec, key[2], [(c.n_good, b.n_good) for c, b in pairs],
-                                      lambda c=cand_c, b=base_c: _ratio_pair(c, b, "goodput_rps", "good_reps", rng)))
+                                      partial(_ratio_pair, cand_c, base_c, "goodput_rps", "good_reps", rng)))
             row["latency_regressions"] = latency_regressions(row, LATENCY_PERCENTILES)
             row.update(cell_resources([extras[(arm, r)] for r in used], [extras[(base_arm, r)] for r in used],
                                       (key[0], key[1]), row["aggregate_speedup"]))
