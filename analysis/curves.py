@@ -114,7 +114,9 @@ def max_load_meeting_slo(points: list[dict[str, Any]], results: list[SloResult])
         by_step[r.step_index] = by_step.get(r.step_index, True) and r.passed
     passing = [p for p in points if by_step.get(p["step_index"], False)]
     if not passing:
-        return {"step_index": None, "load_value": None, "detail": "no step meets all SLOs"}
+        short = sum(1 for r in results if r.not_enough_samples)
+        return {"step_index": None, "load_value": None, "not_judged_count": short,
+                "detail": "no step meets all SLOs" + (f" ({short} check(s) not judged: too few samples)" if short else "")}
     best = max(passing, key=lambda p: p["load_value"])
     return {"step_index": best["step_index"], "step_name": best["step_name"], "load_value": best["load_value"],
             "output_tokens_per_s": best["output_tokens_per_s"], "detail": "highest load whose steps meet all SLOs"}

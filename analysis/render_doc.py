@@ -227,7 +227,7 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
     if m is None:
         b.append(("p", "Highest load meeting the SLOs: no SLOs given (scenario slo block or --slo)."))
     elif m["load_value"] is None:
-        b.append(("banner", "yellow", "No load step meets all SLOs."))
+        b.append(("banner", "yellow", m["detail"][0].upper() + m["detail"][1:] + "."))
     else:
         b.append(("p", f"Highest load meeting all SLOs: {m['load_value']:g} (step {m['step_name']}, "
                        f"{fmt(m['output_tokens_per_s'])} output tokens/s)."))

@@ -74,7 +74,7 @@ def report_text(s: dict[str, Any]) -> str:
         lines.append(f"knee at load {c['knee']['knee_load_value']:g}")
     m = c["max_load_meeting_slo"]
     if m is not None:
-        lines.append("no step meets all SLOs" if m["load_value"] is None else f"highest load meeting SLOs: {m['load_value']:g}")
+        lines.append(m["detail"] if m["load_value"] is None else f"highest load meeting SLOs: {m['load_value']:g}")
     drift = [d["series"] for d in s["soak"]["drift"] if d["drift_detected"]]
     if drift:
         lines.append("drift: " + ", ".join(drift))

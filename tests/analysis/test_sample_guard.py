@@ -123,6 +123,7 @@ def test_unjudged_slo_checks_read_not_judged_with_n_and_need_in_html_markdown_an
         assert "not judged (n=30, needs 200)" in out
         assert "FAIL" not in out
     assert "NOT JUDGED: 2 of 4 SLO checks rest on too few samples" in md
+    assert "No step meets all SLOs (2 check(s) not judged: too few samples)." in md
     assert text.startswith("verdict: NOT JUDGED - 2 of 4 SLO checks pass, 0 miss, 2 not judged")
 
 
