@@ -526,7 +526,7 @@ def _workload_blocks(s: dict[str, Any]) -> list[Block]:
     rows = [r for r in s["steps"] if r.get("reasoning_streams_count")]
     if rows:
         b.append(("h2", "Reasoning streams per step and task"))
-        b.append(("table", ["step", "task", "streams", "first reasoning p50", "first answer p50", "first answer p99",
+        b += judged_table(["step", "task", "streams", "first reasoning p50", "first answer p50", "first answer p99",
                             "reasoning ITL p50", "reasoning ITL p99", "answer ITL p50", "answer ITL p99",
                             "reasoning tokens"],
                   [[r["step_name"], r["task"], fmt(r["reasoning_streams_count"]),
@@ -534,7 +534,7 @@ def _workload_blocks(s: dict[str, Any]) -> list[Block]:
                     guarded(r, "first_answer_token_p99_ms"), guarded(r, "reasoning_itl_p50_ms"),
                     guarded(r, "reasoning_itl_p99_ms"), guarded(r, "answer_itl_p50_ms"), guarded(r, "answer_itl_p99_ms"),
                     fmt(r["reasoning_tokens_count"])]
-                   for r in rows]))
+                   for r in rows], keep=3)
         b.append(("p", "Latencies in ms from sent_at_s. TTFT is the first chunk of any kind; the switch from reasoning "
                        "to answer belongs to neither phase's ITL."))
     if s.get("prefix_cache"):
