@@ -404,6 +404,7 @@ def analyse_study(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 0) ->
         for k in sorted(base_keys ^ cand_keys):
             side = "baseline" if k in base_keys else f"arm {arm}"
             unmatched.append(f"{k[2]} at {k[0]} {k[1]:g}: only {side} has this step/task; no ratio")
+        short_cells: list[str] = []
         for key in sorted(base_keys & cand_keys, key=lambda k: (k[2] != ALL_TASKS, k[2], k[1])):
             pairs = [(cells[(arm, r)][key], cells[(base_arm, r)][key]) for r in rounds
                      if key in cells[(arm, r)] and key in cells[(base_arm, r)]]
@@ -438,7 +439,7 @@ def analyse_study(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 0) ->
                                       partial(_ratio_pair, cand_c, base_c, "goodput_rps", "good_reps", rng)))
             row["latency_regressions"] = latency_regressions(row, LATENCY_PERCENTILES)
             row.update(cell_resources([extras[(arm, r)] for r in used], [extras[(base_arm, r)] for r in used],
-                                      (key[0], key[1]), row["aggregate_speedup"]))
+                                      (key[0], key[1]), row["aggregate_speedup"], enough))
             _mark_suspect(row, [(a, r) for r in used for a in (base_arm, arm)
                                 if extras[(a, r)].suspect(key[0], key[1])])
             row["mean_accepted_length"] = _mean([c.accept_len for c in cand_c])
@@ -454,10 +455,13 @@ def analyse_study(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 0) ->
             if row["latency_regressions"] and not row["suspect"]:
                 notes.append(f"arm {arm}, {key[2]} at {key[0]} {key[1]:g}: latency regression beside the speedup: "
                              + "; ".join(row["latency_regressions"]) + " (candidate / baseline, 95 % interval above 1)")
-            if row["verdict"] == "not enough samples":
-                notes.append(f"arm {arm}, {key[2]} at {key[0]} {key[1]:g}: too few requests "
-                             f"(baseline {row['baseline_requests_count']}, candidate {row['candidate_requests_count']}"
-                             f" per round; {MIN_CELL_REQUESTS} needed)")
+            if row["speedup_insufficient"]:
+                short_cells.append(f"{key[2]} {'c' if key[0] == 'concurrency' else 'r'}{key[1]:g} "
+                                   f"({min(row['baseline_requests_count'])}/{min(row['candidate_requests_count'])})")
+        if short_cells:  # one note per arm, not one per cell
+            notes.append(f"arm {arm}: {len(short_cells)} cell(s) with too few requests for a verdict "
+                         f"({MIN_CELL_REQUESTS} successful requests needed in every run; fewest base/cand): "
+                         + ", ".join(short_cells))
         pairs_cons = [consistency(runs[(base_arm, r)], runs[(arm, r)]) for r in rounds]
         judged = sum(c["judged_pairs_count"] for c in pairs_cons)
         matched = sum(c["exact_match_count"] for c in pairs_cons)

@@ -26,7 +26,7 @@ import numpy as np
 from tokenswarm.analysis import cost as cost_mod
 from tokenswarm.analysis.health import generator_health
 from tokenswarm.analysis.loader import Run
-from tokenswarm.analysis.observability import audit
+from tokenswarm.analysis.observability import SPEC_SIGNALS, audit
 from tokenswarm.analysis.resources import resource_sentence, resources
 from tokenswarm.analysis.specdecode import spec_decode_tables
 from tokenswarm.analysis.tables import good_mask, step_table
@@ -90,9 +90,14 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def cell_resources(cand: list[RunExtras], base: list[RunExtras], key: tuple[str, float],
-                   aggregate_speedup: float | None) -> dict[str, Any]:
+                   aggregate_speedup: float | None, enough: bool = True) -> dict[str, Any]:
     """The resource cost of one cell: means over rounds of each side, their deltas and ratios,
-    and the sentence "2.40x tokens/s for +3.1 GiB and +18 % power -> 2.00x tokens per joule"."""
+    and the sentence "2.40x tokens/s for +3.1 GiB and +18 % power -> 2.00x tokens per joule".
+
+    Without ``enough`` requests (the cell's speedup is withheld) the token-based ratios (tokens
+    per joule, cost per good token) are withheld too: they are throughput ratios in disguise.
+    The GPU readings (memory, power) do not rest on requests and stay.
+    """
     out: dict[str, Any] = {}
     for side, runs in (("candidate", cand), ("baseline", base)):
         for fig in RESOURCE_FIGURES:
@@ -106,6 +111,8 @@ def cell_resources(cand: list[RunExtras], base: list[RunExtras], key: tuple[str,
                                                   out["baseline_output_tokens_per_joule"])
     out["cost_per_1m_good_output_tokens_ratio"] = _ratio(out["candidate_cost_per_1m_good_output_tokens_usd"],
                                                          out["baseline_cost_per_1m_good_output_tokens_usd"])
+    if not enough:
+        out["output_tokens_per_joule_ratio"] = out["cost_per_1m_good_output_tokens_ratio"] = None
     observed = any(out[f"{s}_{f}"] is not None for s in ("candidate", "baseline") for f in RESOURCE_FIGURES)
     out["resources_observed"] = observed
     sentence_row = {**out, "output_tokens_per_s_ratio": aggregate_speedup}
@@ -115,14 +122,21 @@ def cell_resources(cand: list[RunExtras], base: list[RunExtras], key: tuple[str,
 
 
 def arm_observability(extras: list[RunExtras]) -> list[dict[str, Any]]:
-    """An arm's audit: a signal counts as exposed when any of the arm's runs exposed it."""
+    """An arm's audit: a signal counts as exposed when any of the arm's runs exposed it.
+
+    An arm that never speculated cannot expose the speculative signals: they are not
+    applicable (``exposed`` ``None``), not missing.
+    """
     if not extras:
         return []
+    speculated = any(x.speculated for x in extras)
     out = []
     for i, sig in enumerate(extras[0].observability):
         seen = [x.observability[i] for x in extras if i < len(x.observability)]
         exposed = [s for s in seen if s["exposed"]]
         first = exposed[0] if exposed else sig
-        out.append({"signal": sig["signal"], "exposed": bool(exposed), "metric": first.get("metric"),
-                    "derived_instead": None if exposed else sig.get("derived_instead")})
+        applicable = speculated or sig["signal"] not in SPEC_SIGNALS or bool(exposed)
+        out.append({"signal": sig["signal"], "exposed": bool(exposed) if applicable else None,
+                    "metric": first.get("metric"),
+                    "derived_instead": None if exposed or not applicable else sig.get("derived_instead")})
     return out

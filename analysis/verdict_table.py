@@ -273,6 +273,13 @@ def _num(v: float | None, digits: int = 3) -> str:
     return "-" if v is None else f"{v:.{digits}g}"
 
 
+def _ratio_or_short(row: dict[str, Any], name: str) -> str:
+    """A token-based resource ratio, or ``n<20`` when the cell's speedup was withheld."""
+    if row.get("speedup_insufficient"):
+        return short_text(int(row.get("requests_needed_count") or min_samples_for(50.0)))
+    return _x(row.get(name))
+
+
 def resource_section(summary: dict[str, Any], arm: str) -> list[str]:
     """Resource cost per load (all tasks: the GPU is shared): each side's figures, deltas, ratios."""
     base = summary["conditions"]["baseline_arm"]
@@ -282,7 +289,7 @@ def resource_section(summary: dict[str, Any], arm: str) -> list[str]:
     table = [[_load(r), f"{_gib(r['baseline_gpu_memory_used_mib_max'])} / {_gib(r['candidate_gpu_memory_used_mib_max'])}",
               f"{_num(r['baseline_gpu_power_w_mean'])} / {_num(r['candidate_gpu_power_w_mean'])}",
               f"{_num(r['baseline_output_tokens_per_joule'])} / {_num(r['candidate_output_tokens_per_joule'])}",
-              _x(r.get("output_tokens_per_joule_ratio")), _x(r.get("cost_per_1m_good_output_tokens_ratio")),
+              _ratio_or_short(r, "output_tokens_per_joule_ratio"), _ratio_or_short(r, "cost_per_1m_good_output_tokens_ratio"),
               r.get("resource_summary_text") or "-"] for r in rows]
     return [f"### Resource cost: {arm} vs {base}", "",
             "Per load, all tasks (the GPU is shared): means over rounds of each arm's runs, "
@@ -296,9 +303,12 @@ def observability_lines(summary: dict[str, Any]) -> list[str]:
     out = []
     for o in summary.get("observability") or []:
         sig = o["signals"]
-        missing = [x["signal"] for x in sig if not x["exposed"]]
-        out.append(f"observability of {o['arm']}: {len(sig) - len(missing)}/{len(sig)} signals exposed"
-                   + (f" (missing: {', '.join(missing)})" if missing else ""))
+        applicable = [x for x in sig if x["exposed"] is not None]
+        missing = [x["signal"] for x in applicable if not x["exposed"]]
+        na = len(sig) - len(applicable)
+        out.append(f"observability of {o['arm']}: {len(applicable) - len(missing)}/{len(applicable)} signals exposed"
+                   + (f" (missing: {', '.join(missing)})" if missing else "")
+                   + (f"; {na} speculative signal(s) not applicable (no speculation)" if na else ""))
     return out
 
 
@@ -310,8 +320,13 @@ def observability_section(summary: dict[str, Any]) -> list[str]:
     arms = [o["arm"] for o in obs]
     signals = [x["signal"] for x in obs[0]["signals"]]
     by = {(o["arm"], x["signal"]): x for o in obs for x in o["signals"]}
-    rows = [[sig.replace("_", " ")] + [(by[(a, sig)]["metric"] or "yes") if by.get((a, sig), {}).get("exposed")
-                                       else "MISSING" for a in arms] for sig in signals]
+    def mark(a: str, sig: str) -> str:
+        x = by.get((a, sig), {})
+        if x.get("exposed") is None and x:
+            return "n/a (no speculation)"
+        return str(x.get("metric") or "yes") if x.get("exposed") else "MISSING"
+
+    rows = [[sig.replace("_", " ")] + [mark(a, sig) for a in arms] for sig in signals]
     b = ["## Observability audit per arm", "",
          "Which of the signals the method asks for each arm's server exposes on /metrics (the metric, or MISSING).",
          "", _md_table(["signal"] + arms, rows), ""]

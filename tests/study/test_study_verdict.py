@@ -111,6 +111,9 @@ def test_a_cell_below_its_need_has_no_ratio_and_no_interval_anywhere(healthy):
     summary, text, md = healthy
     rare = cell(summary, "math", 8.0)
     assert rare["verdict"] == "not enough samples" and rare["speedup_insufficient"]
+    assert rare["output_tokens_per_joule_ratio"] is None and rare["gpu_memory_used_mib_delta"] is not None
+    assert any(n.startswith("arm draft: 2 cell(s) with too few requests") and "math c1 (5/5)" in n
+               for n in summary["notes"])
     assert rare["speedup"] is None and rare["speedup_ci"] is None and rare["aggregate_speedup_ci"] is None
     math_rows = [ln for ln in md.splitlines() if ln.startswith("| math |")]
     assert math_rows and all("[" not in ln and "n<20" in ln for ln in math_rows)
@@ -133,4 +136,8 @@ def test_the_observability_audit_of_each_arm_is_in_the_study_report(healthy):
     signals = {s["signal"]: s for s in summary["observability"][0]["signals"]}
     assert "queue_wait" in signals and signals["queue_wait"]["exposed"] is False
     assert "## Observability audit per arm" in md and "| queue wait | MISSING | MISSING |" in md
-    assert "observability of base: 0/12 signals exposed" in text
+    # the baseline never speculated: its speculative signals are not applicable, not missing
+    assert signals["acceptance_rate"]["exposed"] is None
+    assert "| acceptance rate | n/a (no speculation) | MISSING |" in md
+    assert "observability of base: 0/6 signals exposed" in text and "6 speculative signal(s) not applicable" in text
+    assert "observability of draft: 0/12 signals exposed" in text
