@@ -100,6 +100,10 @@ def generator_health(manifest: RunManifest, rows: Sequence[Mapping[str, Any]] | 
                         + (f" (steps {', '.join(late_steps)})." if late_steps else
                            "." if rows is None else ", none inside a steady window: not in the figures."))
     for text in manifest.warnings:
+        if placed is not None and text.startswith("the load generator was a bottleneck"):
+            # the recorder's words say "inflated"; say whether a measured window was concerned
+            text += (f" (inside the steady window of step(s) {', '.join(placed[1])})" if placed[0]
+                     else " (all outside the steady windows: not in the figures)")
         messages.append(f"Run warning: {text}")
     lost = manifest.totals.records_lost
     if lost:

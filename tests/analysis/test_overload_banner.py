@@ -10,8 +10,8 @@ STEPS = (LoadStep(0, "c1", "concurrency", 1, T0, T0 + 5, T0 + 65),
          LoadStep(1, "c8", "concurrency", 8, T0 + 65, T0 + 70, T0 + 130))
 
 
-def manifest(**health):
-    return RunManifest(run_id="run", started_at=T0, ended_at=T0 + 130, steps=STEPS,
+def manifest(warnings=(), **health):
+    return RunManifest(run_id="run", started_at=T0, ended_at=T0 + 130, steps=STEPS, warnings=tuple(warnings),
                        generator_health={"cpu_warning": False, "late_dispatches": 0, **health})
 
 
@@ -22,10 +22,12 @@ def test_a_stall_inside_a_steady_window_is_an_overload_of_that_step():
 
 
 def test_a_stall_outside_every_steady_window_is_a_warning_not_an_overload():
-    h = generator_health(manifest(max_loop_lag_ms=250.0, cpu_warning=True,
+    said = "the load generator was a bottleneck in 2 window(s) (w0: CPU 99%): timings there are inflated"
+    h = generator_health(manifest(max_loop_lag_ms=250.0, cpu_warning=True, warnings=[said],
                                   untrusted_windows=[[T0 + 1, T0 + 4, "w0: CPU 99%"], [T0 + 66, T0 + 69, "w0: lag"]]))
     assert not h["overloaded"] and h["overloaded_steps"] is None
     assert any("outside every steady window: not in the figures" in m for m in h["messages"])
+    assert f"Run warning: {said} (all outside the steady windows: not in the figures)" in h["messages"]
 
 
 def test_a_run_that_recorded_no_stall_windows_is_judged_by_its_peaks_over_the_whole_run():
