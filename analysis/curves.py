@@ -13,6 +13,10 @@ Knee
 Pareto view
     A step is Pareto-optimal when no other step has both higher output tokens/s and lower
     latency.
+Sample size
+    A point's percentile below its need (:mod:`analysis.samples`, n >= 10 / (1 - q)) is
+    ``None`` in the point and named in its ``short_columns`` (``column``, ``samples_needed_count``): no
+    plot draws it, the knee finder and the Pareto flag do not see it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from tokenswarm.analysis.samples import guard_values
 from tokenswarm.analysis.slo import ALL_TASKS, SloResult
 
 CURVE_COLUMNS: tuple[str, ...] = (
@@ -58,7 +63,9 @@ def curve_points(rows: list[dict[str, Any]], latency_key: str = "e2e_p95_ms") ->
             continue
         p = {"step_index": r["step_index"], "step_name": r["step_name"], "step_kind": r["step_kind"],
              "load_value": load_of(r)}
-        p.update({k: r.get(k) for k in CURVE_COLUMNS})
+        values, short = guard_values(r, CURVE_COLUMNS)
+        p.update(values)
+        p["short_columns"] = [{"column": k, "samples_needed_count": v} for k, v in short.items()]
         pts.append(p)
     pts.sort(key=lambda p: p["load_value"])
     for p in pts:
@@ -107,7 +114,9 @@ def max_load_meeting_slo(points: list[dict[str, Any]], results: list[SloResult])
         by_step[r.step_index] = by_step.get(r.step_index, True) and r.passed
     passing = [p for p in points if by_step.get(p["step_index"], False)]
     if not passing:
-        return {"step_index": None, "load_value": None, "detail": "no step meets all SLOs"}
+        short = sum(1 for r in results if r.not_enough_samples)
+        return {"step_index": None, "load_value": None, "not_judged_count": short,
+                "detail": "no step meets all SLOs" + (f" ({short} check(s) not judged: too few samples)" if short else "")}
     best = max(passing, key=lambda p: p["load_value"])
     return {"step_index": best["step_index"], "step_name": best["step_name"], "load_value": best["load_value"],
             "output_tokens_per_s": best["output_tokens_per_s"], "detail": "highest load whose steps meet all SLOs"}
