@@ -61,7 +61,7 @@ class CompletionRequest:
     continuous_usage: bool
     thinking: bool = True  #: chat_template_kwargs.enable_thinking (reasoning mode only)
     prompt: list[str] | None = None  #: the prompt's tokens (as the chat template renders them)
-    guided: dict | None = None  #: response_format's JSON Schema (guided decoding), None = free text
+    guided: dict[str, Any] | None = None  #: response_format's JSON Schema (guided decoding), None = free text
 
 
 def parse_json_object(body: bytes) -> dict[str, Any]:
@@ -75,7 +75,7 @@ def parse_json_object(body: bytes) -> dict[str, Any]:
     return data
 
 
-def check_model(data: dict, served_model: str, adapters: tuple[str, ...] = ()) -> str:
+def check_model(data: dict[str, Any], served_model: str, adapters: tuple[str, ...] = ()) -> str:
     """The requested model (optional field) must be the served one or one of its LoRA adapters (404 otherwise)."""
     model = data.get("model")
     if model is None:
@@ -87,7 +87,7 @@ def check_model(data: dict, served_model: str, adapters: tuple[str, ...] = ()) -
     return model
 
 
-def _number(data: dict, name: str, default: float, lo: float, hi: float, lo_open: bool = False) -> float:
+def _number(data: dict[str, Any], name: str, default: float, lo: float, hi: float, lo_open: bool = False) -> float:
     v = data.get(name)
     if v is None:
         return default
@@ -98,7 +98,7 @@ def _number(data: dict, name: str, default: float, lo: float, hi: float, lo_open
     return float(v)
 
 
-def _optional_int(data: dict, name: str, lo: int) -> int | None:
+def _optional_int(data: dict[str, Any], name: str, lo: int) -> int | None:
     v = data.get(name)
     if v is None:
         return None
@@ -109,7 +109,7 @@ def _optional_int(data: dict, name: str, lo: int) -> int | None:
     return v
 
 
-def prompt_tokens_of(data: dict, endpoint: str) -> tuple[list[str], list[str]]:
+def prompt_tokens_of(data: dict[str, Any], endpoint: str) -> tuple[list[str], list[str]]:
     """(prompt tokens, copyable source tokens) of a chat/completions/tokenize body."""
     if endpoint == "chat":
         messages = data.get("messages")
@@ -142,7 +142,7 @@ def prompt_tokens_of(data: dict, endpoint: str) -> tuple[list[str], list[str]]:
 _JSON_OBJECT = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
 
 
-def guided_schema(response_format: Any) -> dict | None:
+def guided_schema(response_format: Any) -> dict[str, Any] | None:
     """The schema a request's ``response_format`` asks for (None: free text); 400 if malformed."""
     if response_format is None:
         return None
@@ -163,7 +163,7 @@ def guided_schema(response_format: Any) -> dict | None:
                     "response_format")
 
 
-def parse_completion(data: dict, endpoint: str, served_model: str, max_model_len: int,
+def parse_completion(data: dict[str, Any], endpoint: str, served_model: str, max_model_len: int,
                      adapters: tuple[str, ...] = ()) -> CompletionRequest:
     """Validate a completion request against the served model (or an adapter) and context window."""
     model = check_model(data, served_model, adapters)

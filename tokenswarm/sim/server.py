@@ -277,7 +277,7 @@ class Stream:
             out["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
         return out
 
-    def _spec_metrics(self) -> dict | None:
+    def _spec_metrics(self) -> dict[str, Any] | None:
         if self.srv.per_request_spec_metrics == "none" or self.seq is None or not self.srv.spec.enabled:
             return None
         return self.seq.spec_summary() or {
@@ -475,7 +475,7 @@ class SimServer:
                 self.truth.flush()
 
     def truth_record(self, rid: str, endpoint: str, status: int, received_s: float, prompt_tokens: int | None,
-                     output_tokens: int, finish_reason: str | None, outcome: str, chunks: list) -> None:
+                     output_tokens: int, finish_reason: str | None, outcome: str, chunks: list[Any]) -> None:
         """Queue one ground-truth line (CONTRACTS.md section 2)."""
         if self.truth is None or self.truth._f.closed:
             return
@@ -685,7 +685,7 @@ class SimServer:
         e.counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
                   [(None, pc.hits_tokens)])
 
-    def stats(self, reset: bool = False) -> dict:
+    def stats(self, reset: bool = False) -> dict[str, Any]:
         """Simulator self-measurements for benchmarks (``GET /_tokenswarm/stats[?reset=1]``)."""
         self.metrics.flush()
         out = {"emission_lag": self.metrics.lags.summary(), "chunks_sent": self.metrics.chunks_sent,

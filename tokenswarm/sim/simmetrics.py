@@ -9,7 +9,7 @@ series are emitted (consumers ignore them anyway).
 from __future__ import annotations
 
 from array import array
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -102,7 +102,7 @@ class LagReservoir:
         self.n = 0
         self.max_s = 0.0
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         """Count, p50/p90/p99/p99.9/max in ms of the retained samples (None when empty)."""
         k = min(self.n, self.size)
         if not k:

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any, Iterator
 
 from tokenswarm.sim.truth import read_truth
 
@@ -60,7 +60,7 @@ class SimHandle:
         if self.proc.poll() is None:
             self._request("POST", "/_tokenswarm/flush")
 
-    def read_truth(self) -> list[dict]:
+    def read_truth(self) -> list[dict[str, Any]]:
         """Truth records written so far (flushes a running server first)."""
         if self.truth_path is None:
             raise RuntimeError("start_sim(..., truth=True) is needed to read the truth log")
@@ -85,7 +85,7 @@ class SimHandle:
                 out[(s.name, tuple(sorted(s.labels.items())))] = s.value
         return out
 
-    def stats(self, reset: bool = False) -> dict:
+    def stats(self, reset: bool = False) -> dict[str, Any]:
         """Simulator self-measurements (emission lag percentiles etc.)."""
         import json
 
@@ -114,7 +114,7 @@ class SimHandle:
 
 
 @contextlib.contextmanager
-def start_sim(*cli_args: str, truth: bool = False, env: dict | None = None, timeout_s: float = 20.0,
+def start_sim(*cli_args: str, truth: bool = False, env: dict[str, Any] | None = None, timeout_s: float = 20.0,
               cpus: str | None = None) -> Iterator[SimHandle]:
     """Run ``python -m tokenswarm sim --port P *cli_args`` until the block exits.
 

@@ -8,6 +8,8 @@ active, not only under the construction's approximation.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 
@@ -27,7 +29,7 @@ def _rope(x: np.ndarray, theta: float) -> np.ndarray:
     return x * cos + rotated * sin
 
 
-def logits(tensors: dict[str, np.ndarray], config: dict, token_ids: list[int]) -> np.ndarray:
+def logits(tensors: dict[str, np.ndarray], config: dict[str, Any], token_ids: list[int]) -> np.ndarray:
     """Next-token logits (seq, vocab) for every position of ``token_ids``."""
     t = {k: v.astype(np.float64) for k, v in tensors.items()}
     eps = float(config["rms_norm_eps"])
@@ -60,7 +62,7 @@ def logits(tensors: dict[str, np.ndarray], config: dict, token_ids: list[int]) -
 
 
 def greedy_generate(
-    tensors: dict[str, np.ndarray], config: dict, prompt_ids: list[int], max_tokens: int
+    tensors: dict[str, np.ndarray], config: dict[str, Any], prompt_ids: list[int], max_tokens: int
 ) -> list[int]:
     """Greedy continuation of ``prompt_ids`` (recomputes the whole sequence each step: test use only)."""
     ids = list(prompt_ids)
