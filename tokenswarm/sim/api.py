@@ -121,21 +121,21 @@ def prompt_tokens_of(data: dict[str, Any], endpoint: str) -> tuple[list[str], li
             raise HttpError(400, str(e), "messages") from None
         source: list[str] = []
         for m in messages:
-            c = m.get("content")
+            c: Any = m.get("content")
             if isinstance(c, list):
                 c = "".join(p.get("text", "") for p in c)
             if isinstance(c, str) and c:
                 source.extend(tokenize(c if c[:1].isspace() else " " + c))
         return tokenize(prompt), source
-    prompt = data.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if isinstance(prompt, list) and prompt and all(isinstance(x, int) and not isinstance(x, bool) for x in prompt):
-        toks = [f" <{x}>" for x in prompt]  # token ids: opaque tokens
+    given: Any = data.get("prompt")
+    if isinstance(given, list) and len(given) == 1 and isinstance(given[0], str):
+        given = given[0]
+    if isinstance(given, list) and given and all(isinstance(x, int) and not isinstance(x, bool) for x in given):
+        toks = [f" <{x}>" for x in given]  # token ids: opaque tokens
         return toks, toks
-    if not isinstance(prompt, str):
+    if not isinstance(given, str):
         raise HttpError(400, "'prompt' is required and must be a string (or one string, or a list of token ids)", "prompt")
-    toks = tokenize(prompt)
+    toks = tokenize(given)
     return toks, toks
 
 

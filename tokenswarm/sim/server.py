@@ -53,7 +53,7 @@ class Conn:
 
     __slots__ = ("sock", "raw", "backlog", "sending", "closed", "wake", "recv_s", "stamped")
 
-    def __init__(self, sock) -> None:
+    def __init__(self, sock: Any) -> None:  # gevent's socket
         self.sock = sock
         self.recv_s: float | None = None  # when the bytes completing the current request arrived
         self.stamped = kstamp.enable(sock)
@@ -67,10 +67,11 @@ class Conn:
         """Read (cooperatively) and set ``recv_s``: the kernel's arrival stamp when available,
         so a busy simulator's truth log does not move the request's arrival later."""
         if not self.stamped:
-            data = self.sock.recv(n)
+            data: bytes = self.sock.recv(n)
             self.recv_s = monotonic()
             return data
-        data, anc, _flags, _addr = self.sock.recvmsg(n, kstamp.ANC_BYTES)
+        msg: tuple[bytes, list[tuple[int, int, bytes]], int, Any] = self.sock.recvmsg(n, kstamp.ANC_BYTES)
+        data, anc, _flags, _addr = msg
         now = monotonic()
         self.recv_s = kstamp.stamp_of(anc, time.time() - now, now)
         return data
@@ -112,7 +113,8 @@ class Conn:
         if self.closed:
             return True
         try:
-            return self.raw.recv(1, socket.MSG_PEEK) == b""
+            peeked: bytes = self.raw.recv(1, socket.MSG_PEEK)
+            return peeked == b""
         except BlockingIOError:
             return False
         except OSError:
@@ -222,10 +224,12 @@ class Stream:
         srv.metrics.chunks_sent += len(pieces)
         self._observe(now, e)
         if not ok:
+            assert self.seq is not None  # set before the first frame is written
             self.srv.sched.abort(self.seq)
             self.finish("aborted")
         elif cutting:
             self.conn.cut()
+            assert self.seq is not None
             self.srv.sched.abort(self.seq)
             srv.metrics.fault("cut")
             self.finish("fault_cut")
@@ -396,7 +400,8 @@ class SimServer:
 
     @property
     def port(self) -> int:
-        return self.server.server_port
+        port: int = self.server.server_port
+        return port
 
     def serve_forever(self) -> None:
         """Serve until SIGINT/SIGTERM, then stop cleanly."""
@@ -484,7 +489,7 @@ class SimServer:
                         "finish_reason": finish_reason, "outcome": outcome, "chunks": chunks})
 
     # ------------------------------------------------------------------ HTTP
-    def _handle(self, sock, _addr) -> None:
+    def _handle(self, sock: Any, _addr: Any) -> None:
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:

@@ -32,7 +32,8 @@ def free_port() -> int:
     """A currently free TCP port on 127.0.0.1."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 @dataclass
@@ -41,7 +42,7 @@ class SimHandle:
 
     base_url: str
     port: int
-    proc: subprocess.Popen
+    proc: subprocess.Popen[bytes]
     truth_path: str | None = None
     log_path: str | None = None
     _tmpdir: str | None = field(default=None, repr=False)
@@ -90,7 +91,8 @@ class SimHandle:
         import json
 
         status, body = self._request("GET", "/_tokenswarm/stats" + ("?reset=1" if reset else ""))
-        return json.loads(body)
+        stats: dict[str, Any] = json.loads(body)
+        return stats
 
     def log(self) -> str:
         """What the server printed (stdout+stderr)."""

@@ -127,6 +127,7 @@ def build_test_model(out_dir: str | Path, spec: ModelSpec = ModelSpec(), *, over
     spec_used = ModelSpec(**{**asdict(spec), "vocab_size": vocab_size})
     shape = spec_used.shape()
     bos_id, eos_id = tok.token_to_id(tk.BOS), tok.token_to_id(tk.EOS)
+    assert bos_id is not None and eos_id is not None  # special tokens the tokenizer was trained with
 
     rng = np.random.default_rng(spec.seed)
     cycle_ids = tk.clean_token_ids(tok)
@@ -171,7 +172,7 @@ def load_manifest(model_dir: str | Path) -> dict[str, Any]:
     """Read the build manifest of a model directory made by :func:`build_test_model`."""
     path = Path(model_dir) / MANIFEST_NAME
     try:
-        manifest = json.loads(path.read_text())
+        manifest: dict[str, Any] = json.loads(path.read_text())
     except FileNotFoundError:
         raise FileNotFoundError(
             f"{path} not found: {model_dir} was not built by 'tokenswarm make-test-model'"

@@ -14,7 +14,8 @@ import numpy as np
 
 
 def _rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
-    return x / np.sqrt(np.mean(x**2, axis=-1, keepdims=True) + eps) * weight
+    normed: np.ndarray = x / np.sqrt(np.mean(x**2, axis=-1, keepdims=True) + eps) * weight
+    return normed
 
 
 def _rope(x: np.ndarray, theta: float) -> np.ndarray:
@@ -26,7 +27,8 @@ def _rope(x: np.ndarray, theta: float) -> np.ndarray:
     sin = np.concatenate([np.sin(angles)] * 2, axis=-1)
     half = dim // 2
     rotated = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-    return x * cos + rotated * sin
+    out: np.ndarray = x * cos + rotated * sin
+    return out
 
 
 def logits(tensors: dict[str, np.ndarray], config: dict[str, Any], token_ids: list[int]) -> np.ndarray:

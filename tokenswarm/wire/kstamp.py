@@ -41,6 +41,7 @@ def enable(sock: socket.socket) -> bool:
     if not ENABLED:
         return False
     try:
+        assert SO_TIMESTAMPNS is not None  # ENABLED says so
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         return True
     except OSError:
