@@ -312,7 +312,7 @@ class RunController:
         self.stop_reason = reason
         cut_stop_timeout(self.env, is_master=self.is_master)
         self._end_run()
-        if self.env.web_ui is not None and not self.env.parsed_options.headless:
+        if self.env.web_ui is not None and not getattr(self.env.parsed_options, "headless", False):
             deadline = time.monotonic() + 30.0
             while not self.finalised and time.monotonic() < deadline:
                 gevent.sleep(0.1)
@@ -329,7 +329,7 @@ class RunController:
             elif self.fixed_users and run_time and time.monotonic() - self._started_mono >= run_time - 1.0:
                 self.stop_reason = StopReason.RUN_TIME
             else:
-                web = self.env.web_ui is not None and not opts.headless
+                web = self.env.web_ui is not None and not getattr(opts, "headless", False)
                 self.stop_reason = StopReason.WEB_UI_STOP if web else StopReason.LOCUST_QUIT
                 self._warn(f"stopped by {'the web UI' if web else 'Locust'} before the plan ended: "
                            "requests in flight were cancelled")

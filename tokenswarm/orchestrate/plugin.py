@@ -39,6 +39,7 @@ from tokenswarm.load.setup import (  # noqa: F401  (planned_duration_s, scenario
 )
 from tokenswarm.orchestrate.controller import MSG_LIVE, MSG_STEP, RunController
 from tokenswarm.orchestrate.ending import MSG_HARD_STOP
+from tokenswarm.orchestrate.runflags import RunFlags
 from tokenswarm.orchestrate.verdict import EXIT_BAD_CONFIG, EXIT_RUN_BROKE, merge_slos, parse_slo_args
 from tokenswarm.redact import install_log_redaction, remember_target
 from tokenswarm.webui import install as install_webui
@@ -127,6 +128,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
 
     try:
         sc, overrides = load_scenario_from_options(opts)
+        sc = RunFlags.from_options(opts).check(sc.path, overrides)  # bad --steps/-u/-t...: exit 2 here
         slos = merge_slos(scenario_slos(sc), parse_slo_args(list(opts.tokenswarm_slo or [])))
     except (ScenarioError, ValueError) as exc:
         print(f"tokenswarm: {exc}", file=sys.stderr)
