@@ -100,6 +100,22 @@ def test_sigterm_finalises_the_manifest_with_partial_steps_and_exits_130(tmp_pat
     assert recs and all(r["outcome"] == "cancelled" for r in recs)
 
 
+def test_run_time_caps_a_scenarios_plan_gracefully_and_marks_the_step_it_cut_partial(tmp_path):
+    sc = scenario_file(tmp_path, traffic={**TRAFFIC, "classes": {"qa": {**TRAFFIC["classes"]["qa"],
+                                                                         "output_tokens": {"dist": "fixed", "value": 8}}}},
+                       load={**ENDLESS, "stop_timeout_s": 10})
+    out = tmp_path / "run"
+    with start_sim("--profile", "tiny-fast") as sim:
+        code, stdout, stderr, exited_at = finish(
+            tokenswarm_run(str(sc), "--headless", "--host", sim.base_url, "--out", str(out), "-t", "3"), 90)
+    m = read_manifest(out)
+    assert code == 0, stderr[-3000:]
+    assert m["stop_reason"] == "run_time" and m["complete"] and m["ended_at"] - m["started_at"] < 30
+    assert [s["partial"] for s in m["steps"]] == [True], "the 600 s step ran about 3 s"
+    recs = read_records(out)
+    assert recs and all(r["outcome"] == "ok" for r in recs), "a graceful stop lets the requests in flight finish"
+
+
 class CountingServer:
     """A TCP listener on 127.0.0.1 that counts connections (and answers none of them)."""
 

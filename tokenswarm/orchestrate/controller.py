@@ -122,8 +122,9 @@ class RunController:
         m = self.recording.manifest.current
         ctx = self.ctx
         scrape = next((s.last for s in reversed(self.scrapers) if s.source == "target"), None)
+        # complete (the view's word): the manifest is final -- also an interrupted run's, whose says false
         return RunSnapshot(run_id=m.run_id, run_dir=self.recording.run_dir, started_at=m.started_at,
-                           ended_at=m.ended_at, finished=self.finished, complete=self.finalised,
+                           ended_at=m.ended_at, finished=self.finished, complete=self.finalised or m.complete,
                            in_flight=self._in_flight(), step_name=getattr(ctx, "step_name", None),
                            phase=getattr(ctx, "phase", None), target_scrape=scrape)
 
@@ -209,8 +210,9 @@ class RunController:
                                                    "role": ctx.role})
         self.health.start()
         cap = float(opts.tokenswarm_max_run_time or 0)
-        if not cap and opts.headless and not opts.run_time:
-            cap = planned_duration_s(sc) * 1.5 + 120.0
+        if not cap and opts.headless:  # the default guard: a run that overstays its plan by far is stopped
+            planned = planned_duration_s(sc) if not opts.run_time else float(opts.run_time) + sc.load.stop_timeout_s
+            cap = planned * 1.5 + 120.0
         if cap:
             self._greenlets.append(gevent.spawn_later(cap, self._max_run_time_reached, cap))
         if opts.run_time and not self.fixed_users:
@@ -591,4 +593,6 @@ class RunController:
         reason = self.stop_reason or StopReason.PLAN_DONE
         rec.finalize(workers=workers, totals=totals, health=health,
                      cpu_warning_emitted=bool(getattr(self.env.runner, "cpu_warning_emitted", False)),
-                     stop_reason=reason.value, cut=reason.cuts_plan, complete=not reason.interrupted)
+                     stop_reason=reason.value, complete=not reason.interrupted,
+                     # -t is the plan of a fixed -u run; it cuts a shaped plan short
+                     cut=reason.cuts_plan or (reason is StopReason.RUN_TIME and not self.fixed_users))

@@ -12,8 +12,8 @@ the requests still in flight:
 
 An *interruption* (Ctrl-C, SIGTERM, the web UI's stop, or Locust quitting on its own) marks the
 manifest ``complete: false`` and makes the process exit with :data:`EXIT_INTERRUPTED`, as a
-study does. Any stop other than the plan's own end leaves the step that was running marked
-``partial`` in the manifest.
+study does. Any stop before the plan's own end (``-t`` included, unless it is the whole plan
+of a fixed ``-u`` run) leaves the step that was running marked ``partial`` in the manifest.
 """
 
 from __future__ import annotations
@@ -52,7 +52,11 @@ class StopReason(str, enum.Enum):
 
     @property
     def cuts_plan(self) -> bool:
-        """The step running at the stop did not run its planned length (it is ``partial``)."""
+        """The step running at the stop did not run its planned length (it is ``partial``).
+
+        ``-t`` is not counted here: it is the whole plan of a fixed ``-u`` run, and cuts only a
+        scenario's steps (the controller knows which).
+        """
         return self not in (StopReason.PLAN_DONE, StopReason.RUN_TIME)
 
 

@@ -55,9 +55,9 @@ class RunFlags:
                     items = [x.strip() for x in text.replace(";", ",").split(",")]
                     if not all(items):
                         raise ValueError("an empty item")
-                    out[PLAN_FLAG_FIELDS[flag]] = [float(x) for x in items]
+                    out[PLAN_FLAG_FIELDS[flag]] = [_number(x) for x in items]
                 else:
-                    out[PLAN_FLAG_FIELDS[flag]] = float(text)
+                    out[PLAN_FLAG_FIELDS[flag]] = _number(text)
             except ValueError:
                 what = "comma-separated numbers, e.g. 1,4,16" if flag == "--steps" else "a number of seconds"
                 raise RunFlagError(f"{flag} {text!r}: expected {what}") from None
@@ -107,3 +107,11 @@ class RunFlags:
                     given = {"--steps": self.steps, "--step-duration": self.step_duration, "--warmup": self.warmup}[flag]
                     raise RunFlagError(f"{flag} {str(given).strip()}: {text}") from None
             raise
+
+
+def _number(text: str) -> int | float:
+    """``"8"`` -> 8, ``"0.5"`` -> 0.5 (as YAML would read them, so errors quote the value as given)."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
