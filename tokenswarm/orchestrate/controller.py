@@ -102,6 +102,7 @@ class RunController:
         self.finalised = False  # the final manifest is written
         self._stop_timeout_s = environment.stop_timeout  # restored for a new run after a hard stop
         self._signals_installed = False
+        self._signalled = False  # a signal is being handled: a second one leaves at once
         if hasattr(environment.events, "llm_request") and not self.is_master:
             environment.events.llm_request.add_listener(self._on_record)
 
@@ -142,7 +143,7 @@ class RunController:
         opts = self.env.parsed_options
         self.runs += 1
         self.force_end = False
-        self.stop_reason, self.finalised = None, False
+        self.stop_reason, self.finalised, self._signalled = None, False, False
         self.env.stop_timeout = self._stop_timeout_s  # a hard stop of the previous run set it to 0
         self._started_mono = time.monotonic()
         if self.machine is None:  # no shape tick made the plan (fixed -u mode)
@@ -304,16 +305,20 @@ class RunController:
     def interrupt(self, reason: StopReason) -> None:
         """Ctrl-C or SIGTERM: cancel what is in flight, finalise the run, exit with status 130.
 
-        A second signal, or one while no run is going, leaves the way Locust's Ctrl-C does.
+        A second signal, or one while no run is going, leaves the way Locust's Ctrl-C does. A
+        signal while the run is already ending (its plan, ``-t``, a guard) keeps that reason and
+        only stops waiting for the streams in flight.
         """
-        if self.recording is None or self.finished or self.stop_reason in (StopReason.SIGINT, StopReason.SIGTERM):
+        if self.recording is None or self.finished or self._signalled:
             gevent.get_hub().parent.throw(KeyboardInterrupt())  # Locust's own way out (its shutdown)
             return
+        self._signalled = True
         log.warning("tokenswarm: %s: cancelling the requests in flight and finalising the run", reason.name)
-        self._warn(f"interrupted by {reason.name}: requests in flight were cancelled")
-        self.stop_reason = reason
         cut_stop_timeout(self.env, is_master=self.is_master)
-        self._end_run()
+        if self.stop_reason is None:
+            self._warn(f"interrupted by {reason.name}: requests in flight were cancelled")
+            self.stop_reason = reason
+            self._end_run()
         if self.env.web_ui is not None and not getattr(self.env.parsed_options, "headless", False):
             deadline = time.monotonic() + 30.0
             while not self.finalised and time.monotonic() < deadline:
