@@ -50,6 +50,7 @@ from tokenswarm.manifest import RunTarget, Totals
 from tokenswarm.orchestrate import progress
 from tokenswarm.orchestrate.ending import EXIT_INTERRUPTED, StopReason, cut_stop_timeout, install_signal_handlers
 from tokenswarm.orchestrate.recording import RunRecording
+from tokenswarm.orchestrate.runflags import RunFlagError, RunFlags
 from tokenswarm.orchestrate.verdict import EXIT_BAD_CONFIG, EXIT_RUN_BROKE, conclude
 from tokenswarm.orchestrate.workers import WorkerReports, stop_workers, workers_settled
 from tokenswarm.redact import redact, remember_target
@@ -230,15 +231,9 @@ class RunController:
         """--steps/--step-duration/--warmup (e.g. edited in the web UI) override the scenario."""
         from tokenswarm.workload.scenario import ScenarioError, load_scenario
 
-        extra: dict[str, Any] = {}
-        try:
-            if (getattr(opts, "tokenswarm_steps", "") or "").strip():
-                extra["load.steps"] = [float(x) for x in str(opts.tokenswarm_steps).replace(";", ",").split(",") if x.strip()]
-            if str(getattr(opts, "tokenswarm_step_duration", "") or "").strip():
-                extra["load.step_duration_s"] = float(opts.tokenswarm_step_duration)
-            if str(getattr(opts, "tokenswarm_warmup", "") or "").strip():
-                extra["load.warmup_s"] = float(opts.tokenswarm_warmup)
-        except ValueError as exc:
+        try:  # the command line's were checked at start-up (exit 2); these may come from the UI's form
+            extra = RunFlags.from_options(opts).plan_overrides()
+        except RunFlagError as exc:
             log.error("tokenswarm: ignoring an invalid step option: %s", exc)
             return
         if not extra or self.scenario.path is None:

@@ -52,9 +52,7 @@ class RunFlags:
                 continue
             try:
                 if flag == "--steps":
-                    items = [x.strip() for x in text.replace(";", ",").split(",")]
-                    if not all(items):
-                        raise ValueError("an empty item")
+                    items = [x.strip() for x in text.replace(";", ",").split(",") if x.strip()]
                     out[PLAN_FLAG_FIELDS[flag]] = [_number(x) for x in items]
                 else:
                     out[PLAN_FLAG_FIELDS[flag]] = _number(text)
