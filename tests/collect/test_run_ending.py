@@ -4,6 +4,7 @@ The target is the simulator with every stream stalled for 10 minutes mid-way (ne
 streams) and the scenario's ``stop_timeout_s`` at 300 s: only a hard stop ends these runs soon.
 """
 
+import os
 import signal
 import socket
 import subprocess
@@ -40,8 +41,8 @@ def finish(proc: subprocess.Popen, timeout_s: float) -> tuple[int, str, str, flo
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
+        os.killpg(proc.pid, signal.SIGKILL)  # its own session: the run and any worker processes
+        out, err = proc.communicate(timeout=30)
         pytest.fail(f"the run was still going {timeout_s} s later:\n{out[-2000:]}\n{err[-3000:]}")
     return proc.returncode, out, err, time.time()
 
@@ -76,7 +77,28 @@ def test_max_run_time_cancels_never_ending_streams_and_exits_within_5_s_of_its_l
     assert code == 3, "no request succeeded: the run broke (cancelled is not a success)"
 
 
-def test_sigterm_finalises_the_manifest_with_partial_steps_and_exits_130(tmp_path, stalling_sim):
+def test_max_run_time_with_workers_cancels_their_streams_too_and_loses_no_record(tmp_path, stalling_sim):
+    """The master tells its workers to cut their streams before it stops them (their own
+    stop_timeout, 300 s, came with the spawn message)."""
+    sc = scenario_file(tmp_path, traffic=TRAFFIC, load=ENDLESS)
+    out = tmp_path / "run"
+    before = stalling_sim.stats()["requests"]
+    cap_s = 6.0
+    code, stdout, stderr, exited_at = finish(
+        tokenswarm_run(str(sc), "--headless", "--host", stalling_sim.base_url, "--out", str(out), "--workers", "2",
+                       "--max-run-time", f"{cap_s:g}"), 90)
+    m = read_manifest(out)
+    assert exited_at - m["started_at"] <= cap_s + 5.0, (exited_at - m["started_at"], stderr[-3000:])
+    assert m["stop_reason"] == "max_run_time" and m["totals"]["records_lost"] == 0 and len(m["workers"]) == 2
+    assert not any(w["lost_reason"] for w in m["workers"])
+    recs = read_records(out)
+    assert recs and len(recs) == stalling_sim.stats()["requests"] - before
+    assert all(r["outcome"] == "cancelled" for r in recs)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_finalises_the_manifest_with_partial_steps_and_exits_130(tmp_path, stalling_sim, signum):
+    name = signal.Signals(signum).name.lower()
     sc = scenario_file(tmp_path, traffic=TRAFFIC, load=ENDLESS)
     out = tmp_path / "run"
     before = stalling_sim.stats()["requests"]
@@ -84,17 +106,18 @@ def test_sigterm_finalises_the_manifest_with_partial_steps_and_exits_130(tmp_pat
     try:
         wait_for(lambda: stalling_sim.stats()["requests"] - before >= 2, 60, "both users' requests in flight")
     except BaseException:
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
         raise
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signum)
     signalled_at = time.time()
     code, stdout, stderr, exited_at = finish(proc, 60)
     assert code == 130, stderr[-3000:]
     assert exited_at - signalled_at < 10.0, "stop_timeout_s (300 s) was not waited for"
     m = read_manifest(out)
-    assert m["complete"] is False and m["stop_reason"] == "sigterm" and m["ended_at"] is not None
+    assert m["complete"] is False and m["stop_reason"] == name and m["ended_at"] is not None
     assert [s["partial"] for s in m["steps"]] == [True]
-    assert "interrupted (sigterm)" in stderr and "partial step(s): c2" in stderr
+    assert f"interrupted ({name})" in stderr and "partial step(s): c2" in stderr
     recs = read_records(out)
     assert len(recs) == stalling_sim.stats()["requests"] - before
     assert recs and all(r["outcome"] == "cancelled" for r in recs)
