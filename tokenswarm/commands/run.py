@@ -161,7 +161,7 @@ def run_flags(args: argparse.Namespace) -> Any:
     """The plan-shaping flags of this command line: the plugin's own, and -u/-t from Locust's."""
     from tokenswarm.orchestrate.runflags import RunFlags
 
-    locust_flags = argparse.ArgumentParser(add_help=False)
+    locust_flags = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     locust_flags.add_argument("-u", "--users", dest="users")
     locust_flags.add_argument("-t", "--run-time", dest="run_time")
     known, _ = locust_flags.parse_known_args(list(args.passthrough))
