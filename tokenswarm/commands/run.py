@@ -125,7 +125,9 @@ def run(args: argparse.Namespace) -> int:
         args.overrides.append("target.verify_tls=false")
     try:
         overrides = dict(parse_override(o) for o in args.overrides)
-        scenario = load_scenario(path, overrides or None)
+        load_scenario(path, overrides or None)  # the file's own errors first, then the flags'
+        flags = run_flags(args)
+        scenario = flags.check(path, overrides)
         slos = merge_slos(scenario_slos(scenario), parse_slo_args(args.slo))
     except (ScenarioError, ValueError) as exc:
         from tokenswarm.redact import redact
@@ -137,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
 
         remember_target(scenario.target, args.host)
         try:
-            print(redact(plan_text(scenario, slos, args.host)), flush=True)
+            print(redact(plan_text(scenario, slos, args.host, users=flags.users_count(), run_time_s=flags.run_time_s(),
+                                   max_run_time_s=flags.max_run_time)), flush=True)
         except BrokenPipeError:  # `tokenswarm run qa --dry-run | head`: the reader had enough
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
         return 0
@@ -154,15 +157,37 @@ def run(args: argparse.Namespace) -> int:
     return 0  # not reached
 
 
-def plan_text(scenario, slos: dict, host: str | None) -> str:
-    """The load plan as a person reads it: steps, windows, expected requests, SLOs."""
+def run_flags(args: argparse.Namespace) -> Any:
+    """The plan-shaping flags of this command line: the plugin's own, and -u/-t from Locust's."""
+    from tokenswarm.orchestrate.runflags import RunFlags
+
+    locust_flags = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    locust_flags.add_argument("-u", "--users", dest="users")
+    locust_flags.add_argument("-t", "--run-time", dest="run_time")
+    known, _ = locust_flags.parse_known_args(list(args.passthrough))
+    return RunFlags(steps=args.tokenswarm_steps, step_duration=args.tokenswarm_step_duration, warmup=args.tokenswarm_warmup,
+                    users=known.users, run_time=known.run_time, max_run_time=args.tokenswarm_max_run_time)
+
+
+def plan_text(scenario, slos: dict, host: str | None, *, users: int | None = None, run_time_s: float | None = None,
+              max_run_time_s: float | None = None) -> str:
+    """The load plan as a person reads it: steps, windows, expected requests, SLOs.
+
+    ``users`` (-u) replaces the steps by one fixed concurrency; ``run_time_s`` (-t) caps the
+    run; ``max_run_time_s`` is the hard stop (0/None: the default guard).
+    """
     from tokenswarm.load.setup import planned_duration_s
 
     load = scenario.load
     lines = [f"scenario {scenario.name} ({scenario.path}) -> {host or scenario.target.base_url} [{scenario.target.api}]",
              "traffic: " + ", ".join(f"{t.name} ({t.kind}) weight {t.weight:g}" for t in scenario.traffic.classes
-                                      if t.weight > 0),
-             f"load: {load.mode} loop, warm-up {load.warmup_s:g} s + steady {load.step_duration_s:g} s per step"]
+                                      if t.weight > 0)]
+    if users is not None:  # -u: what the plugin runs instead of the scenario's steps
+        lines.append(f"load: fixed concurrency of {users} users (-u), closed loop; the scenario's steps are not used")
+        lines.append(f"  step 0 u{users}: " + (f"{run_time_s:g} s (-t)" if run_time_s else "until stopped (no -t)"))
+        lines.append(f"planned duration ~{run_time_s:.0f} s" if run_time_s else "planned duration: until stopped")
+        return "\n".join(lines + _plan_tail(slos, max_run_time_s))
+    lines.append(f"load: {load.mode} loop, warm-up {load.warmup_s:g} s + steady {load.step_duration_s:g} s per step")
     mean_out = _mean_output_tokens(scenario)
     for i, target in enumerate(load.steps):
         if load.mode == "replay":
@@ -178,11 +203,21 @@ def plan_text(scenario, slos: dict, host: str | None) -> str:
             expected = f"~{target * load.step_duration_s / per_req_s:.0f} requests if a stream decodes 40 tok/s"
             name = f"c{int(target)}"
         lines.append(f"  step {i} {name}: {expected}")
-    lines.append(f"planned duration ~{planned_duration_s(scenario):.0f} s")
+    planned = planned_duration_s(scenario)
+    lines.append(f"planned duration ~{planned:.0f} s"
+                 + (f", cut at {run_time_s:g} s by -t (the steps after it do not run)" if run_time_s and run_time_s < planned
+                    else ""))
+    return "\n".join(lines + _plan_tail(slos, max_run_time_s))
+
+
+def _plan_tail(slos: dict, max_run_time_s: float | None) -> list[str]:
+    lines = []
+    if max_run_time_s:
+        lines.append(f"hard stop: --max-run-time {max_run_time_s:g} s (requests in flight are cancelled)")
     lines.append("SLOs: " + (", ".join(f"{k}={v}" for k, v in slos.items() if k != "per_task") or "none")
                  + (f"; per task {slos['per_task']}" if slos.get("per_task") else ""))
     lines.append("dry run: nothing was sent")
-    return "\n".join(lines)
+    return lines
 
 
 def _mean_output_tokens(scenario) -> float:

@@ -38,6 +38,8 @@ from tokenswarm.load.setup import (  # noqa: F401  (planned_duration_s, scenario
     set_class_weights,
 )
 from tokenswarm.orchestrate.controller import MSG_LIVE, MSG_STEP, RunController
+from tokenswarm.orchestrate.ending import MSG_HARD_STOP
+from tokenswarm.orchestrate.runflags import RunFlags
 from tokenswarm.orchestrate.verdict import EXIT_BAD_CONFIG, EXIT_RUN_BROKE, merge_slos, parse_slo_args
 from tokenswarm.redact import install_log_redaction, remember_target
 from tokenswarm.webui import install as install_webui
@@ -134,6 +136,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
 
     try:
         sc, overrides = load_scenario_from_options(opts)
+        sc = RunFlags.from_options(opts).check(sc.path, overrides)  # bad --steps/-u/-t...: exit 2 here
         slos = merge_slos(scenario_slos(sc), parse_slo_args(list(opts.tokenswarm_slo or [])))
     except (ScenarioError, ValueError) as exc:
         print(f"tokenswarm: {exc}", file=sys.stderr)
@@ -172,10 +175,10 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     else:
         runner.register_message(MSG_STEP, lambda environment, msg, **kw: None)  # local: ctx updated directly
     environment.events.test_start.add_listener(lambda environment, **kw: ctl.start())
-    environment.events.test_stopping.add_listener(lambda environment, **kw: _set_stopping())
+    environment.events.test_stopping.add_listener(lambda environment, **kw: ctl.on_stopping())
     environment.events.test_stop.add_listener(lambda environment, **kw: ctl.stop())
     environment.events.reset_stats.add_listener(lambda **kw: ctl.reset_live())
-    environment.events.quitting.add_listener(lambda environment, **kw: ctl.stop())
+    environment.events.quitting.add_listener(lambda environment, **kw: ctl.on_quitting())
     if environment.web_ui is not None:
         install_webui(environment, ctl)
     if getattr(opts, "tokenswarm_metrics_port", 0):
@@ -208,13 +211,6 @@ class _CollectorProxy:
             self.ctl.collector.on_final(msg.data, client_id=msg.node_id)
 
 
-def _set_stopping() -> None:
-    try:
-        runtime.context().stopping = True
-    except RuntimeError:
-        pass
-
-
 def _init_worker(environment: Any) -> None:
     runner = environment.runner
     state: dict[str, Any] = {"ctx": None}
@@ -227,6 +223,8 @@ def _init_worker(environment: Any) -> None:
             state["pending_step"] = msg.data
 
     runner.register_message(MSG_STEP, on_step)
+    # the master's hard stop: read before its stop/quit message, so users are killed, not waited for
+    runner.register_message(MSG_HARD_STOP, lambda environment, msg, **kw: setattr(environment, "stop_timeout", 0))
     if is_local_worker(environment.parsed_options):
         gevent.spawn(watch_parent, runner.quit)
 
