@@ -37,10 +37,14 @@ from tokenswarm.load.setup import (  # noqa: F401  (planned_duration_s, scenario
     scenario_slos,
     set_class_weights,
 )
+from tokenswarm.orchestrate import exposure
+from tokenswarm.orchestrate.admission import MSG_REFUSED, WorkerGate, send_hello, token_from
 from tokenswarm.orchestrate.controller import MSG_LIVE, MSG_STEP, RunController
+from tokenswarm.orchestrate.outputs import html_refusal, redact_exceptions, redact_locust_outputs
 from tokenswarm.orchestrate.verdict import EXIT_BAD_CONFIG, EXIT_RUN_BROKE, merge_slos, parse_slo_args
-from tokenswarm.redact import install_log_redaction, remember_target
+from tokenswarm.redact import install_log_redaction, remember, remember_target
 from tokenswarm.webui import install as install_webui
+from tokenswarm.wire.auth import set_credentials_scope
 from tokenswarm.wire.timing import provenance as timing_provenance
 
 log = logging.getLogger("tokenswarm")
@@ -94,7 +98,19 @@ def _add_options(parser: Any) -> None:
     group.add_argument("--wait-for-server", dest="tokenswarm_wait_for_server", type=float, default=0.0,
                        metavar="SECONDS", include_in_web_ui=False,
                        help="Wait up to SECONDS for the target to answer GET /v1/models before giving up (default 0)")
-    for hidden in ("tokenswarm_scenario_data", "tokenswarm_run_id", "tokenswarm_base_url", "tokenswarm_model"):
+    group.add_argument("--credentials-to-any-host", dest="tokenswarm_credentials_to_any_host", action="store_true",
+                       default=False, include_in_web_ui=False,
+                       help="Send the target's credentials (key, headers, URL password) to any host, also one "
+                            "typed into the web UI's start form (default: only to --host / target.base_url)")
+    group.add_argument("--worker-token", dest="tokenswarm_worker_token", default="", include_in_web_ui=False,
+                       help="Shared secret every worker presents to the master (default: $TOKENSWARM_WORKER_TOKEN; "
+                            "required for a master port bound beyond 127.0.0.1; prefer the variable, a command "
+                            "line is visible to other users)")
+    # Locust binds its web UI and master port to every interface; tokenswarm's default is this machine.
+    if hasattr(group, "set_defaults"):
+        group.set_defaults(web_host=exposure.LOCAL_BIND, master_bind_host=exposure.LOCAL_BIND)
+    for hidden in ("tokenswarm_scenario_data", "tokenswarm_run_id", "tokenswarm_base_url", "tokenswarm_model",
+                   "tokenswarm_credentials_url"):
         group.add_argument("--" + hidden.replace("_", "-"), dest=hidden, default="", help=argparse.SUPPRESS,
                            include_in_web_ui=False)
 
@@ -119,9 +135,30 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         # Quiet terminal: the progress lines and the verdict, without Locust's periodic stats
         # tables between them (Locust reads this flag after init; --print-stats brings them back).
         opts.only_summary = True
+    token = token_from(getattr(opts, "tokenswarm_worker_token", ""))
+    if token:
+        remember(token)  # never printed, logged or stored
+    opts.tokenswarm_worker_token = ""  # parsed options travel in the spawn message: not the token
+    gate: WorkerGate | None = None
     if isinstance(runner, WorkerRunner):
-        _init_worker(environment)
+        _init_worker(environment, token)
         return
+    if isinstance(runner, MasterRunner):
+        refusal = exposure.master_refusal(getattr(opts, "master_bind_host", None), token)
+        if refusal:
+            print(f"tokenswarm: {refusal}", file=sys.stderr)
+            sys.exit(EXIT_BAD_CONFIG)
+        gate = WorkerGate(runner, token).install()
+    refusal = html_refusal(getattr(opts, "html_file", None), redact_locust_outputs())
+    if refusal:
+        print(f"tokenswarm: {refusal}", file=sys.stderr)
+        sys.exit(EXIT_BAD_CONFIG)
+    redact_exceptions(runner)
+    if environment.web_ui is not None:
+        warning = exposure.web_ui_warning(getattr(opts, "web_host", None), bool(getattr(opts, "web_login", False)),
+                                          getattr(opts, "web_port", None))
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
     from tokenswarm.workload.scenario import ScenarioError
 
     try:
@@ -131,6 +168,11 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         print(f"tokenswarm: {exc}", file=sys.stderr)
         sys.exit(EXIT_BAD_CONFIG)
     remember_target(sc.target, environment.host)
+    # The target's credentials go to the target this process was started for, and nowhere else
+    # (a host typed into the web UI's form gets none unless --credentials-to-any-host).
+    opts.tokenswarm_credentials_url = environment.host or sc.target.base_url or ""
+    set_credentials_scope(opts.tokenswarm_credentials_url or None,
+                          any_host=bool(getattr(opts, "tokenswarm_credentials_to_any_host", False)))
     first_preflight = None
     target_url = (environment.host or sc.target.base_url or "").rstrip("/")
     if opts.headless and target_url:
@@ -155,6 +197,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     ctl.preflight = first_preflight
     runtime.set_run(ctl)
     if isinstance(runner, MasterRunner):
+        ctl.admission = gate
         collector_proxy = _CollectorProxy(ctl)
         runner.register_message(MSG_RECORDS, collector_proxy.on_records)
         runner.register_message(MSG_FINAL, collector_proxy.on_final)
@@ -192,9 +235,15 @@ def _set_stopping() -> None:
         pass
 
 
-def _init_worker(environment: Any) -> None:
+def _init_worker(environment: Any, token: str | None) -> None:
     runner = environment.runner
     state: dict[str, Any] = {"ctx": None}
+
+    def on_refused(environment: Any, msg: Any, **_kw: Any) -> None:
+        log.error("tokenswarm: the master refused this worker: %s", msg.data)
+
+    runner.register_message(MSG_REFUSED, on_refused)
+    send_hello(runner, token)  # Locust's connection is acked by now; the master admits us on this
 
     def on_step(environment: Any, msg: Any, **_kw: Any) -> None:
         ctx = state["ctx"]
@@ -219,6 +268,8 @@ def _init_worker(environment: Any) -> None:
             return
         from tokenswarm.workload.scenario import apply_overrides
 
+        set_credentials_scope(opts.tokenswarm_credentials_url or None,
+                              any_host=bool(getattr(opts, "tokenswarm_credentials_to_any_host", False)))
         raw = apply_overrides(raw, data.get("overrides"), data.get("path") or "<scenario>")
         sc = parse_scenario(raw, data.get("path") or "<scenario>")
         index = max(0, runner.worker_index)
