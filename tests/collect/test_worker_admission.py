@@ -1,0 +1,117 @@
+"""The master admits only workers that present the worker token (tokenswarm.orchestrate.admission).
+
+A real master with ``TOKENSWARM_WORKER_TOKEN`` set, one real worker with the token, and two
+fake workers on 127.0.0.1 that speak Locust's ZeroMQ protocol themselves (one presents no
+token, one a wrong one) and keep sending record batches: they get no spawn message (so none
+of the scenario's secrets), nothing of theirs reaches ``records.jsonl``, and the manifest
+names them with what was dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.procs import HERE, free_port, wait_port
+from tests.helpers.runs import ROOT, read_manifest, read_records, scenario_file
+from tokenswarm.orchestrate.exposure import is_loopback, master_refusal, web_ui_warning
+from tokenswarm.sim.testing import start_sim
+
+TOKEN = "worker-token-for-this-test-6f1e2d"
+SECRET = "gw-header-secret-in-the-spawn-7734"
+KEY = "sk-admission-planted-key-5566778899"
+QA = {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 20},
+      "output_tokens": {"dist": "fixed", "value": 8}}
+
+
+def received(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x] if path.exists() else []
+
+
+@pytest.mark.slow
+def test_a_rogue_worker_without_the_token_gets_no_spawn_and_its_records_are_refused(tmp_path):
+    sc = scenario_file(tmp_path, traffic={"seed": 3, "classes": {"qa": QA}},
+                       load={"mode": "closed", "steps": [2], "warmup_s": 0, "step_duration_s": 3,
+                             "stop_timeout_s": 2},
+                       target={"api_key_env": "ADMISSION_KEY", "headers": {"X-Gateway-Token": SECRET},
+                               "metrics_url": None})
+    port = free_port()
+    env = {**os.environ, "TOKENSWARM_WORKER_TOKEN": TOKEN, "ADMISSION_KEY": KEY}
+    locustfile = str(ROOT / "locustfiles" / "llm.py")
+    procs: list[subprocess.Popen] = []
+    outs = {mode: tmp_path / f"rogue-{mode}.jsonl" for mode in ("silent", "wrong-token")}
+    try:
+        with start_sim("--profile", "tiny-fast") as sim:
+            master = subprocess.Popen(
+                [sys.executable, "-m", "locust", "-f", locustfile, "--master", "--headless", "--expect-workers", "1",
+                 "--master-bind-port", str(port), "--scenario", str(sc), "--host", sim.base_url,
+                 "--out", str(tmp_path / "run"), "--only-summary"],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, start_new_session=True,
+                env=env)
+            procs.append(master)
+            wait_port(port, 60)
+            for mode, out in outs.items():
+                procs.append(subprocess.Popen([sys.executable, str(HERE / "rogue_worker.py"), str(port), mode,
+                                               str(out), "60"], cwd=ROOT, start_new_session=True))
+            deadline = time.monotonic() + 30
+            while not all(any(m["type"] == "ack" for m in received(o)) for o in outs.values()):
+                assert time.monotonic() < deadline, "the fake workers never got through to the master"
+                time.sleep(0.1)
+            # the real worker comes last: the fake ones are connected when the run is spawned
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "locust", "-f", locustfile, "--worker", "--master-host", "127.0.0.1",
+                 "--master-port", str(port)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, start_new_session=True, env=env))
+            out, _ = master.communicate(timeout=120)
+    finally:
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait(10)
+    assert master.returncode == 0, out[-3000:]
+    run = tmp_path / "run"
+    records = read_records(run)
+    assert records, "the admitted worker's records were written"
+    assert "ROGUE-RECORD-LINE" not in (run / "records.jsonl").read_text()
+    assert {r["worker_id"] for r in records} and not any(r["worker_id"].startswith("rogue") for r in records)
+    refused = {r["worker"]: r for r in read_manifest(run)["workers_refused"]}
+    assert sorted(w.split("-")[1] for w in refused) == ["silent", "wrong"], refused
+    for name, r in refused.items():
+        assert r["record_batches_dropped"] >= 1 and r["messages_dropped"] >= r["record_batches_dropped"], r
+        assert r["reason"] == ("wrong worker token" if "wrong" in name else "never presented the worker token")
+    assert len(read_manifest(run)["workers"]) == 1
+    for mode, path in outs.items():
+        got = received(path)
+        types = {m["type"] for m in got}
+        assert "spawn" not in types and "tokenswarm_step" not in types, (mode, types)
+        text = path.read_text()
+        assert SECRET not in text and KEY not in text and TOKEN not in text
+    assert "quit" in {m["type"] for m in received(outs["wrong-token"])}, "a wrong token is told to go"
+
+
+def test_only_loopback_binds_count_as_this_machine():
+    assert all(is_loopback(h) for h in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"))
+    assert not any(is_loopback(h) for h in ("*", "", "0.0.0.0", "::", "10.0.0.5", "master", None))
+
+
+def test_a_master_port_beyond_this_machine_needs_a_worker_token():
+    for host in ("*", "0.0.0.0", "10.1.2.3"):
+        why = master_refusal(host, None)
+        assert why and "TOKENSWARM_WORKER_TOKEN" in why
+        assert master_refusal(host, "a-token") is None
+    assert master_refusal("127.0.0.1", None) is None
+
+
+def test_a_web_ui_beyond_this_machine_without_login_is_warned_about():
+    assert "--web-login" in (web_ui_warning("0.0.0.0", False, 8089) or "")
+    assert "all interfaces" in (web_ui_warning("*", False, 8089) or "")
+    assert web_ui_warning("0.0.0.0", True, 8089) is None
+    assert web_ui_warning("127.0.0.1", False, 8089) is None
