@@ -115,3 +115,28 @@ def test_a_web_ui_beyond_this_machine_without_login_is_warned_about():
     assert "all interfaces" in (web_ui_warning("*", False, 8089) or "")
     assert web_ui_warning("0.0.0.0", True, 8089) is None
     assert web_ui_warning("127.0.0.1", False, 8089) is None
+
+
+def parsed_binds(*argv: str) -> tuple[str, str]:
+    """(web_host, master_bind_host) as Locust parses ``locust -f locustfiles/llm.py ARGV``."""
+    code = ("import sys; from locust import argument_parser as ap; import tokenswarm.locustfile;"
+            "o = ap.parse_options(sys.argv[1:]); print(o.web_host, o.master_bind_host)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCUST_")}
+    out = subprocess.run([sys.executable, "-c", code, "-f", "locustfiles/llm.py", *argv], capture_output=True,
+                         text=True, cwd=ROOT, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    web, master = out.stdout.split()[-2:]
+    return web, master
+
+
+def test_locust_f_and_tokenswarm_run_bind_127_0_0_1_unless_told_otherwise():
+    import argparse
+
+    from tokenswarm.commands.run import add_arguments, build_locust_argv
+
+    assert parsed_binds("--master") == ("127.0.0.1", "127.0.0.1")
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    ns, ns.passthrough = parser.parse_known_args(["qa", "--workers", "2"])
+    assert parsed_binds(*build_locust_argv(ns, "qa")[2:]) == ("127.0.0.1", "127.0.0.1")
+    assert parsed_binds("--web-host", "0.0.0.0", "--master-bind-host", "*") == ("0.0.0.0", "*"), "told otherwise"
