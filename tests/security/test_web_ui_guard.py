@@ -90,9 +90,9 @@ def wait_for(cond, timeout_s: float, what: str):
 def planted(tmp_path_factory):
     """(UI base URL, grabber URL, UI process) for a UI whose configured target is not the grabber."""
     tmp = tmp_path_factory.mktemp("guard")
-    with helper_server("grabber.py", lifetime_s=300) as grabber, helper_server("grabber.py", lifetime_s=300) as target:
-        with web_ui(tmp, target) as (proc, ui):
-            yield ui, grabber, proc
+    with helper_server("grabber.py", lifetime_s=300) as grabber, \
+            helper_server("grabber.py", lifetime_s=300) as target, web_ui(tmp, target) as (proc, ui):
+        yield ui, grabber, proc
 
 
 def state_changes(grabber: str) -> list[tuple[str, dict]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import http.cookiejar
 import json
 import math
 import os
@@ -10,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-import http.cookiejar
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator

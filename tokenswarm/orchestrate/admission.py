@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from locust import __version__ as locust_version
-from locust.rpc import Message
+from locust.rpc import Message as _LocustMessage
 
 from tokenswarm.collect.relay import MSG_FINAL, MSG_RECORDS
 
@@ -43,6 +43,8 @@ log = logging.getLogger("tokenswarm")
 MSG_HELLO = "tokenswarm_hello"
 MSG_REFUSED = "tokenswarm_refused"
 TOKEN_VAR = "TOKENSWARM_WORKER_TOKEN"
+#: Locust's message class (untyped): ``Message(type, data, node_id)``
+Message: Callable[[str, Any, str], Any] = _LocustMessage
 #: messages that may come from a connection before it is admitted
 _OPENING = frozenset({"client_ready", MSG_HELLO})
 #: message types that carry records (counted separately in the manifest)

@@ -32,7 +32,7 @@ def redact_locust_outputs() -> bool:
         return True
 
     def redacted_report(*args: Any, **kwargs: Any) -> str:
-        return redact(render(*args, **kwargs))
+        return str(redact(render(*args, **kwargs)))
 
     redacted_report.tokenswarm_redacted = True  # type: ignore[attr-defined]
     main.get_html_report = redacted_report  # type: ignore[union-attr]

@@ -62,7 +62,6 @@ def install(environment: Any, *, login_paths: Iterable[str] = ()) -> None:
     base = ((getattr(opts, "web_base_path", None) or "") if opts is not None else "").rstrip("/")
     exempt = {base + "/tokenswarm/login_submit", *login_paths}
 
-    @app.before_request
     def _guard() -> Any:
         if request.method in SAFE_METHODS:
             return None
@@ -76,7 +75,6 @@ def install(environment: Any, *, login_paths: Iterable[str] = ()) -> None:
                            f"(load the UI's page, or GET {base}/tokenswarm/csrf.json)")
         return None
 
-    @app.after_request
     def _inject_token(resp: Any) -> Any:
         if (request.path == base + "/" and resp.status_code == 200 and resp.mimetype == "text/html"
                 and not resp.direct_passthrough):
@@ -84,6 +82,9 @@ def install(environment: Any, *, login_paths: Iterable[str] = ()) -> None:
             if b"<head>" in body and HEAD_MARK not in body:
                 resp.set_data(body.replace(b"<head>", b"<head>" + head_snippet(session_token()), 1))
         return resp
+
+    app.before_request(_guard)
+    app.after_request(_inject_token)
 
     def csrf_json() -> Any:
         return jsonify({"token": session_token(), "header": CSRF_HEADER})

@@ -74,7 +74,7 @@ def set_credentials_scope(url: str | None, *, any_host: bool = False) -> None:
     """
     global _scope, _scope_url, _any_host, _scoped
     _scope = origin(split_userinfo(url)[0] if url else None)
-    _scope_url = None if _scope is None else "%s://%s:%d" % _scope
+    _scope_url = None if _scope is None else f"{_scope[0]}://{_scope[1]}:{_scope[2]}"
     _any_host = any_host
     _scoped = True
 
