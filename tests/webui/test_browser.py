@@ -224,6 +224,9 @@ def test_another_web_sites_form_post_cannot_start_a_run(browser_page, tmp_path):
         ui = browser_page.new_page()
         ui.goto(base)  # the user's session: its cookie is in this browser
         ui.get_by_role("button", name="Start").wait_for(timeout=20_000)
+        # the LLM bar says which host gets the target's credentials: the configured target only
+        wait_for(lambda: ui.locator("#tokenswarm-credentials").inner_text() == f"credentials to: {sim.base_url}",
+                 20, "the credentials host in the LLM bar")
         # another origin on this machine (a page on another port); Playwright serves it, nothing listens there
         evil_origin = "http://127.0.0.1:9"
         form = (f'<form id="f" method="POST" action="{base}swarm">'
