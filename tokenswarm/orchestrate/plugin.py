@@ -4,8 +4,13 @@ Imported by the locustfile (``locustfiles/llm.py`` -> ``tokenswarm.locustfile``)
 
 * local (no ``--master``/``--worker``): loads the scenario, runs users, writes the run dir.
 * master: loads the scenario, runs the shape, scrapes metrics, collects worker records.
-* worker: gets the resolved scenario, run id and target through the spawn message (Locust
-  forwards custom options only then), runs users and relays records.
+* worker: presents the worker token (:mod:`~tokenswarm.orchestrate.admission`), gets the
+  resolved scenario, run id and target through the spawn message (Locust forwards custom
+  options only then), runs users and relays records.
+
+The web UI and the master port bind 127.0.0.1 unless told otherwise
+(:mod:`~tokenswarm.orchestrate.exposure`), and the target's credentials go only to the target
+the process was started for (:func:`tokenswarm.wire.auth.set_credentials_scope`).
 """
 
 from __future__ import annotations
@@ -139,26 +144,10 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     if token:
         remember(token)  # never printed, logged or stored
     opts.tokenswarm_worker_token = ""  # parsed options travel in the spawn message: not the token
-    gate: WorkerGate | None = None
     if isinstance(runner, WorkerRunner):
         _init_worker(environment, token)
         return
-    if isinstance(runner, MasterRunner):
-        refusal = exposure.master_refusal(getattr(opts, "master_bind_host", None), token)
-        if refusal:
-            print(f"tokenswarm: {refusal}", file=sys.stderr)
-            sys.exit(EXIT_BAD_CONFIG)
-        gate = WorkerGate(runner, token).install()
-    refusal = html_refusal(getattr(opts, "html_file", None), redact_locust_outputs())
-    if refusal:
-        print(f"tokenswarm: {refusal}", file=sys.stderr)
-        sys.exit(EXIT_BAD_CONFIG)
-    redact_exceptions(runner)
-    if environment.web_ui is not None:
-        warning = exposure.web_ui_warning(getattr(opts, "web_host", None), bool(getattr(opts, "web_login", False)),
-                                          getattr(opts, "web_port", None))
-        if warning:
-            print(warning, file=sys.stderr, flush=True)
+    gate = _close_the_doors(environment, token)
     from tokenswarm.workload.scenario import ScenarioError
 
     try:
@@ -196,8 +185,8 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     ctl.slos = slos
     ctl.preflight = first_preflight
     runtime.set_run(ctl)
+    ctl.admission = gate
     if isinstance(runner, MasterRunner):
-        ctl.admission = gate
         collector_proxy = _CollectorProxy(ctl)
         runner.register_message(MSG_RECORDS, collector_proxy.on_records)
         runner.register_message(MSG_FINAL, collector_proxy.on_final)
@@ -212,6 +201,34 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     environment.events.quitting.add_listener(lambda environment, **kw: ctl.stop())
     if environment.web_ui is not None:
         install_webui(environment, ctl)
+
+
+def _close_the_doors(environment: Any, token: str | None) -> WorkerGate | None:
+    """Master/local, before anything is served: the worker gate, Locust's files, the web UI's exposure.
+
+    Runs in ``init``, before Locust's web server starts and before this greenlet first yields,
+    so no worker connection reaches Locust's handler ungated. Exits with status 2 for a master
+    port open beyond this machine without a token, or an ``--html`` that cannot be redacted.
+    """
+    runner, opts = environment.runner, environment.parsed_options
+    gate = None
+    if isinstance(runner, MasterRunner):
+        refusal = exposure.master_refusal(getattr(opts, "master_bind_host", None), token)
+        if refusal:
+            print(f"tokenswarm: {refusal}", file=sys.stderr)
+            sys.exit(EXIT_BAD_CONFIG)
+        gate = WorkerGate(runner, token).install()
+    refusal = html_refusal(getattr(opts, "html_file", None), redact_locust_outputs())
+    if refusal:
+        print(f"tokenswarm: {refusal}", file=sys.stderr)
+        sys.exit(EXIT_BAD_CONFIG)
+    redact_exceptions(runner)
+    if environment.web_ui is not None:
+        warning = exposure.web_ui_warning(getattr(opts, "web_host", None), bool(getattr(opts, "web_login", False)),
+                                          getattr(opts, "web_port", None))
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
+    return gate
 
 
 class _CollectorProxy:
