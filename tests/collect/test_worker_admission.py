@@ -140,3 +140,72 @@ def test_locust_f_and_tokenswarm_run_bind_127_0_0_1_unless_told_otherwise():
     ns, ns.passthrough = parser.parse_known_args(["qa", "--workers", "2"])
     assert parsed_binds(*build_locust_argv(ns, "qa")[2:]) == ("127.0.0.1", "127.0.0.1")
     assert parsed_binds("--web-host", "0.0.0.0", "--master-bind-host", "*") == ("0.0.0.0", "*"), "told otherwise"
+
+
+class FakeServer:
+    def __init__(self):
+        self.sent: list[tuple[str, str, object]] = []
+
+    def send_to_client(self, msg):
+        self.sent.append((msg.node_id, msg.type, msg.data))
+
+
+class FakeRunner:
+    """What the gate uses of Locust's MasterRunner: handle_message and server.send_to_client."""
+
+    def __init__(self):
+        self.server = FakeServer()
+        self.handled: list[tuple[str, str]] = []
+
+    def handle_message(self, client_id, msg):
+        self.handled.append((client_id, msg.type))
+
+
+def msg(kind: str, data, node: str):
+    from locust.rpc import Message
+
+    return Message(kind, data, node)
+
+
+def test_the_gate_holds_a_connection_until_its_token_and_drops_all_else_in_memory():
+    from tokenswarm.orchestrate.admission import MSG_HELLO, WorkerGate
+
+    runner = FakeRunner()
+    gate = WorkerGate(runner, "tok-123").install()
+    runner.handle_message("w1", msg("client_ready", "2.0", "w1"))
+    runner.handle_message("w1", msg("tokenswarm_records", {"data": b"x"}, "w1"))
+    assert runner.handled == [] and runner.server.sent == [("w1", "ack", {})], "acked, held, records dropped"
+    runner.handle_message("w1", msg(MSG_HELLO, {"token": "tok-123"}, "w1"))
+    assert runner.handled == [("w1", "client_ready")], "admitted: Locust sees its client_ready now"
+    runner.handle_message("w1", msg("tokenswarm_records", {"data": b"x"}, "w1"))
+    runner.handle_message("w1", msg("tokenswarm_records", {"data": b"x"}, "w2"))  # forged sender on w1's connection
+    assert runner.handled[-1] == ("w1", "tokenswarm_records") and len(runner.handled) == 2
+    runner.handle_message("r1", msg("client_ready", "2.0", "r1"))
+    runner.handle_message("r1", msg(MSG_HELLO, {"token": "tok-124"}, "r1"))
+    assert [t for n, t, _ in runner.server.sent if n == "r1"] == ["ack", "tokenswarm_refused", "quit"]
+    refused = {r["worker"]: r for r in gate.refusals()}
+    assert refused["r1"]["reason"] == "wrong worker token"
+    assert refused["w1"]["reason"] == "messages with another worker's id" and refused["w1"]["record_batches_dropped"] == 1
+
+
+def test_a_flood_of_fake_connections_is_tracked_within_a_bound():
+    from tokenswarm.orchestrate.admission import MAX_TRACKED, OTHERS, WorkerGate
+
+    runner = FakeRunner()
+    gate = WorkerGate(runner, "tok").install()
+    for i in range(MAX_TRACKED * 2):
+        runner.handle_message(f"c{i}", msg("client_ready", "2.0", f"c{i}"))
+        runner.handle_message(f"c{i}", msg("heartbeat", {}, f"c{i}"))
+    assert len(gate.pending) == MAX_TRACKED and len(gate.dropped) <= MAX_TRACKED + 1
+    assert gate.dropped[OTHERS]["messages"] > 0 and runner.handled == []
+
+
+def test_without_a_token_every_connection_is_admitted_as_in_locust():
+    from tokenswarm.orchestrate.admission import MSG_HELLO, WorkerGate
+
+    runner = FakeRunner()
+    gate = WorkerGate(runner, None).install()
+    runner.handle_message("w1", msg("client_ready", "2.0", "w1"))
+    runner.handle_message("w1", msg(MSG_HELLO, {"token": ""}, "w1"))
+    runner.handle_message("w1", msg("stats", {}, "w1"))
+    assert runner.handled == [("w1", "client_ready"), ("w1", "stats")] and gate.refusals() == []

@@ -47,6 +47,9 @@ TOKEN_VAR = "TOKENSWARM_WORKER_TOKEN"
 Message: Callable[[str, Any, str], Any] = _LocustMessage
 #: messages that may come from a connection before it is admitted
 _OPENING = frozenset({"client_ready", MSG_HELLO})
+#: connections tracked by name; beyond this (a flood of fake identities) they are counted together
+MAX_TRACKED = 1000
+OTHERS = "(further connections)"
 #: message types that carry records (counted separately in the manifest)
 RECORD_TYPES = frozenset({MSG_RECORDS, MSG_FINAL})
 
@@ -66,6 +69,7 @@ class WorkerGate:
         self.pending: dict[str, Any] = {}  # connection -> its held client_ready
         self.refused: dict[str, str] = {}  # connection -> reason
         self.dropped: dict[str, dict[str, int]] = {}  # connection -> {"messages": n, "record_batches": k}
+        self.forged: dict[str, dict[str, int]] = {}  # admitted connection -> its messages with another id
         self._locust_handler: Callable[[str, Any], None] | None = None
 
     def install(self) -> WorkerGate:
@@ -79,7 +83,8 @@ class WorkerGate:
     def handle_message(self, client_id: str, msg: Any) -> None:
         assert self._locust_handler is not None
         if msg.node_id != client_id:
-            self._drop(client_id, msg, f"forged sender {msg.node_id!r}")
+            self._drop(client_id, msg, f"forged sender {msg.node_id!r}",
+                       into=self.forged if client_id in self.admitted else self.dropped)
             return
         if client_id in self.admitted:
             if msg.type == MSG_HELLO:
@@ -94,11 +99,17 @@ class WorkerGate:
             if self.token is None:
                 self.admit(client_id, msg)
                 return
+            if len(self.pending) >= MAX_TRACKED:
+                self._drop(client_id, msg, "too many connections waiting for their token")
+                return
             self.pending[client_id] = msg
             self._send("ack", {}, client_id)  # no index: the worker gets its index when admitted
             return
         if msg.type == MSG_HELLO:
             self._hello(client_id, msg)
+            return
+        if msg.type == "locustfile" and self.token is None:
+            self._locust_handler(client_id, msg)  # `--worker -f -` asks before client_ready; open master only
             return
         self._drop(client_id, msg, "not admitted")
 
@@ -116,18 +127,22 @@ class WorkerGate:
         assert self._locust_handler is not None
         self.admitted.add(client_id)
         self.refused.pop(client_id, None)
+        self.dropped.pop(client_id, None)  # its heartbeats before the hello: not a refusal
         self._locust_handler(client_id, ready or Message("client_ready", locust_version, client_id))
 
     def refuse(self, client_id: str, reason: str) -> None:
         self.pending.pop(client_id, None)
-        self.refused[client_id] = reason
-        self.dropped.setdefault(client_id, {"messages": 0, "record_batches": 0})
+        if len(self.refused) < MAX_TRACKED:
+            self.refused[client_id] = reason
         log.warning("tokenswarm: refused worker %s: %s", client_id, reason)
         self._send(MSG_REFUSED, reason, client_id)
         self._send("quit", None, client_id)
 
-    def _drop(self, client_id: str, msg: Any, why: str) -> None:
-        counts = self.dropped.setdefault(client_id, {"messages": 0, "record_batches": 0})
+    def _drop(self, client_id: str, msg: Any, why: str, into: dict[str, dict[str, int]] | None = None) -> None:
+        table = self.dropped if into is None else into
+        if client_id not in table and len(table) >= MAX_TRACKED:
+            client_id = OTHERS
+        counts = table.setdefault(client_id, {"messages": 0, "record_batches": 0})
         counts["messages"] += 1
         if msg.type in RECORD_TYPES:
             counts["record_batches"] += 1
@@ -153,9 +168,7 @@ class WorkerGate:
                                              else "sent messages without being admitted")
             out.append({"worker": c, "reason": reason, "messages_dropped": counts["messages"],
                         "record_batches_dropped": counts["record_batches"]})
-        forged = [c for c in self.admitted if self.dropped.get(c, {}).get("messages")]
-        for c in forged:  # an admitted connection that also sent forged messages
-            counts = self.dropped[c]
+        for c, counts in self.forged.items():  # an admitted connection that also sent forged messages
             out.append({"worker": c, "reason": "messages with another worker's id", "messages_dropped":
                         counts["messages"], "record_batches_dropped": counts["record_batches"]})
         return out
