@@ -120,7 +120,7 @@ def gateway_target():
                            "traffic": {"classes": {"qa": {"weight": 1}}}}, "<t>").target
 
 
-def test_credentials_go_only_to_the_configured_targets_scheme_host_and_port(scoped, monkeypatch):
+def test_credentials_go_only_to_the_configured_targets_scheme_host_and_port(scoped, monkeypatch, caplog):
     monkeypatch.setenv("GUARD_UNIT_KEY", "sk-unit-key-12345678")
     t = gateway_target()
     scoped.set_credentials_scope("http://u:url-pass-77@10.0.0.5:8000/v1")
@@ -131,6 +131,9 @@ def test_credentials_go_only_to_the_configured_targets_scheme_host_and_port(scop
         assert scoped.target_headers(t, other) == {}, other
     own = scoped.target_headers(t, "http://me:typed-pw@127.0.0.1:9/v1")
     assert own == {"Authorization": "Basic " + base64.b64encode(b"me:typed-pw").decode()}, "only its own user info"
+    told = [r.getMessage() for r in caplog.records if "not the configured target" in r.getMessage()]
+    assert sum("http://127.0.0.1:9 " in m for m in told) == 1, "said once per host, naming the flag"
+    assert all("--credentials-to-any-host" in m and "url-pass-77" not in m for m in told)
 
 
 def test_credentials_to_any_host_only_when_asked_and_to_no_host_without_a_target(scoped, monkeypatch):

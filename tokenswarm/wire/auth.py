@@ -20,6 +20,7 @@ which its author typed) unless ``--credentials-to-any-host`` widened the scope.
 from __future__ import annotations
 
 import base64
+import logging
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -44,11 +45,14 @@ def split_userinfo(url: str) -> tuple[str, str | None]:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment)), basic
 
 
+log = logging.getLogger("tokenswarm")
+
 #: the origin (scheme, host, port) the target's credentials may go to; None = not scoped
 _scope: tuple[str, str, int] | None = None
 _scope_url: str | None = None
 _any_host = False
 _scoped = False
+_warned: set[tuple[str, str, int] | None] = set()  # hosts already told they get no credentials
 
 
 def origin(url: str | None) -> tuple[str, str, int] | None:
@@ -77,12 +81,14 @@ def set_credentials_scope(url: str | None, *, any_host: bool = False) -> None:
     _scope_url = None if _scope is None else f"{_scope[0]}://{_scope[1]}:{_scope[2]}"
     _any_host = any_host
     _scoped = True
+    _warned.clear()
 
 
 def clear_credentials_scope() -> None:
     """Back to unscoped (library use and tests): every base URL gets the credentials."""
     global _scope, _scope_url, _any_host, _scoped
     _scope, _scope_url, _any_host, _scoped = None, None, False, False
+    _warned.clear()
 
 
 def credentials_scope() -> str | None:
@@ -108,6 +114,7 @@ def target_headers(target: Any, base_url: str | None = None) -> dict[str, str]:
     info is sent: the scenario's headers, key and URL password stay home.
     """
     if not credentials_allowed(base_url):
+        _warn_withheld(target, base_url)
         basic = split_userinfo(base_url or "")[1]
         return {"Authorization": basic} if basic else {}
     headers = dict(target.headers)
@@ -124,6 +131,18 @@ def target_headers(target: Any, base_url: str | None = None) -> dict[str, str]:
                 headers["Authorization"] = basic
                 break
     return headers
+
+
+def _warn_withheld(target: Any, base_url: str | None) -> None:
+    """Say once per host that the target's credentials are withheld from it (it may answer 401)."""
+    where = origin(split_userinfo(base_url or "")[0])
+    has_credentials = bool(target.headers) or bool(target.api_key()) or bool(split_userinfo(target.base_url or "")[1])
+    if where in _warned or not has_credentials:
+        return
+    _warned.add(where)
+    shown = f"{where[0]}://{where[1]}:{where[2]}" if where else repr(base_url)
+    log.warning("tokenswarm: %s is not the configured target (%s): the target's credentials are not sent "
+                "to it; start with --credentials-to-any-host to send them", shown, _scope_url or "none configured")
 
 
 def url_headers(url: str) -> tuple[str, dict[str, str]]:
