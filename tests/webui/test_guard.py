@@ -145,3 +145,13 @@ def test_credentials_to_any_host_only_when_asked_and_to_no_host_without_a_target
     scoped.set_credentials_scope(None)
     assert scoped.credentials_scope() is None and scoped.target_headers(t, "http://10.0.0.5:8000") == {}
     assert auth.origin("http://h") == auth.origin("http://h:80/x") != auth.origin("https://h")
+
+
+def test_the_forms_masked_url_of_the_configured_target_keeps_its_basic_auth(scoped):
+    t = parse_scenario({"name": "t", "target": {"base_url": "http://127.0.0.1:9/v1"},
+                        "traffic": {"classes": {"qa": {"weight": 1}}}}, "<t>").target
+    scoped.set_credentials_scope("http://gw:gw-pass-4242@10.0.0.5:8000/v1")  # --host with user info
+    # the UI shows (and posts back) the host masked: the run still authenticates as configured
+    h = scoped.target_headers(t, "http://***@10.0.0.5:8000/v1")
+    assert h == {"Authorization": "Basic " + base64.b64encode(b"gw:gw-pass-4242").decode()}
+    assert scoped.target_headers(t, "http://***@10.0.0.6:8000/v1") == {}, "another host still gets nothing"

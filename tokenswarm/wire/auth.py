@@ -52,6 +52,8 @@ _scope: tuple[str, str, int] | None = None
 _scope_url: str | None = None
 _any_host = False
 _scoped = False
+#: the configured target's own URL user info as basic auth (the web UI shows that URL masked)
+_scope_basic: str | None = None
 _warned: set[tuple[str, str, int] | None] = set()  # hosts already told they get no credentials
 
 
@@ -76,9 +78,10 @@ def set_credentials_scope(url: str | None, *, any_host: bool = False) -> None:
     ``url`` is the target the process was configured with; None (no target configured) means
     no host gets the credentials unless ``any_host``.
     """
-    global _scope, _scope_url, _any_host, _scoped
+    global _scope, _scope_url, _scope_basic, _any_host, _scoped
     _scope = origin(split_userinfo(url)[0] if url else None)
     _scope_url = None if _scope is None else f"{_scope[0]}://{_scope[1]}:{_scope[2]}"
+    _scope_basic = _basic_of(url)
     _any_host = any_host
     _scoped = True
     _warned.clear()
@@ -86,8 +89,8 @@ def set_credentials_scope(url: str | None, *, any_host: bool = False) -> None:
 
 def clear_credentials_scope() -> None:
     """Back to unscoped (library use and tests): every base URL gets the credentials."""
-    global _scope, _scope_url, _any_host, _scoped
-    _scope, _scope_url, _any_host, _scoped = None, None, False, False
+    global _scope, _scope_url, _scope_basic, _any_host, _scoped
+    _scope, _scope_url, _scope_basic, _any_host, _scoped = None, None, None, False, False
     _warned.clear()
 
 
@@ -115,7 +118,7 @@ def target_headers(target: Any, base_url: str | None = None) -> dict[str, str]:
     """
     if not credentials_allowed(base_url):
         _warn_withheld(target, base_url)
-        basic = split_userinfo(base_url or "")[1]
+        basic = _basic_of(base_url)
         return {"Authorization": basic} if basic else {}
     headers = dict(target.headers)
     key = target.api_key()
@@ -125,12 +128,20 @@ def target_headers(target: Any, base_url: str | None = None) -> dict[str, str]:
         headers["Authorization"] = f"Bearer {key}"
     has_auth = any(k.lower() == "authorization" for k in headers)
     if not has_auth:
-        for url in (base_url, target.base_url):
-            basic = split_userinfo(url or "")[1]
+        # a masked URL (the web UI's form shows "http://***@gateway", and posts it back) is the
+        # configured target's: its user info is the one the process was started with
+        for basic in (_basic_of(base_url), _basic_of(target.base_url), _scope_basic if _scope is not None else None):
             if basic:
                 headers["Authorization"] = basic
                 break
     return headers
+
+
+def _basic_of(url: str | None) -> str | None:
+    """Basic auth from ``url``'s user info; None without one or when it is redaction's mask."""
+    if not url or redact.MASK + "@" in url or redact.MASK + ":" in url.split("@", 1)[0]:
+        return None
+    return split_userinfo(url)[1]
 
 
 def _warn_withheld(target: Any, base_url: str | None) -> None:
