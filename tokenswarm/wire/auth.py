@@ -130,7 +130,8 @@ def target_headers(target: Any, base_url: str | None = None) -> dict[str, str]:
     if not has_auth:
         # a masked URL (the web UI's form shows "http://***@gateway", and posts it back) is the
         # configured target's: its user info is the one the process was started with
-        for basic in (_basic_of(base_url), _basic_of(target.base_url), _scope_basic if _scope is not None else None):
+        masked = bool(base_url) and "@" in (base_url or "") and _basic_of(base_url) is None
+        for basic in (_basic_of(base_url), _scope_basic if masked else None, _basic_of(target.base_url)):
             if basic:
                 headers["Authorization"] = basic
                 break
