@@ -10,7 +10,7 @@ choosing. :func:`install` closes both, for Locust's routes and tokenswarm's alik
   ``Access-Control-*`` header from every answer (also on errors and ``OPTIONS``), so a browser
   lets no other origin read the UI.
 * **Same origin.** A request with a method other than GET/HEAD/OPTIONS whose ``Origin`` (or,
-  without one, ``Referer``) is not the UI's own scheme-less ``host:port`` is refused with 403
+  without one, ``Referer``) names another host or port than the request's ``Host`` is refused with 403
   before any view runs.
 * **A per-session token.** The index page carries a random token (kept in the signed session
   cookie) in ``<meta name="tokenswarm-csrf">``, and ``static/csrf.js`` -- injected before
