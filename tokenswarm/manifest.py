@@ -186,7 +186,8 @@ _TOTALS_KEYS = ("requests_started", "records_received", "records_lost", "records
 #: Keys of manifest.json this module reads into fields (everything else goes to ``extra``).
 _KNOWN = ("format_version", "run_id", "tokenswarm_version", "locust_version", "python_version", "host",
           "command", "scenario_name", "scenario", "target", "records_store", "load_mode", "started_at",
-          "ended_at", "stop_reason", "steps", "workers", "totals", "generator_health", "warnings", "complete")
+          "ended_at", "stop_reason", "steps", "workers", "totals", "generator_health", "warnings", "complete",
+          "workers_refused")
 
 
 @dataclass(frozen=True)
@@ -218,6 +219,9 @@ class RunManifest:
     stop_reason: str | None = None
     steps: tuple[LoadStep, ...] = ()
     workers: tuple[Mapping[str, Any], ...] = ()
+    #: worker connections the master did not admit (no or wrong worker token, forged sender):
+    #: ``{"worker", "reason", "messages_dropped", "record_batches_dropped"}``; absent = none
+    workers_refused: tuple[Mapping[str, Any], ...] = ()
     totals: Totals = field(default_factory=Totals)
     generator_health: Mapping[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
@@ -261,6 +265,7 @@ class RunManifest:
             "generator_health": dict(self.generator_health),
             "warnings": list(self.warnings),
             "complete": self.complete,
+            **({"workers_refused": [dict(w) for w in self.workers_refused]} if self.workers_refused else {}),
         }
 
     @classmethod
@@ -290,6 +295,10 @@ class RunManifest:
         for i, wk in enumerate(workers):
             if not isinstance(wk, Mapping):
                 raise ManifestError(f"{w(f'workers[{i}]')}: expected an object, got {type(wk).__name__}")
+        refused = _list(data.get("workers_refused"), w("workers_refused"))
+        for i, wk in enumerate(refused):
+            if not isinstance(wk, Mapping):
+                raise ManifestError(f"{w(f'workers_refused[{i}]')}: expected an object, got {type(wk).__name__}")
         warnings = _list(data.get("warnings"), w("warnings"))
         complete = data.get("complete", False)
         if not isinstance(complete, bool):
@@ -312,6 +321,7 @@ class RunManifest:
             stop_reason=_str(data.get("stop_reason"), w("stop_reason")),
             steps=steps,
             workers=tuple(dict(wk) for wk in workers),
+            workers_refused=tuple(dict(wk) for wk in refused),
             totals=Totals.from_json(data.get("totals"), w("totals")),
             generator_health=_obj(data.get("generator_health"), w("generator_health")),
             warnings=tuple(str(x) for x in warnings),

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import sys
 from pathlib import Path
 from typing import Any
 
 PASSTHROUGH = True
+#: the worker token's variable (tokenswarm.orchestrate.admission.TOKEN_VAR; not imported: Locust loads late)
+TOKEN_VAR = "TOKENSWARM_WORKER_TOKEN"
 
 
 def locustfile_path() -> str:
@@ -56,6 +59,9 @@ class _OptionRecorder:
 
     def add_argument(self, *flags: str, **kwargs: Any) -> None:
         self.options.append((flags, kwargs))
+
+    def set_defaults(self, **_defaults: Any) -> None:
+        """Locust's own options' defaults (bind addresses): Locust's parser applies them, not ``run``."""
 
 
 #: options this command defines itself (the plugin has them too, under the same flags)
@@ -151,6 +157,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"tokenswarm: {exc}", file=sys.stderr)
         return 2
+    if args.workers and not os.environ.get(TOKEN_VAR):
+        # local workers are forked by Locust and inherit this: the master admits only them
+        os.environ[TOKEN_VAR] = secrets.token_urlsafe(32)
     argv = [sys.executable, "-m", "locust"] + build_locust_argv(args, path)
     sys.stdout.flush()
     os.execv(sys.executable, argv)  # Locust owns the process from here (signals, exit status)

@@ -106,6 +106,7 @@ class RunController:
         self._stop_timeout_s = environment.stop_timeout  # restored for a new run after a hard stop
         self._signals_installed = False
         self._signalled = False  # a signal is being handled: a second one leaves at once
+        self.admission: Any = None  # master: the WorkerGate (admission.py); its refusals go to the manifest
         if hasattr(environment.events, "llm_request") and not self.is_master:
             environment.events.llm_request.add_listener(self._on_record)
 
@@ -595,6 +596,11 @@ class RunController:
             health = {"late_dispatches": ctx.late_dispatches, "max_schedule_lag_ms": round(ctx.max_schedule_lag_ms, 3)}
         else:
             workers, totals, health = list(rec.manifest.current.workers), rec.manifest.current.totals, {}
+        if self.admission is not None and self.admission.refusals():
+            refused = self.admission.refusals()
+            rec.manifest.update(workers_refused=tuple(refused))
+            rec.manifest.warn(f"{len(refused)} worker connection(s) refused, their messages dropped: "
+                              + ", ".join(f"{r['worker']} ({r['reason']})" for r in refused))
         reason = self.stop_reason or StopReason.PLAN_DONE
         rec.finalize(workers=workers, totals=totals, health=health,
                      cpu_warning_emitted=bool(getattr(self.env.runner, "cpu_warning_emitted", False)),
