@@ -100,6 +100,7 @@ class RunContext:
         self._user_ordinals: dict[str, int] = {}
         #: records that could not be written (their seq is spent: the gap shows they are lost)
         self.records_unwritable = 0
+        self._warned_live = False
         self.unwritable: list[str] = []  # the first UNWRITABLE_NAMED, "seq N (task): why"
 
     # -- identity -------------------------------------------------------------------------------
@@ -190,7 +191,13 @@ class RunContext:
         except Exception as exc:  # the stream's values are checked when read: this is the last resort
             self._unwritable(record, exc)
             return record
-        self.live.observe(record)
+        try:
+            self.live.observe(record)
+        except Exception:  # live figures are a view: a record they cannot take stays written
+            if not self._warned_live:
+                self._warned_live = True
+                log.exception("tokenswarm: live statistics could not take record seq %s (kept in the records)",
+                              record.seq)
         if self.events is not None:
             self.events.llm_request.fire(record=record, user=user)
         if self.request_event is not None and record.outcome != "cancelled":

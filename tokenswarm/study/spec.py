@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from tokenswarm.redact import redact
+from tokenswarm.workload.scenario.yamlsafe import MAX_EXPANDED_NODES, YamlTooLarge, load_bounded
 
 _ARM_NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
 _TOP = ("scenario", "baseline", "rounds", "out", "set", "arms", "ready_timeout_s", "warmup_requests",
@@ -150,8 +151,8 @@ def is_study_file(path: str) -> bool:
     if not p.is_file() or p.suffix not in (".yaml", ".yml"):
         return False
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, OSError, UnicodeDecodeError):
+        data = load_bounded(p.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, YamlTooLarge, OSError, UnicodeDecodeError):
         return False
     return isinstance(data, dict) and "arms" in data
 
@@ -176,7 +177,9 @@ def load_study_file(path: str) -> Study:
     """Read and validate a study file."""
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = load_bounded(p.read_text(encoding="utf-8"))
+    except YamlTooLarge as e:
+        raise StudyError(f"{path}: {e} (at most {MAX_EXPANDED_NODES} values once aliases are expanded)") from None
     except OSError as e:
         raise StudyError(f"{path}: cannot read: {e.strerror or e}") from None
     except yaml.YAMLError as e:
