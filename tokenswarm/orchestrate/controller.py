@@ -39,7 +39,7 @@ from tokenswarm.load.breaker import CircuitBreaker
 from tokenswarm.load.context import RunContext
 from tokenswarm.load.health import HealthMonitor
 from tokenswarm.load.livestats import LiveStats
-from tokenswarm.load.preflight import Preflight, PreflightError, preflight
+from tokenswarm.load.preflight import Preflight, PreflightError, PromptTooLongError, check_prompt_lengths, preflight
 from tokenswarm.load.setup import (
     build_worker_context,
     planned_duration_s,
@@ -153,6 +153,11 @@ class RunController:
                 pf = preflight(base_url, sc.target, float(getattr(opts, "tokenswarm_wait_for_server", 0) or 0))
         except PreflightError as exc:
             self._abort(str(exc), EXIT_RUN_BROKE)
+            return
+        try:
+            check_prompt_lengths(sc, pf)
+        except PromptTooLongError as exc:
+            self._abort(str(exc), EXIT_BAD_CONFIG)
             return
         model = pf.model
         self.breaker, self.broken = CircuitBreaker(), None
