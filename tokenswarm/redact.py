@@ -46,9 +46,10 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)(?!\*\*\*@)[^/\s@'\"<>]+@"), r"\1" + MASK + "@"),
     # provider key shapes (OpenAI sk-, Hugging Face hf_, Groq gsk_, xAI xai-, GitHub ghp_ ...)
     (re.compile(r"\b(?:sk|pk|rk|hf|gsk|xai|ghp|gho|glpat)[-_][A-Za-z0-9_\-]{8,}"), MASK),
-    # key=value / "key": "value" forms naming a secret (not "is_secret": false: JSON must stay valid)
+    # key=value / "key": "value" forms naming a secret (not "is_secret": false: JSON must stay valid;
+    # not the bracket of a list, 'api_key': [...]: a known value inside it is masked, the words stay)
     (re.compile(r"(\b(?:api[_-]?key|access[_-]?token|password|secret)[\"']?\s*[:=]\s*[\"']?)"
-                r"(?![\s\"']*\*\*\*)(?!(?:true|false|null)\b)[^\s\"',;&}]+",
+                r"(?![\s\"']*\*\*\*)(?!(?:true|false|null)\b)[^\s\"',;&}[\]]+",
                 re.IGNORECASE), r"\1" + MASK),
 )
 
