@@ -4,6 +4,7 @@ escapes, OSC titles, carriage returns) are written as visible ``\\xNN`` escapes.
 from __future__ import annotations
 
 import io
+import json
 import logging
 
 import pytest
@@ -31,8 +32,8 @@ def test_inert_escapes_every_control_but_tab_and_newline_and_keeps_the_text():
 
 
 def test_a_servers_error_body_becomes_an_inert_record_error():
-    err = error_from_body(500, ('{"error": {"message": "%s", "type": "X"}}' % HOSTILE.replace("\x1b", "\\u001b")
-                                .replace("\x07", "\\u0007").replace("\r", "\\r").replace("\x9b", "\\u009b")).encode())
+    body = {"error": {"message": HOSTILE, "type": "X"}}  # JSON escapes the controls: \u001b ...
+    err = error_from_body(500, json.dumps(body).encode())
     assert err.startswith("HTTP 500: X: engine\\x1b[2J") and raw_controls(err) == []
 
 

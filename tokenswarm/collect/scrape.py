@@ -87,7 +87,8 @@ def fetch(url: str, timeout_s: float = 5.0, headers: dict[str, str] | None = Non
 
         context = ssl._create_unverified_context()  # the scenario said verify_tls: false
     with urllib.request.urlopen(req, timeout=timeout_s, context=context) as resp:
-        return resp.read().decode("utf-8", "replace")
+        body: bytes = resp.read()
+    return body.decode("utf-8", "replace")
 
 
 class Scraper:

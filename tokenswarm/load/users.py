@@ -26,8 +26,8 @@ from locust.exception import StopUser
 from tokenswarm.load import runtime
 from tokenswarm.load.context import RunContext, request_key
 from tokenswarm.wire.client import StreamHooks, stream_call
-from tokenswarm.wire.stream import StreamLimits
 from tokenswarm.wire.pool import tune_pool
+from tokenswarm.wire.stream import StreamLimits
 from tokenswarm.workload import quality
 from tokenswarm.workload.arrivals import ArrivalProcess
 from tokenswarm.workload.prompts import ReplayPrompts
