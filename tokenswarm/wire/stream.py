@@ -144,6 +144,7 @@ class StreamState:
         # a typed completion chunk). Any other payload is read into the same fields by _read_object.
         added = 0
         nbytes = self.bytes_seen
+        cap = self.limits.max_output_tokens  # the running token bound of a cumulative usage
         for event_type, data in events:
             nbytes += len(data)
             if data == b"[DONE]":
@@ -181,10 +182,9 @@ class StreamState:
                 if type(cum) is int:
                     # A text-less total after untracked chunks (llama.cpp's finish chunk) is no chunk.
                     n = 0 if (self.last_cum is None and self.times and not text) else cum - (self.last_cum or 0)
-                    if n < 0 or cum > self.limits.max_output_tokens:  # backwards, or more than it can carry
+                    if n < 0 or cum > cap:  # backwards, or more than it can carry
                         self.bytes_seen = nbytes
-                        raise StreamLimitExceeded(_implausible("completion_tokens", cum, self.last_cum,
-                                                               self.limits.max_output_tokens))
+                        raise StreamLimitExceeded(_implausible("completion_tokens", cum, self.last_cum, cap))
                     self.last_cum = cum
             elif type(token_ids) is list:
                 n = len(token_ids)
