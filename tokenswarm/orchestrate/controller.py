@@ -39,7 +39,7 @@ from tokenswarm.load.breaker import CircuitBreaker
 from tokenswarm.load.context import RunContext
 from tokenswarm.load.health import HealthMonitor
 from tokenswarm.load.livestats import LiveStats
-from tokenswarm.load.preflight import Preflight, PreflightError, preflight
+from tokenswarm.load.preflight import Preflight, PreflightError, PromptTooLongError, check_prompt_lengths, preflight
 from tokenswarm.load.setup import (
     build_worker_context,
     planned_duration_s,
@@ -169,6 +169,11 @@ class RunController:
                                models=sc.model_names())
         except PreflightError as exc:
             self._abort(str(exc), EXIT_RUN_BROKE)
+            return
+        try:
+            check_prompt_lengths(sc, pf)
+        except PromptTooLongError as exc:
+            self._abort(str(exc), EXIT_BAD_CONFIG)
             return
         model = pf.model
         self.breaker, self.broken = CircuitBreaker(), None
@@ -585,6 +590,8 @@ class RunController:
             for a in collector.workers.values():
                 if a.lost_reason:
                     rec.manifest.warn(f"worker {a.worker_id}: {a.lost_reason}; missing seqs {a.missing}")
+                elif a.missing:  # e.g. records the worker could not write (its log names them)
+                    rec.manifest.warn(f"worker {a.worker_id}: records never arrived, missing seqs {a.missing}")
             health = self.workers.health()
         elif self.ctx is not None:
             ctx = self.ctx
@@ -592,7 +599,12 @@ class RunController:
                         "clock_offset_s": 0.0, "records_received": ctx._next_seq,
                         "last_seq": ctx.last_seq, "missing_seqs": [], "lost_reason": None,
                         "timing": timing_provenance()}]
-            totals = Totals(requests_started=ctx.requests_started, records_received=ctx._next_seq, records_lost=0)
+            lost = ctx.records_unwritable
+            totals = Totals(requests_started=ctx.requests_started, records_received=ctx._next_seq - lost,
+                            records_lost=lost, records_missing_seqs=lost)
+            if lost:
+                rec.manifest.warn(f"{lost} record(s) could not be written and are lost: " + "; ".join(ctx.unwritable)
+                                  + ("; ..." if lost > len(ctx.unwritable) else ""))
             health = {"late_dispatches": ctx.late_dispatches, "max_schedule_lag_ms": round(ctx.max_schedule_lag_ms, 3)}
         else:
             workers, totals, health = list(rec.manifest.current.workers), rec.manifest.current.totals, {}

@@ -33,7 +33,7 @@ from tokenswarm.load import runtime
 from tokenswarm.load.context import make_worker_id
 from tokenswarm.load.health import HealthMonitor
 from tokenswarm.load.lifecycle import is_local_worker, watch_parent
-from tokenswarm.load.preflight import PreflightError, preflight
+from tokenswarm.load.preflight import PreflightError, PromptTooLongError, check_prompt_lengths, preflight
 from tokenswarm.load.setup import (  # noqa: F401  (planned_duration_s, scenario_slos: part of this module's API)
     apply_user_settings,
     build_worker_context,
@@ -183,6 +183,11 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         except PreflightError as exc:
             print(f"tokenswarm: {exc}", file=sys.stderr)
             sys.exit(EXIT_RUN_BROKE)
+        try:
+            check_prompt_lengths(sc, first_preflight)
+        except PromptTooLongError as exc:
+            print(f"tokenswarm: {exc}", file=sys.stderr)
+            sys.exit(EXIT_BAD_CONFIG)
     fixed = opts.num_users is not None
     if fixed:
         environment.shape_class = None  # -u/--users: a fixed concurrency for -t, as Locust users expect
