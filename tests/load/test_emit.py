@@ -59,3 +59,13 @@ def test_emitting_an_already_numbered_record_numbers_a_copy_and_leaves_the_first
     second = ctx.emit(first)
     assert (first.seq, second.seq) == (0, 1) and second is not first
     assert [orjson.loads(line)["seq"] for line in sink.lines] == [0, 1]
+
+
+def test_emit_numbers_a_just_built_record_in_place_and_returns_that_same_object():
+    sink, events = _Sink(), []
+    ctx = _ctx(sink, events)
+    built = [_built(ctx, i) for i in range(3)]
+    out = [ctx.emit(r) for r in built]
+    assert all(o is b for o, b in zip(out, built))  # no copy of the ~50 fields per request
+    assert all(s is b for s, b in zip(sink.records, built))
+    assert [r.seq for r in built] == [0, 1, 2]
