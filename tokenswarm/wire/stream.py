@@ -278,6 +278,8 @@ class StreamState:
         # application's own reading (end_s) comes ~1 ms later and stays as a diagnostic.
         # A failed, cut or timed-out one ends when the generator saw it end.
         last = self.last_delivery_s
+        if last is not None and self.times and self.times[-1] > last:  # pieces of one read dated apart
+            last = self.times[-1]
         end = last if outcome == "ok" and last is not None and sent <= last <= end_s else end_s
         return RequestRecord(
             **base,
