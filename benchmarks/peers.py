@@ -187,6 +187,11 @@ def peer_unavailable(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 # -- the truth, by each tool's definitions ----------------------------------------------------------
+def q(values: list[float], p: float) -> float:
+    """The ``p`` quantile, NaN when there is nothing to take it of."""
+    return float(np.quantile(values, p)) if values else float("nan")
+
+
 def truth_figures(truth: dict[str, dict], start: float, end: float, itl_def: str) -> dict[str, Any]:
     """TTFT p50/p99 and ITL p50 (by ``itl_def``) of the requests the server received in [start, end]."""
     mine = [t for t in truth.values() if start <= t["received"] <= end and t["chunks"] and t.get("outcome") == "ok"]
@@ -200,7 +205,6 @@ def truth_figures(truth: dict[str, dict], start: float, end: float, itl_def: str
                 itl.append(gap)
             else:  # itl_split: n samples of gap/n
                 itl.extend([gap / n] * int(n))
-    q = (lambda a, p: float(np.quantile(a, p)) if a else float("nan"))
     return {"requests": len(mine), "chunks": sum(len(t["chunks"]) for t in mine),
             "ttft_p50": q(ttft, .5), "ttft_p99": q(ttft, .99), "itl_p50": q(itl, .5)}
 
@@ -214,7 +218,6 @@ def row_for(name: str, res: dict[str, Any], truth: dict[str, dict]) -> dict[str,
     row = {"client": name, "truth": t, "cpu_us_per_chunk": res["cpu_s"] / t["chunks"] * 1e6 if t["chunks"] else None,
            "peak_rss_mb": res["peak_rss_mb"]}
     if "records" in res:  # tokenswarm: its own percentiles, and the per-request join
-        q = (lambda a, p: float(np.quantile(a, p)) if a else float("nan"))
         row["reported"] = {"ttft_p50": q(res["ttft_ms"], .5), "ttft_p99": q(res["ttft_ms"], .99),
                            "itl_p50": q(res["itl_ms"], .5)}
         window = {k: v for k, v in truth.items() if res["start"] <= v["received"] <= res["end"]}
