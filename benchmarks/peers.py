@@ -272,11 +272,16 @@ def main() -> int:
         results: list[tuple[str, dict]] = []
         with start_truth(truth_path, "--step-ms", str(step_ms), "--tokens-per-chunk", tokens, "--ttft-ms",
                          str(ttft_ms), cpus="1") as srv:
+            unavailable: set[str] = set()
             for n in range(args.rounds):  # A B C D A B C D
                 for name in args.clients:
+                    if name in unavailable:
+                        continue  # said once, in the first round
                     runner = runners.get(name)
                     res = runner(args, srv.base_url, work, f"{profile}-{n}") if runner else peer_unavailable(name, args)
                     res["itl_def"] = res.get("itl_def", "")
+                    if "unavailable" in res:
+                        unavailable.add(name)
                     results.append((name, res))
                     print(f"done: {profile} round {n + 1} {name}", file=sys.stderr)
             srv.flush()
