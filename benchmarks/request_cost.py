@@ -37,6 +37,12 @@ On a shared machine absolute figures are noisy; ratios from one run are what to 
     python benchmarks/request_cost.py                                  # split and comparison
     python benchmarks/request_cost.py --only split --seconds 15 --repeat 2
     python benchmarks/request_cost.py --only compare --cases qa one-token --seconds 20
+    python benchmarks/request_cost.py --only ceiling --seconds 15
+
+**Ceiling** (``--only ceiling``): a worker's load at which accuracy still holds on one core, for
+short and long answers (``--ceiling-lengths``, 12 and 192 tokens): closed-loop runs at more and
+more streams (``--ceiling-streams``) until the TTFT, chunk-gap or e2e error p99 passes 1 ms;
+the last run that held gives requests/s and chunks/s (and the share of the core it used).
 """
 
 from __future__ import annotations
@@ -318,9 +324,68 @@ def run_compare(args: argparse.Namespace, work: Path, case: str) -> None:
     print(f"truth server lateness: {json.dumps(lateness)[:200]}")
 
 
+def run_ceiling(args: argparse.Namespace, work: Path) -> None:
+    """A worker's ceiling where accuracy holds: more streams until an error p99 passes the goal.
+
+    Per answer length (``--ceiling-lengths``), closed-loop runs at ``--ceiling-streams`` in
+    increasing order against the same truth server; the ceiling is the last run whose TTFT,
+    chunk-gap and e2e error p99 all stayed within ``ACCURACY_GOAL_MS`` (requests/s and
+    chunks/s of its steady window, and the share of its core it used). Stops at the first
+    miss: more streams only miss by more.
+    """
+    print(f"\n== ceiling: the load at which accuracy holds on one core ({stamp()})")
+    for length in args.ceiling_lengths:
+        truth_path = work / f"ceiling-{length}-truth.jsonl"
+        rows: list[dict[str, Any]] = []
+        with start_truth(truth_path, "--step-ms", str(args.step_ms), "--tokens-per-chunk", args.tokens_per_chunk,
+                         cpus="1") as srv:
+            for streams in sorted(args.ceiling_streams):
+                run = work / f"ceiling-{length}-{streams}"
+                out = json.dumps({"dist": "fixed", "value": length})
+                cmd = tokenswarm_command(srv.base_url, "scenarios/qa.yaml", streams, args.seconds, run,
+                                         [f"traffic.classes.qa.output_tokens={out}",
+                                          'traffic.classes.qa.sampling={"ignore_eos": true, "temperature": 0.7}'])
+                row = run_process(f"{streams} streams", cmd, {}, args.seconds)
+                row.update(run=run, streams=streams)
+                srv.flush()
+                truth = load_truth(truth_path)
+                count(row, truth)
+                accuracy(row, truth)
+                a = row["accuracy"]
+                row["holds"] = bool(a["joined"]) and all(
+                    a[k] <= ACCURACY_GOAL_MS for k in ("ttft_err_p99_ms", "gap_err_p99_ms", "e2e_err_p99_ms"))
+                rows.append(row)
+                if not row["holds"]:
+                    break
+        print(f"\n{length}-token answers ({length / float(args.tokens_per_chunk.split('-')[0]):.0f} chunks), "
+              f"finished {stamp()}")
+        print(f"{'streams':>7} {'requests/s':>10} {'chunks/s':>9} {'CPU share':>9} {'TTFT err p99':>12} {'gap p99':>8} "
+              f"{'e2e p99':>8}  holds")
+        for r in rows:
+            a = r["accuracy"]
+            print(f"{r['streams']:>7} {r['window_requests'] / r['window_s']:>10.0f} "
+                  f"{r['window_chunks'] / r['window_s']:>9.0f} {r['window_cpu_s'] / r['window_s']:>9.2f} "
+                  f"{a['ttft_err_p99_ms']:>12.2f} {a['gap_err_p99_ms']:>8.2f} {a['e2e_err_p99_ms']:>8.2f}  "
+                  f"{'yes' if r['holds'] else 'NO'}")
+        ok = [r for r in rows if r["holds"]]
+        if ok:
+            best = ok[-1]
+            print(f"ceiling ({length}-token answers): {best['window_requests'] / best['window_s']:.0f} requests/s, "
+                  f"{best['window_chunks'] / best['window_s']:.0f} chunks/s at {best['window_cpu_s'] / best['window_s']:.2f} "
+                  f"of a core, {best['streams']} streams" + ("" if len(ok) < len(rows) else
+                                                            " (accuracy held at every load tried: offer more)"))
+        else:
+            print(f"ceiling ({length}-token answers): accuracy did not hold even at {rows[0]['streams']} streams")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", choices=("split", "compare"), help="one part only (default both)")
+    ap.add_argument("--only", choices=("split", "compare", "ceiling"),
+                    help="one part only (default: split and compare; the ceiling runs only when asked)")
+    ap.add_argument("--ceiling-lengths", type=int, nargs="+", default=[12, 192],
+                    help="ceiling: answer lengths, short and long (tokens)")
+    ap.add_argument("--ceiling-streams", type=int, nargs="+", default=[8, 16, 24, 32, 48, 64, 96, 128, 192, 256],
+                    help="ceiling: the loads tried, lowest first")
     ap.add_argument("--lengths", type=int, nargs="+", default=[12, 48, 192], help="answer lengths of the split (tokens)")
     ap.add_argument("--streams", type=int, default=96)
     ap.add_argument("--one-token-streams", type=int, default=256)
@@ -340,6 +405,8 @@ def main() -> int:
     compile_trees(argparse.Namespace(spec_src=args.src))
     if args.only in (None, "split"):
         run_split(args, work)
+    if args.only == "ceiling":
+        run_ceiling(args, work)
     if args.only in (None, "compare"):
         for case in args.cases:
             run_compare(args, work, case)
