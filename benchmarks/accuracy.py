@@ -23,8 +23,9 @@ TTFT error (client TTFT - server's first content write - request received), chun
 CPU and loop lag, the server's own lateness, and -- when the client records them -- connect
 time, reuse share and send delay. Each TTFT error is split into its request side (client
 ``sent_at_s`` to server ``received``) and response side (server's first write to the client's
-read). The goals (TTFT error p99 <= 1 ms at 64 streams, <= 2 ms at 128; chunk-gap error p99
-<= 1 ms; tokens exact) end in a verdict that names, where a goal is missed, the cause measured.
+read); the e2e error (client ``e2e_ms`` - the server's last content write - request
+received). The goals (TTFT error p99 <= 1 ms at 64 streams, <= 2 ms at 128; chunk-gap error p99
+<= 1 ms; e2e error p99 <= 1 ms; tokens exact) end in a verdict that names, where a goal is missed, the cause measured.
 ``--client LABEL=DIR`` (repeatable) measures other tokenswarm source trees side by side, case
 by case, so that two versions of the client meet the same machine state.
 
@@ -53,7 +54,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.truthjoin import load_truth, record_errors  # noqa: E402
+from benchmarks.truthjoin import e2e_error, load_truth, record_errors  # noqa: E402
 from benchmarks.truthserver.testing import start_truth  # noqa: E402
 from tokenswarm.record import upgrade_v1  # noqa: E402
 from tokenswarm.sim.testing import start_sim  # noqa: E402
@@ -70,6 +71,8 @@ TOKENS_PER_EVENT = {"sim": 2.4, "truth": 3.0}
 STEP_S = 0.010  # both servers write one event per 10 ms step
 TTFT_S = {"sim": 0.0, "truth": 0.020}
 GAP_GOAL_MS = 1.0
+#: e2e_ms against the server's last write (issue #31: the end dated like the chunks)
+E2E_GOAL_MS = 1.0
 GENERATOR_CPU_LIMIT_PCT = 90.0
 #: a server later than one step is not offering the nominal load
 SERVER_LATE_MS = 10.0
@@ -194,7 +197,7 @@ def analyse(run: Path, truth_path: Path, goal: float) -> dict:
     # upgrade_v1: a --client tree older than format_version 2 names sent_at without its unit
     records = [upgrade_v1(json.loads(x)) for x in (run / "records.jsonl").read_text().splitlines() if x]
     truth = load_truth(truth_path)
-    ttft_errs, gap_errs = [], []
+    ttft_errs, gap_errs, e2e_errs = [], [], []
     joined = exact_chunks = exact_total = chunks = failed = 0
     over = over_first = over_late_send = 0
     first_errs, reused_errs = [], []
@@ -218,6 +221,8 @@ def analyse(run: Path, truth_path: Path, goal: float) -> dict:
         err, gaps = record_errors(r["ttft_ms"], r["chunk_offsets_ms"], t)
         ttft_errs.append(abs(err))
         gap_errs.extend(abs(g) for g in gaps)
+        if r.get("e2e_ms") is not None:
+            e2e_errs.append(abs(e2e_error(r["e2e_ms"], t)))
         # the two halves of the error (each up to one constant clock offset, removed below)
         req_side.append((t["received"] - r["sent_at_s"]) * 1000.0)
         resp_side.append((r["sent_at_s"] - t["chunks"][0][0]) * 1000.0 + r["ttft_ms"])
@@ -245,6 +250,7 @@ def analyse(run: Path, truth_path: Path, goal: float) -> dict:
         "chunks_per_request": chunks / max(1, joined), "gaps": len(gap_errs),
         "ttft_err_p50_ms": _q(ttft_errs, .5), "ttft_err_p99_ms": _q(ttft_errs, .99),
         "gap_err_p50_ms": _q(gap_errs, .5), "gap_err_p99_ms": _q(gap_errs, .99),
+        "e2e_err_p50_ms": _q(e2e_errs, .5), "e2e_err_p99_ms": _q(e2e_errs, .99),
         "client_cpu_max_pct": max((h["cpu_pct"] for h in health), default=None),
         "client_loop_lag_max_ms": max((h["loop_lag_max_ms"] for h in health), default=None),
         "phases_recorded": phases_known,
@@ -286,6 +292,8 @@ def misses(r: dict) -> list[str]:
         out.append(f"TTFT error p99 {_f(r['ttft_err_p99_ms'])} ms > {goal:.0f} ms")
     if r["gap_err_p99_ms"] is None or r["gap_err_p99_ms"] > GAP_GOAL_MS:
         out.append(f"chunk-gap error p99 {_f(r['gap_err_p99_ms'])} ms > {GAP_GOAL_MS:.0f} ms")
+    if r.get("e2e_err_p99_ms") is None or r["e2e_err_p99_ms"] > E2E_GOAL_MS:
+        out.append(f"e2e error p99 {_f(r.get('e2e_err_p99_ms'))} ms > {E2E_GOAL_MS:.0f} ms")
     if r["chunk_tokens_exact_pct"] < 100.0 or r["output_tokens_exact_pct"] < 100.0:
         out.append(f"tokens not exact ({r['chunk_tokens_exact_pct']:.1f} % per chunk, "
                    f"{r['output_tokens_exact_pct']:.1f} % per request)")
@@ -362,7 +370,7 @@ def verdict(rows: list[dict]) -> list[str]:
     bad = sum(1 for r in ran if misses(r))
     out.append(f"VERDICT: {'all goals met' if not bad else f'{bad} of {len(ran)} runs miss a goal'} "
                f"({len(ran)} runs; TTFT error p99 <= 1 ms at <= 64 streams, <= 2 ms above; chunk-gap error p99 "
-               f"<= 1 ms; tokens exact; every request counted)")
+               f"<= 1 ms; e2e error p99 <= 1 ms; tokens exact; every request counted)")
     return out
 
 
@@ -386,6 +394,7 @@ def table(rows: list[dict]) -> list[str]:
                    f"{r['joined_pct']:>7.1f}{exact:>7.1f}{_f(r['ttft_err_p50_ms'], '.3f'):>9}"
                    f"{_f(r['ttft_err_p99_ms']):>7}{_f(r['request_side_p99_ms']):>8}{_f(r['response_side_p99_ms']):>9}"
                    f"{_f(r['gap_err_p50_ms'], '.3f'):>8}{_f(r['gap_err_p99_ms']):>6}"
+                   f"{_f(r.get('e2e_err_p50_ms'), '.3f'):>8}{_f(r.get('e2e_err_p99_ms')):>6}"
                    f"{_f(r['connect_p99_ms']):>9}{_f(r['send_delay_p99_ms']):>9}"
                    f"{_f(r['client_cpu_max_pct'], '.0f'):>5}{_f(r['client_loop_lag_max_ms'], '.1f'):>6}"
                    f"{_f(r['server_lag_p99_ms'], '.1f'):>8}{_f(r.get('server_loop_lag_p99_ms'), '.1f'):>9}"

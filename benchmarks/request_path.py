@@ -6,7 +6,8 @@ real code with a scripted stream: prompt building, the request key and body, the
 head (request line and headers, as ``send_request`` writes them), the record's
 identity fields, building the record from the stream state, the sequence number, the live
 histograms, encoding the record line and redacting it in the writer's batch, and Locust's
-request event (``emit``, with a sink that drops the line). Each stage is timed over many requests and reported as µs per request; the
+request event (``emit``, with a sink that drops the line; the script checks that ``emit`` numbers
+the record in place, as the ``seq`` line times, and stops if it copies). Each stage is timed over many requests and reported as µs per request; the
 ``redact (batch)`` line is the writer's redaction of a 256 KiB batch, per record in it.
 
     python benchmarks/request_path.py
@@ -146,6 +147,11 @@ def one_round(args) -> tuple[list[tuple[str, float]], int]:
     for r in records:  # emit numbers unnumbered (just built) records, as in a run
         object.__setattr__(r, "seq", UNNUMBERED)
     _timed("emit (seq, stats, event; null sink)", n, lambda i: ctx.emit(records[i]), rows)
+    # The path a run takes: emit numbers the record it was given in place (no ~50-field copy).
+    probe = records[0]
+    object.__setattr__(probe, "seq", UNNUMBERED)
+    if ctx.emit(probe) is not probe:
+        raise SystemExit("RunContext.emit copied the record: the 'seq' line above is not the path a run takes")
     return rows, len(lines[0])
 
 

@@ -9,9 +9,10 @@ accuracy = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(accuracy)
 
 
-def row(streams=64, ttft=0.5, gap=0.1, cpu=30.0, loop=0.8, srv=1.5, srv_loop=None, phases=False, over=0,
+def row(streams=64, ttft=0.5, gap=0.1, e2e=0.2, cpu=30.0, loop=0.8, srv=1.5, srv_loop=None, phases=False, over=0,
         over_first=0, over_late=0, over_req=0, send=None, **kw):
     r = dict(server="truth", case="spawn", streams=streams, ttft_err_p99_ms=ttft, gap_err_p99_ms=gap,
+             e2e_err_p99_ms=e2e,
              client_cpu_max_pct=cpu, client_loop_lag_max_ms=loop, server_lag_p99_ms=srv,
              server_loop_lag_p99_ms=srv_loop, phases_recorded=phases, over_goal=over,
              over_goal_first_of_connection=over_first, over_goal_late_send=over_late, send_delay_p99_ms=send,
@@ -28,6 +29,12 @@ def test_the_ttft_goal_is_one_ms_up_to_64_streams_and_two_above_and_the_gap_goal
     assert accuracy.misses(row(128, ttft=1.9)) == []
     assert accuracy.misses(row(64, ttft=1.1))[0].startswith("TTFT error p99 1.10 ms > 1 ms")
     assert accuracy.misses(row(128, gap=1.2))[0].startswith("chunk-gap error p99 1.20 ms > 1 ms")
+
+
+def test_the_e2e_goal_is_one_ms_and_a_run_without_ends_misses_it():
+    assert accuracy.misses(row(e2e=0.99)) == []
+    assert accuracy.misses(row(e2e=1.3)) == ["e2e error p99 1.30 ms > 1 ms"]
+    assert accuracy.misses(row(e2e=None)) == ["e2e error p99 n/a ms > 1 ms"]
 
 
 def test_inexact_tokens_unjoined_requests_and_failures_are_each_a_missed_goal():

@@ -37,7 +37,11 @@ if TYPE_CHECKING:  # imported by the functions that use it: the generator itself
 #: name -> (unit, definition). docs/reference/glossary.md is generated from it (docs/gen/reference.py).
 GLOSSARY: dict[str, tuple[str, str]] = {
     "ttft_ms": ("ms", "Time to first token: arrival of the first content chunk minus sent_at_s."),
-    "e2e_ms": ("ms", "End-to-end latency: end of the response (last byte or [DONE]) minus sent_at_s."),
+    "e2e_ms": (
+        "ms",
+        "End-to-end latency: end of the response minus sent_at_s; for a complete answer the arrival of its "
+        "last delivery ([DONE] or the last event), dated like its chunks.",
+    ),
     "schedule_lag_ms": (
         "ms",
         "sent_at_s minus scheduled_at_s (from the same clock reading as sent_at_s): how late the request left "

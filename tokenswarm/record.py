@@ -125,6 +125,9 @@ class RequestRecord:
     reasoning_chunks: int | None = None
     answer_chunks: int | None = None
     reasoning_tokens: int | None = None
+    #: diagnostic: the application's own reading of the end (e2e_ms of a complete answer is
+    #: dated by the stream's last delivery, from the same kernel stamps as its chunks)
+    e2e_app_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of all fields (``None`` kept, so absent and unobserved differ)."""
@@ -227,7 +230,7 @@ FIELD_DOCS: dict[str, str] = {
     "api": "The API called: `chat` or `completions`.",
     "model": "The model name asked for.",
     "ttft_ms": "Time to first token: arrival of the first content chunk minus sent_at_s.",
-    "e2e_ms": "End of the response (last byte, [DONE], error or deadline) minus sent_at_s.",
+    "e2e_ms": "End of the response minus sent_at_s: for a complete answer, the arrival of the stream's last delivery (the read that brought [DONE] or the last event, dated like its chunks, by the kernel's receive stamp where there is one); for a failed, cut or timed-out request, when the generator saw it end (error or deadline).",
     "chunk_offsets_ms": "Arrival of each content chunk, ms after sent_at_s (chunks read together share one value).",
     "chunk_tokens": "Tokens in each content chunk, from the server's cumulative usage (`continuous_usage_stats`) or token ids; null when the server does not say (never guessed from text).",
     "prompt_tokens": "Prompt tokens, from the server's `usage` (an estimate when `tokens_estimated`).",
@@ -255,6 +258,7 @@ FIELD_DOCS: dict[str, str] = {
     "reasoning_chunks": "Reasoning streams: content chunks that carried reasoning (they come first: chunk i is reasoning iff i < reasoning_chunks).",
     "answer_chunks": "Reasoning streams: content chunks that carried the answer.",
     "reasoning_tokens": "Reasoning streams: usage.completion_tokens_details.reasoning_tokens when the server sends it, else the exact per-chunk counts of the reasoning chunks; null when unknown.",
+    "e2e_app_ms": "Diagnostic: when the generator's own code saw the response end (its clock after the read loop returned), ms after sent_at_s; e2e_app_ms - e2e_ms is how late the generator got to the end of a complete answer. Null in records written before it existed.",
 }
 
 _FIELDS = dataclasses.fields(RequestRecord)

@@ -75,3 +75,13 @@ def test_a_record_the_sink_cannot_write_is_counted_lost_and_named_never_raised(c
     assert ctx.records_unwritable == 1 and ctx.unwritable[0].startswith("seq 1 (qa): TypeError")
     assert len(events) == 2 and ctx.live.total().requests == 2  # a lost record is not counted as sent
     assert "could not be written and is LOST" in caplog.text
+
+
+def test_emit_numbers_a_just_built_record_in_place_and_returns_that_same_object():
+    sink, events = _Sink(), []
+    ctx = _ctx(sink, events)
+    built = [_built(ctx, i) for i in range(3)]
+    out = [ctx.emit(r) for r in built]
+    assert all(o is b for o, b in zip(out, built))  # no copy of the ~50 fields per request
+    assert all(s is b for s, b in zip(sink.records, built))
+    assert [r.seq for r in built] == [0, 1, 2]

@@ -50,7 +50,8 @@ def test_multi_token_chunks_are_counted_from_usage_deltas():
     assert r.outcome == "ok"
     assert r.chunk_tokens == [1, 3, 2]
     assert r.chunk_offsets_ms == [200.0, 250.0, 300.0]
-    assert r.ttft_ms == 200.0 and r.e2e_ms == 310.0
+    assert r.ttft_ms == 200.0 and r.e2e_ms == 300.0  # the last delivery ([DONE]), not the app's 310
+    assert r.e2e_app_ms == 310.0
     assert r.output_tokens == 6 and r.prompt_tokens == 9 and not r.tokens_estimated
     assert r.finish_reason == "length" and r.response_id == "resp-1"
     assert r.output_sha256 == hashlib.sha256(b"ab c de f").hexdigest()

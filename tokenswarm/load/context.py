@@ -180,8 +180,12 @@ class RunContext:
                             lag_ms)
 
     def emit(self, record: RequestRecord, user: Any = None) -> RequestRecord:
-        """Give the record its sequence number and hand it to the sink, live stats and listeners."""
-        record = record.with_seq(self.next_seq())
+        """Give the record its sequence number and hand it to the sink, live stats and listeners.
+
+        A record just built (still unnumbered) is numbered in place and is the one returned
+        (``ctx.emit(r) is r``): no ~50-field copy per request. One already numbered is copied.
+        """
+        record = record.numbered(self.next_seq())
         lag = record.schedule_lag_ms
         if lag is not None and lag > self.max_schedule_lag_ms:
             self.max_schedule_lag_ms = lag

@@ -99,7 +99,8 @@ class StampedSocket(gevent.socket.socket):
             except BlockingIOError:
                 pass
             try:
-                poller.add(fd, lambda _now, _offset: self._note(raw))
+                # on_arrival: one note per arrival; the bytes stay queued until this read takes them
+                poller.add(fd, lambda _now, _offset: self._note(raw), on_arrival=True)
             except (OSError, ValueError):  # cannot watch it: one stamp for the read, as before
                 poller = None
         # The sweeps need the loop; the watcher's thread notes arrivals while the loop is stalled.

@@ -51,9 +51,9 @@ _read_events = native_function("read_events")
 FAST = _read_events is not None
 
 try:  # monkey-patching removes select.epoll (it would block the hub); we only poll it with timeout 0
-    _epoll, _EPOLLIN = get_original("select", ["epoll", "EPOLLIN"])
+    _epoll, _EPOLLIN, _EPOLLET = get_original("select", ["epoll", "EPOLLIN", "EPOLLET"])
 except AttributeError:
-    _epoll, _EPOLLIN = None, 0
+    _epoll, _EPOLLIN, _EPOLLET = None, 0, 0
 
 RECV_BYTES = 65536
 #: Times per response the reader tries to take the chunked framing over from the HTTP library.
@@ -101,9 +101,15 @@ class StreamPoller:
         self.timer = loop.timer(READ_BATCH_S, READ_BATCH_S) if sweep else None
         self.last_sweep_s = 0.0
 
-    def add(self, fd: int, handler: Callable[[float, float], None]) -> None:
-        """Call ``handler(now_s, real_minus_mono_s)`` from the hub whenever ``fd`` is readable."""
-        self.ep.register(fd, _EPOLLIN)
+    def add(self, fd: int, handler: Callable[[float, float], None], *, on_arrival: bool = False) -> None:
+        """Call ``handler(now_s, real_minus_mono_s)`` from the hub whenever ``fd`` is readable.
+
+        ``on_arrival``: only when new bytes arrived since the last call (edge-triggered), not on
+        every sweep while unread bytes wait -- for a handler that notes arrivals and reads
+        nothing (the header read's marks), which a busy loop would otherwise call once per
+        sweep (measured: ~18 peeks per request at 96 short streams, 8 % of the process).
+        """
+        self.ep.register(fd, _EPOLLIN | _EPOLLET if on_arrival else _EPOLLIN)
         self.handlers[fd] = handler
         if not self.watcher.active and not (self.timer is not None and self.timer.active):
             self.watcher.start(self._ready)

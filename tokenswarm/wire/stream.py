@@ -112,6 +112,7 @@ class StreamState:
         "reasoning_chars",
         "limits",
         "bytes_seen",
+        "last_delivery_s",
     )
 
     def __init__(self, sent_s: float, limits: StreamLimits = DEFAULT_LIMITS) -> None:
@@ -136,12 +137,16 @@ class StreamState:
         self.first_reasoning_s: float | None = None
         self.first_answer_s: float | None = None
         self.reasoning_chars = 0
+        # When the stream's last delivery (one read's events) arrived, on the same timeline and
+        # from the same kernel stamps as its chunks: a complete answer ends here (e2e_ms).
+        self.last_delivery_s: float | None = None
 
     # -- feeding -----------------------------------------------------------------------------
     def on_events(self, now_s: float, events: list[tuple]) -> int:
         """Consume parsed SSE events that arrived at ``now_s``; return content chunks added."""
         # The hot path: one iteration per SSE event, kept flat on purpose (no helper calls for
         # a typed completion chunk). Any other payload is read into the same fields by _read_object.
+        self.last_delivery_s = now_s
         added = 0
         nbytes = self.bytes_seen
         cap = self.limits.max_output_tokens  # the running token bound of a cumulative usage
@@ -273,6 +278,7 @@ class StreamState:
 
     def on_json_body(self, now_s: float, obj: dict[str, Any]) -> None:
         """A non-streamed completion: the whole answer is one chunk at ``now_s``."""
+        self.last_delivery_s = now_s
         self.response_id = obj.get("id")
         self.usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else None
         choices = obj.get("choices") or []
@@ -360,12 +366,20 @@ class StreamState:
                 chars = len(text) + self.reasoning_chars
                 out_tokens, estimated = max(1, round(chars / CHARS_PER_TOKEN_ESTIMATE)), True
         reasoning = _reasoning_fields(self, usage, chunk_tokens, sent)
+        # A complete answer ends at its last delivery (kernel-dated like its chunks); the
+        # application's own reading (end_s) comes ~1 ms later and stays as a diagnostic.
+        # A failed, cut or timed-out one ends when the generator saw it end.
+        last = self.last_delivery_s
+        if last is not None and self.times and self.times[-1] > last:  # pieces of one read dated apart
+            last = self.times[-1]
+        end = last if outcome == "ok" and last is not None and sent <= last <= end_s else end_s
         return RequestRecord(
             **base,
             outcome=outcome,
             sent_at_s=anchor.epoch(sent),
             ttft_ms=offsets[0] if offsets else None,
-            e2e_ms=round((end_s - sent) * 1000.0, 3),
+            e2e_ms=round((end - sent) * 1000.0, 3),
+            e2e_app_ms=round((end_s - sent) * 1000.0, 3),
             chunk_offsets_ms=offsets,
             chunk_tokens=chunk_tokens,
             prompt_tokens=prompt_tokens,
