@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import Any, Callable
 
 #: name -> (module, one-line help). Order is the order shown in ``--help``.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     return int(module.run(args) or 0)
 
 
-def _takes_name(fn) -> bool:
+def _takes_name(fn: Callable[..., Any]) -> bool:
     import inspect
 
     return len(inspect.signature(fn).parameters) >= 2

@@ -50,7 +50,7 @@ def enable_password_login(environment: Any, check: Callable[[str, str], bool]) -
     if not ui.app.secret_key:
         ui.app.secret_key = secrets.token_hex(32)  # sessions last as long as this process
 
-    class WebUser(UserMixin):
+    class WebUser(UserMixin):  # type: ignore[misc]  # flask-login ships no types
         def __init__(self, user_id: str) -> None:
             self.id = user_id
 

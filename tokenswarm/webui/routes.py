@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tokenswarm.webui.state import WebState
 from tokenswarm.webui.table import rows_to_csv, table_structure
@@ -60,8 +60,8 @@ def register(environment: Any, state: WebState) -> None:
                 resp.set_data(body.replace(b"</body>", LINKS_SCRIPT + b"</body>", 1))
         return resp
 
-    def route(rule: str, endpoint: str):
-        def deco(fn):
+    def route(rule: str, endpoint: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
             app.add_url_rule(prefix + rule, endpoint="tokenswarm_" + endpoint, view_func=auth(fn))
             return fn
         return deco
@@ -88,7 +88,7 @@ def register(environment: Any, state: WebState) -> None:
     @route("/status.json", "status")
     def status_json() -> Any:
         run_dir = state.run_dir
-        report = state.reports.state(Path(run_dir)) if state.state() == "finished" else None
+        report = state.reports.state(Path(run_dir)) if run_dir is not None and state.state() == "finished" else None
         return jsonify({"run_id": state.run_id, "state": state.state(), "run_dir": None if run_dir is None else str(run_dir),
                         "report": report, "credentials_to": credentials_scope()})
 

@@ -50,20 +50,17 @@ def gauge(scrape: dict[str, Any] | None, name: str, how: str = "sum") -> float |
     values = [s["value"] for s in scrape.get("samples", ()) if s.get("name") == name]
     if not values:
         return None
-    return sum(values) if how == "sum" else sum(values) / len(values)
+    total = float(sum(values))
+    return total if how == "sum" else total / len(values)
 
 
 def delta_quantile(cur: dict[int, int], prev: dict[int, int], q: float) -> float | None:
     """Quantile of the values added between two bucket-count snapshots of a LogHistogram."""
-    h = LogHistogram()
-    for k, c in cur.items():
-        d = c - prev.get(k, 0)
-        if d > 0:
-            h.buckets[k] = d
-            h.count += d
-    if not h.count:
+    added = {k: c - prev.get(k, 0) for k, c in cur.items() if c > prev.get(k, 0)}
+    if not added:
         return None
-    h.min, h.max = 0.0, math.inf  # no clamping: bucket middles, 1 % precision
+    # no clamping: bucket middles, 1 % precision
+    h = LogHistogram.from_dict({"b": added, "n": sum(added.values()), "s": 0.0, "lo": 0.0, "hi": math.inf})
     return h.quantile(q)
 
 

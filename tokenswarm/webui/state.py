@@ -34,7 +34,7 @@ class WebState:
         self.sampler = ChartSampler(max_samples=max_samples, window_s=10.0)
         self.reports = reports or ReportBuilder()
         self._sampled_finished: str | None = None  # run id whose post-run sample was taken
-        self._first_scrape: dict[str, Any] = {}  # run id -> first target scrape line of the run
+        self._first_scrape: dict[str, dict[str, Any]] = {}  # run id -> first target scrape line of the run
         self._greenlet: gevent.Greenlet | None = None
 
     # -- the run ------------------------------------------------------------------------------
@@ -85,7 +85,7 @@ class WebState:
             for line in fh:
                 if not line.endswith(b"\n"):
                     break  # a line being written
-                d = orjson.loads(line)
+                d: dict[str, Any] = orjson.loads(line)
                 if d.get("source") == "target" and not d.get("error"):
                     self._first_scrape = {rid: d}
                     return d

@@ -19,6 +19,8 @@ import os
 
 try:
     from tokenswarm.wire._fastread import alive, take_notes, unwatch, watch, watch_stats
+
+    __all__ = ["ENABLED", "alive", "take_notes", "unwatch", "watch", "watch_stats"]
 except ImportError:  # the C extension was not built: no watcher (reads keep one stamp each)
     alive = take_notes = unwatch = watch = watch_stats = None
 
