@@ -132,6 +132,8 @@ IGNORED_FIELDS: dict[str, str] = {
                              "counts the same way either way",
     "answer_chunks": "reasoning analyses use reasoning_chunks and first_answer_token_ms; the answer's chunk "
                      "count is n_chunks - reasoning_chunks",
+    "e2e_app_ms": "a diagnostic: the application's own end reading, beside e2e_ms dated by the last delivery's "
+                  "kernel stamp; the analysis reports e2e_ms",
 }
 _IDX = {name: i for i, name in enumerate(_READ_FIELDS)}
 

@@ -13,7 +13,7 @@ import math
 import time
 from collections import deque
 from itertools import chain
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from tokenswarm.buckets import INV_LOG_BASE, ZERO_BUCKET, bucket_of_us, bucket_value_ms
 from tokenswarm.metrics import itl_samples, tpot_ms
@@ -37,27 +37,13 @@ def bucket_keys(values_ms: np.ndarray) -> np.ndarray:
     us = v * v.dtype.type(1000.0)
     keys = (np.log(np.maximum(us, v.dtype.type(1.0))) * v.dtype.type(INV_LOG_BASE)).astype(np.int64)
     keys[us < 1.0] = ZERO_BUCKET
-    return keys
+    out: np.ndarray = keys
+    return out
 
 
 #: Deferred chunk gaps are bucketed once this many are pending (or when anything reads the
 #: histogram): numpy's per-call overhead, paid per record, cost ~200 us per 200-token stream.
 FLUSH_GAPS = 16384
-
-
-def _flushing(slot: str) -> property:
-    """A public attribute of :class:`LogHistogram` backed by ``slot``; reading it first buckets
-    the deferred chunk gaps."""
-
-    def get(self: "LogHistogram") -> Any:
-        if self._pending:
-            self._flush()
-        return getattr(self, slot)
-
-    def set(self: "LogHistogram", value: Any) -> None:
-        setattr(self, slot, value)
-
-    return property(get, set)
 
 
 class LogHistogram:
@@ -75,11 +61,55 @@ class LogHistogram:
         self._pending_n = 0
 
     # Every read sees the deferred samples: the attributes flush first (writes do not).
-    buckets: dict[int, int] = _flushing("_buckets")  # type: ignore[assignment]
-    count: int = _flushing("_count")  # type: ignore[assignment]
-    total: float = _flushing("_total")  # type: ignore[assignment]
-    min: float | None = _flushing("_min")  # type: ignore[assignment]
-    max: float | None = _flushing("_max")  # type: ignore[assignment]
+    @property
+    def buckets(self) -> dict[int, int]:
+        if self._pending:
+            self._flush()
+        return self._buckets
+
+    @buckets.setter
+    def buckets(self, value: dict[int, int]) -> None:
+        self._buckets = value
+
+    @property
+    def count(self) -> int:
+        if self._pending:
+            self._flush()
+        return self._count
+
+    @count.setter
+    def count(self, value: int) -> None:
+        self._count = value
+
+    @property
+    def total(self) -> float:
+        if self._pending:
+            self._flush()
+        return self._total
+
+    @total.setter
+    def total(self, value: float) -> None:
+        self._total = value
+
+    @property
+    def min(self) -> float | None:
+        if self._pending:
+            self._flush()
+        return self._min
+
+    @min.setter
+    def min(self, value: float | None) -> None:
+        self._min = value
+
+    @property
+    def max(self) -> float | None:
+        if self._pending:
+            self._flush()
+        return self._max
+
+    @max.setter
+    def max(self, value: float | None) -> None:
+        self._max = value
 
     def add(self, value_ms: float, n: int = 1) -> None:
         us = value_ms * 1000.0
@@ -266,10 +296,10 @@ class TaskStats:
 class LiveStats:
     """Per-task :class:`TaskStats` plus a per-second output-token series for live rates."""
 
-    def __init__(self, clock=time.time, window_s: int = 600) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, window_s: int = 600) -> None:
         self.tasks: dict[str, TaskStats] = {}
         self.clock = clock
-        self.per_second: deque[list] = deque(maxlen=window_s)  # [epoch_second, tokens, requests, errors]
+        self.per_second: deque[list[Any]] = deque(maxlen=window_s)  # [epoch_second, tokens, requests, errors]
 
     def task(self, name: str) -> TaskStats:
         t = self.tasks.get(name)
@@ -322,7 +352,8 @@ class LiveStats:
         """(output tokens/s, requests/s, errors/s) over the last ``window_s`` full seconds."""
         now = int(self.clock())
         rows = [r for r in self.per_second if now - window_s <= r[0] < now]
-        return tuple(sum(r[i] for r in rows) / window_s for i in (1, 2, 3))  # type: ignore[return-value]
+        tokens, requests, errors = (sum(r[i] for r in rows) / window_s for i in (1, 2, 3))
+        return tokens, requests, errors
 
     def total(self) -> TaskStats:
         tot = TaskStats()

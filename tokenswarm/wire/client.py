@@ -155,7 +155,7 @@ def stream_call(
             # schedule lag from the send's own reading), made once, at the first token
             hooked: dict[str, Any] = {}
 
-            def on_events(now: float, events: list) -> bool:
+            def on_events(now: float, events: list[Any]) -> bool:
                 """The events of one read, all arrived at ``now``; True = stop reading."""
                 nonlocal outcome, error
                 had_first = bool(state.times)
@@ -259,7 +259,7 @@ def phase_fields(timing: RequestTiming, start_s: float, due_s: float) -> dict[st
 
 def _read_error_body(resp: Any) -> bytes:
     try:
-        content = resp.read(ERROR_BODY_LIMIT)
+        content: bytes = resp.read(ERROR_BODY_LIMIT)
     except Exception:
         content = b""
     if not resp.message_complete:

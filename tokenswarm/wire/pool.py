@@ -56,7 +56,7 @@ arrival_poller: Any = None
 _PEEK_BYTES = 65536
 
 
-class StampedSocket(gevent.socket.socket):
+class StampedSocket(gevent.socket.socket):  # type: ignore[misc]  # gevent ships no types
     """A gevent socket whose reads keep ``recvmsg``'s ancillary data (the kernel stamp).
 
     One read has one stamp, its newest segment's. The first read of a response is the
@@ -67,11 +67,11 @@ class StampedSocket(gevent.socket.socket):
     then dates each part of the read by the sweep that first saw it.
     """
 
-    last_anc: list = []  # of the latest read; each instance sets its own
+    last_anc: list[Any] = []  # of the latest read; each instance sets its own
     last_data = b""  # the latest read's bytes (the header read's, for the marks)
     consumed = 0  # bytes all reads returned so far: the offset of the next byte
     #: (end offset, ancillary data or realtime seconds): bytes up to the offset had arrived by that stamp
-    marks: list = []
+    marks: list[Any] = []
     _response_pending = False  # a request went out: the next read is its response's first
 
     def sendall(self, data: bytes, flags: int = 0) -> None:
@@ -88,7 +88,7 @@ class StampedSocket(gevent.socket.socket):
         self.consumed += len(data)
         return data
 
-    def _first_read(self, bufsize: int) -> tuple[bytes, list]:
+    def _first_read(self, bufsize: int) -> tuple[bytes, list[Any]]:
         self.marks = []
         poller, raw = arrival_poller, self._sock
         fd = raw.fileno()
@@ -238,7 +238,8 @@ def request_head(http_client: Any, path: str, body: bytes, headers: dict[str, st
             heads.clear()
         heads[key] = prefix
     if not prefix:  # not the library's usual ending: let it build this one
-        return http_client._build_request("POST", path, body=body, headers=headers, chunked=False).encode("latin-1")
+        built: str = http_client._build_request("POST", path, body=body, headers=headers, chunked=False)
+        return built.encode("latin-1")
     return prefix + b"Content-Length: %d\r\n\r\n" % len(body)
 
 
@@ -344,7 +345,7 @@ def library_read_pieces(resp: Any, body: bytes, clock: Callable[[], float],
     came after the last sweep the read's own stamp; otherwise the whole is one piece with
     the read's stamp.
     """
-    sock = getattr(resp, "_sock", None)
+    sock: Any = getattr(resp, "_sock", None)  # a StampedSocket when kernel stamps are on
     marks = getattr(sock, "marks", None)
     if marks and kstamp.maps_onto(clock):
         raw = sock.last_data
@@ -366,7 +367,7 @@ def library_read_pieces(resp: Any, body: bytes, clock: Callable[[], float],
     return [(library_read_time(resp, clock), body)]
 
 
-def _mark_time(stamp: list | float, offset: float, now: float) -> float:
+def _mark_time(stamp: list[Any] | float, offset: float, now: float) -> float:
     """A mark's stamp on the monotonic timeline: ancillary data (a sweep's peek) or realtime
     seconds (the watcher's note); ``now`` when implausible."""
     if isinstance(stamp, float):
@@ -374,14 +375,14 @@ def _mark_time(stamp: list | float, offset: float, now: float) -> float:
     return kstamp.stamp_of(stamp, offset, now)
 
 
-def _cuts(marks: list, to_body: Callable[[int], int], size: int) -> list[tuple[int, list | None]]:
+def _cuts(marks: list[Any], to_body: Callable[[int], int], size: int) -> list[tuple[int, list[Any] | None]]:
     """``marks`` (stream offset, stamp) as increasing body offsets, ending at ``size``.
 
     ``to_body`` maps a stream offset to a body offset. The last cut carries the first mark
     that covers the end of the body; ``None`` there means bytes that arrived after the last
     sweep, dated by the read itself (its newest segment).
     """
-    cuts: list[tuple[int, list | None]] = []
+    cuts: list[tuple[int, list[Any] | None]] = []
     for end, anc in marks:
         d = to_body(end)
         if d >= size:
@@ -391,12 +392,12 @@ def _cuts(marks: list, to_body: Callable[[int], int], size: int) -> list[tuple[i
     return cuts + [(size, None)]
 
 
-def _plain_cuts(size: int, raw_start: int, marks: list) -> list[tuple[int, list | None]]:
+def _plain_cuts(size: int, raw_start: int, marks: list[Any]) -> list[tuple[int, list[Any] | None]]:
     """:func:`_cuts` for a body without framing (raw bytes are body bytes)."""
     return _cuts(marks, lambda end: end - raw_start, size)
 
 
-def _body_cuts(raw_body: bytes, raw_start: int, marks: list) -> list[tuple[int, list | None]] | None:
+def _body_cuts(raw_body: bytes, raw_start: int, marks: list[Any]) -> list[tuple[int, list[Any] | None]] | None:
     """:func:`_cuts` for a chunked body: raw offsets map through the framing to de-chunked
     offsets of ``raw_body``'s data (``raw_start``: the stream offset of its first byte).
     None when the framing does not parse."""
@@ -452,9 +453,9 @@ def tune_pool(http_client: Any, keep_alive: bool = True) -> None:
     pool = getattr(http_client, "_connection_pool", None)
     if not isinstance(pool, ConnectionPool) or getattr(pool, "_tokenswarm_tuned", False):
         return
-    pool._is_socket_alive = socket_alive
+    pool._is_socket_alive = socket_alive  # type: ignore[method-assign]  # the library's own check, replaced
     if not keep_alive:
         pool.return_socket = pool.release_socket  # type: ignore[method-assign]  # closes it, frees its slot
     if kstamp.ENABLED and not isinstance(pool, SSLConnectionPool):  # OpenSSL reads TLS sockets itself
-        pool._create_tcp_socket = _stamped_tcp_socket
-    pool._tokenswarm_tuned = True
+        pool._create_tcp_socket = _stamped_tcp_socket  # type: ignore[method-assign]  # stamped sockets
+    pool._tokenswarm_tuned = True  # type: ignore[attr-defined]  # a mark on the library's pool: tuned once

@@ -68,7 +68,8 @@ READ_BATCH_S = float(os.environ.get("TOKENSWARM_READ_BATCH_MS", "1")) / 1000.0
 
 def _between_chunks(resp: Any) -> bool:
     try:
-        return resp.get_remaining_content_length() == 0
+        remaining: int = resp.get_remaining_content_length()
+        return remaining == 0
     except (AttributeError, ValueError):
         return not resp._body_buffer  # no parser state to ask: only an untouched body is safe
 
@@ -160,7 +161,7 @@ class StreamPoller:
             self.watcher.start(self._ready)
 
 
-_pollers: dict[tuple, StreamPoller] = {}
+_pollers: dict[tuple[Any, ...], StreamPoller] = {}
 
 
 def stream_poller(clock: Callable[[], float]) -> StreamPoller | None:
@@ -185,7 +186,7 @@ class HubReader:
                  "watched")
 
     def __init__(self, resp: Any, clock: Callable[[], float], parser: SSEParser,
-                 on_events: Callable[[float, list], bool], on_eof: Callable[[], None]) -> None:
+                 on_events: Callable[[float, list[Any]], bool], on_eof: Callable[[], None]) -> None:
         self.resp = resp
         self.raw = resp._sock._sock  # the non-blocking OS-level socket under gevent's wrapper
         self.fd = -1
@@ -196,7 +197,7 @@ class HubReader:
         self.done = Event()
         self.error: BaseException | None = None
         self.poller: StreamPoller | None = None
-        self.watcher = None
+        self.watcher: Any = None  # gevent's io watcher (the greenlet path)
         self.stamped = False  # reads carry kernel receive timestamps
         self.watched = False  # registered with the arrival watcher (stamped reads, C extension built)
         # Our own de-chunking from the first chunk boundary on. The library's parser reads the
@@ -217,7 +218,7 @@ class HubReader:
         self.tail = b""  # fast path: raw bytes of a chunk the last read ended inside
         # Set by the caller once no read can make it stop (first token seen, no per-read hooks):
         # the events go straight to the stream state, one call less per read.
-        self.steady: Callable[[float, list], Any] | None = None
+        self.steady: Callable[[float, list[Any]], Any] | None = None
 
     def run(self) -> None:
         """Process what is already buffered, then read from the hub until the response ends."""
@@ -303,7 +304,7 @@ class HubReader:
         except BaseException as exc:
             self._finish(exc)
 
-    def _dated(self, groups: list) -> None:
+    def _dated(self, groups: list[Any]) -> None:
         """Deliver a read's events in groups, each at the time the watcher dated it."""
         steady = self.steady
         for when, events in groups:

@@ -142,7 +142,7 @@ class StreamState:
         self.last_delivery_s: float | None = None
 
     # -- feeding -----------------------------------------------------------------------------
-    def on_events(self, now_s: float, events: list[tuple]) -> int:
+    def on_events(self, now_s: float, events: list[tuple[Any, ...]]) -> int:
         """Consume parsed SSE events that arrived at ``now_s``; return content chunks added."""
         # The hot path: one iteration per SSE event, kept flat on purpose (no helper calls for
         # a typed completion chunk). Any other payload is read into the same fields by _read_object.
@@ -222,7 +222,7 @@ class StreamState:
                                       f"each at least one token (target.limits.output_tokens_factor)")
         return added
 
-    def _read_object(self, event_type: str | None, data: bytes) -> tuple | None:
+    def _read_object(self, event_type: str | None, data: bytes) -> tuple[Any, ...] | None:
         """Any payload, decoded into dicts: ``(usage, finish, text, thought, token_ids, cum)`` of
         its first choice, or None when it holds no choice (errors, trailers, malformed data are
         recorded on the state here)."""
@@ -428,14 +428,15 @@ if _native_offsets_ms is None:  # at import time: a first lazy import inside the
     import numpy as np
 
 
-def _offsets_ms(times: array, sent: float) -> list[float]:
+def _offsets_ms(times: array[float], sent: float) -> list[float]:
     """Arrival offsets in ms from ``sent``, rounded to the microsecond (compact JSON)."""
     if not times:
         return []
     if _native_offsets_ms is not None:
         return _native_offsets_ms(times, sent)  # type: ignore[no-any-return]
     a = np.frombuffer(times, dtype=np.float64)
-    return ((a - sent) * 1000.0).round(3).tolist()  # the method: no np.round dispatch per request
+    offsets: list[float] = ((a - sent) * 1000.0).round(3).tolist()
+    return offsets  # the method: no np.round dispatch per request
 
 
 def _count(name: str, v: Any, bound: int) -> tuple[int | None, str | None]:

@@ -101,7 +101,7 @@ class BodyReader:
     __slots__ = ("resp", "clock", "parser", "on_events", "use_hub", "hub", "stopped")
 
     def __init__(self, resp: Any, clock: Callable[[], float], parser: SSEParser,
-                 on_events: Callable[[float, list], bool], *, hub: bool) -> None:
+                 on_events: Callable[[float, list[Any]], bool], *, hub: bool) -> None:
         self.resp = resp
         self.clock = clock
         self.parser = parser
@@ -110,7 +110,7 @@ class BodyReader:
         self.hub: reader.HubReader | None = None
         self.stopped = False
 
-    def go_steady(self, steady: Callable[[float, list], Any]) -> None:
+    def go_steady(self, steady: Callable[[float, list[Any]], Any]) -> None:
         """From now on give events to ``steady`` (which cannot stop the reading)."""
         if self.hub is not None:
             self.hub.steady = steady
@@ -134,7 +134,7 @@ class BodyReader:
             self.hub = None
             self.on_events = _stopped
 
-    def _noting_stop(self, now: float, events: list) -> bool:
+    def _noting_stop(self, now: float, events: list[Any]) -> bool:
         if self.on_events(now, events):
             self.stopped = True
             return True
@@ -152,7 +152,7 @@ class BodyReader:
                 return True
 
 
-def _stopped(_now: float, _events: list) -> bool:
+def _stopped(_now: float, _events: list[Any]) -> bool:
     return True
 
 

@@ -28,6 +28,7 @@ import itertools
 import json
 import random
 import statistics
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,14 +54,14 @@ HUGE_MAX_TOKENS = 10_000_000
 class Prompt:
     """One single-shot request: ``messages`` (chat) or ``text`` (completions) is set, not both."""
 
-    messages: tuple[dict, ...] | None
+    messages: tuple[dict[str, Any], ...] | None
     text: str | None
     target_prompt_tokens: int
     max_tokens: int
     source: str  # provenance, e.g. "pydoc:topics/for", "stdlib:json/decoder.py:120"
     abnormal: str | None = None  # abnormal case name (see scenario.ABNORMAL_CASES) or None
-    params: dict = field(default_factory=dict, compare=False)  # request-body overrides (abnormal, extraction)
-    schema: dict | None = field(default=None, compare=False)  # extraction: the JSON Schema asked for
+    params: dict[str, Any] = field(default_factory=dict[str, Any], compare=False)  # request-body overrides (abnormal, extraction)
+    schema: dict[str, Any] | None = field(default=None, compare=False)  # extraction: the JSON Schema asked for
 
 
 @dataclass(frozen=True)
@@ -273,7 +274,7 @@ class PromptSource:
             self.counter.name, self.chars_per_token, len(texts), statistics.median(errors) if errors else None
         )
 
-    def _fit(self, rng: random.Random, n: int, build, attr: str) -> tuple[list[str], list[int]]:
+    def _fit(self, rng: random.Random, n: int, build: Callable[[random.Random], str], attr: str) -> tuple[list[str], list[int]]:
         texts: list[str] = []
         counts: list[int] = []
         for _ in range(n):
@@ -321,7 +322,7 @@ class PromptSource:
             return Prompt(({"role": "user", "content": text},), None, target, max_tokens, source, **extra)
         return Prompt(None, text, target, max_tokens, source, **extra)
 
-    def _qa(self, rng: random.Random, target: int, topic=None) -> tuple[str, str]:
+    def _qa(self, rng: random.Random, target: int, topic: Any = None) -> tuple[str, str]:
         corpus = prose_corpus()
         if topic is None:
             topic = corpus.topics[rng.randrange(len(corpus.topics))]
@@ -465,6 +466,7 @@ class PromptSource:
         return prefixes, list(itertools.accumulate(weights))
 
     def _dataset_prompt(self, rng: random.Random, max_tokens: int) -> Prompt:
+        assert self.items is not None  # dataset tasks load their items at construction
         item = self.items[rng.randrange(len(self.items))]
         if item.max_tokens is not None:
             max_tokens = item.max_tokens
@@ -502,19 +504,19 @@ class PromptSource:
         return self._wrap(text, target, max_tokens, source, abnormal=case)  # cancel_early
 
 
-def _replace_payload(prompt: Prompt, messages: tuple[dict, ...] | None, text: str | None) -> Prompt:
+def _replace_payload(prompt: Prompt, messages: tuple[dict[str, Any], ...] | None, text: str | None) -> Prompt:
     return Prompt(messages, text, prompt.target_prompt_tokens, prompt.max_tokens, prompt.source, prompt.abnormal,
                   prompt.params, prompt.schema)
 
 
-def conversation_messages(conv: Conversation, turn: int, replies: list[str]) -> list[dict]:
+def conversation_messages(conv: Conversation, turn: int, replies: list[str]) -> list[dict[str, Any]]:
     """Chat history for ``turn``: earlier user messages with the assistant's real ``replies``, then this turn.
 
     A convenience for user classes; ``replies[i]`` is the assistant text returned for turn ``i``.
     """
     if len(replies) < turn:
         raise ValueError(f"turn {turn} needs {turn} earlier replies, got {len(replies)}")
-    out: list[dict] = [{"role": "system", "content": conv.system}] if conv.system else []
+    out: list[dict[str, Any]] = [{"role": "system", "content": conv.system}] if conv.system else []
     for i in range(turn):
         out.append({"role": "user", "content": conv.user_message(i)})
         out.append({"role": "assistant", "content": replies[i]})
@@ -528,7 +530,7 @@ def conversation_text(conv: Conversation, turn: int, replies: list[str]) -> str:
 
 
 def build_prompt_sources(
-    tasks, counter: TokenCounter | None, seed: int, api: str = "chat", pool_size: int = 64
+    tasks: Iterable[TaskConfig], counter: TokenCounter | None, seed: int, api: str = "chat", pool_size: int = 64
 ) -> dict[str, PromptSource]:
     """One :class:`PromptSource` per task name (tasks with weight 0 included, they are cheap)."""
     return {t.name: PromptSource(t, counter, seed, pool_size=pool_size, api=api) for t in tasks}

@@ -159,7 +159,7 @@ class ServerTokenizeCounter:
         self,
         base_url: str,
         model: str | None,
-        headers: dict | None = None,
+        headers: dict[str, Any] | None = None,
         timeout_s: float = 5.0,
         fallback: TokenCounter | None = None,
     ):
@@ -241,7 +241,7 @@ def make_token_counter(
     base_url: str | None,
     model: str | None,
     tokenizer_path: str | None,
-    headers: dict | None = None,
+    headers: dict[str, Any] | None = None,
     timeout_s: float = 5.0,
 ) -> TokenCounter:
     """Choose the best available counter (server ``/tokenize``, local tokenizer, estimate).

@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import functools
 import io
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,7 +124,7 @@ def _time_field(obj: dict[str, Any], name: str, path: str, lineno: int) -> float
     return float(v)
 
 
-def _json_lines(path: str, text: bytes):
+def _json_lines(path: str, text: bytes) -> Iterator[tuple[int, dict[str, Any]]]:
     for lineno, raw in enumerate(text.splitlines(), 1):
         if not raw.strip():
             continue
@@ -136,7 +137,7 @@ def _json_lines(path: str, text: bytes):
         yield lineno, obj
 
 
-def _mooncake(path: str, text: bytes) -> tuple[list[tuple[float, tuple]], int]:
+def _mooncake(path: str, text: bytes) -> tuple[list[tuple[float, tuple[Any, ...]]], int]:
     out = []
     for lineno, obj in _json_lines(path, text):
         t = _time_field(obj, "timestamp", path, lineno) / 1000.0  # Mooncake: milliseconds
@@ -150,7 +151,7 @@ def _mooncake(path: str, text: bytes) -> tuple[list[tuple[float, tuple]], int]:
     return out, 0
 
 
-def _burstgpt(path: str, text: bytes) -> tuple[list[tuple[float, tuple]], int]:
+def _burstgpt(path: str, text: bytes) -> tuple[list[tuple[float, tuple[Any, ...]]], int]:
     try:
         decoded = text.decode("utf-8")
     except UnicodeDecodeError:
@@ -180,7 +181,7 @@ def _burstgpt(path: str, text: bytes) -> tuple[list[tuple[float, tuple]], int]:
     return out, 0
 
 
-def _records(path: str, text: bytes) -> tuple[list[tuple[float, tuple]], int]:
+def _records(path: str, text: bytes) -> tuple[list[tuple[float, tuple[Any, ...]]], int]:
     out = []
     skipped = 0
     for lineno, obj in _json_lines(path, text):

@@ -15,6 +15,7 @@ import os
 import random
 import re
 import sysconfig
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,7 +133,7 @@ def top_level_defs(rel: str) -> tuple[tuple[int, int], ...]:
     return tuple((i + 1, off) for i, off in _def_lines(text))
 
 
-def _def_lines(text: str):
+def _def_lines(text: str) -> Iterator[tuple[int, int]]:
     for i, off in enumerate(_line_starts(text)):
         if text.startswith(("def ", "class ", "async def "), off):
             yield i, off
