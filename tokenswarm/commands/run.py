@@ -155,15 +155,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def plan_text(scenario, slos: dict, host: str | None) -> str:
-    """The load plan as a person reads it: steps, windows, expected requests, SLOs."""
+    """The load plan as a person reads it: steps, windows, expected requests, SLOs, what it can judge."""
     from tokenswarm.load.setup import planned_duration_s
+    from tokenswarm.orchestrate.sizing import plan_cells, plan_lines
 
     load = scenario.load
     lines = [f"scenario {scenario.name} ({scenario.path}) -> {host or scenario.target.base_url} [{scenario.target.api}]",
              "traffic: " + ", ".join(f"{t.name} ({t.kind}) weight {t.weight:g}" for t in scenario.traffic.classes
                                       if t.weight > 0),
              f"load: {load.mode} loop, warm-up {load.warmup_s:g} s + steady {load.step_duration_s:g} s per step"]
-    mean_out = _mean_output_tokens(scenario)
+    expected_all = [c.expected for c in plan_cells(scenario, slos) if c.task == "all"]
     for i, target in enumerate(load.steps):
         if load.mode == "replay":
             expected = (f"~{target * load.step_duration_s:.0f} requests of {load.trace} ({load.trace_format}) "
@@ -173,22 +174,14 @@ def plan_text(scenario, slos: dict, host: str | None) -> str:
             expected = f"~{target * load.step_duration_s:.0f} requests in the steady window ({load.arrival})"
             name = f"r{target:g}"
         else:
-            # closed loop: depends on latency; give the count at 40 tokens/s per stream as a guide
-            per_req_s = max(mean_out / 40.0, 0.05)
-            expected = f"~{target * load.step_duration_s / per_req_s:.0f} requests if a stream decodes 40 tok/s"
+            # closed loop: depends on latency; the sizing estimate (its assumptions are printed below)
+            expected = f"~{expected_all[i]:.0f} requests (estimate, see sizing)"
             name = f"c{int(target)}"
         lines.append(f"  step {i} {name}: {expected}")
     lines.append(f"planned duration ~{planned_duration_s(scenario):.0f} s")
     lines.append("SLOs: " + (", ".join(f"{k}={v}" for k, v in slos.items() if k != "per_task") or "none")
                  + (f"; per task {slos['per_task']}" if slos.get("per_task") else ""))
+    sizing, warnings = plan_lines(scenario, slos)
+    lines += sizing + [f"WARNING: {w}" for w in warnings]
     lines.append("dry run: nothing was sent")
     return "\n".join(lines)
-
-
-def _mean_output_tokens(scenario) -> float:
-    import random
-
-    rng = random.Random(0)
-    tasks = [t for t in scenario.traffic.classes if t.weight > 0]
-    total_w = sum(t.weight for t in tasks) or 1.0
-    return sum(t.weight * sum(t.output_tokens.sample(rng) for _ in range(200)) / 200 for t in tasks) / total_w
