@@ -38,6 +38,13 @@ Z_95 = 1.959963984540054
 STOPPING_RULE = ("two-stage: the pilot (the first step_duration_s of steady window) fixes each task's "
                  "request count; the step runs until the counts are reached or max_step_s (later values "
                  "never decide the stop)")
+FIXED_COUNT_RULE = ("fixed count: the step runs until every task has min_requests_per_task successful "
+                    "requests or max_step_s (no measured value decides the stop)")
+
+
+def stopping_rule(until: Any) -> str:
+    """The stopping rule of ``load.until`` in words: two-stage with ``precision``, else a fixed count."""
+    return STOPPING_RULE if until.precision is not None else FIXED_COUNT_RULE
 
 
 def median_interval_halfwidth(values: Sequence[float]) -> float | None:
@@ -199,5 +206,5 @@ class AdaptiveRun:
 
     def summary(self) -> dict[str, Any]:
         """What the manifest keeps (``sizing.adaptive``): the rule and each step's outcome."""
-        return {"until": self.until.to_dict(), "stopping_rule": STOPPING_RULE, "budget_s": self.budget_s,
+        return {"until": self.until.to_dict(), "stopping_rule": stopping_rule(self.until), "budget_s": self.budget_s,
                 "steps": [self.outcomes[i] for i in sorted(self.outcomes)]}

@@ -39,6 +39,7 @@ from tokenswarm.load.breaker import CircuitBreaker
 from tokenswarm.load.context import RunContext
 from tokenswarm.load.health import HealthMonitor
 from tokenswarm.load.livestats import LiveStats
+from tokenswarm.load.pilot import run_pilot
 from tokenswarm.load.preflight import Preflight, PreflightError, preflight
 from tokenswarm.load.setup import (
     build_worker_context,
@@ -210,9 +211,16 @@ class RunController:
 
     def _announce_plan(self) -> None:
         """The first lines of a run: what the plan can judge; a gate it cannot judge warns now."""
-        if self.fixed_users or self.recording is None:
+        if self.fixed_users or self.recording is None or self.ctx is None:
             return
-        lines, warnings = sizing.plan_lines(self.scenario, self.slos)
+        rate = sizing.RateModel()
+        try:
+            pilot = run_pilot(self.ctx.base_url, self.scenario.target, self.ctx.model, self.scenario.target.api)
+            if pilot.stream_tokens_per_s:
+                rate = sizing.RateModel.from_pilot(pilot.stream_tokens_per_s, pilot.ttft_s, pilot.output_tokens)
+        except (OSError, ValueError) as exc:  # the plan stays on its stated assumptions
+            log.info("tokenswarm: pilot request failed (%s); the plan assumes the server's speed", exc)
+        lines, warnings = sizing.plan_lines(self.scenario, self.slos, rate)
         for line in lines:
             print(f"tokenswarm: {line}", flush=True)
         for text in warnings:

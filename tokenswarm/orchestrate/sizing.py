@@ -31,6 +31,7 @@ from typing import Any, Mapping
 from tokenswarm.analysis.slo import ALL_TASKS, parse_slos
 from tokenswarm.analysis.stats import min_samples_for
 from tokenswarm.metrics import SLO_METRICS
+from tokenswarm.orchestrate.adaptive import stopping_rule
 
 #: per-stream decode speed assumed when the server was not measured (tokens/s)
 ASSUMED_STREAM_TOKENS_PER_S = 40.0
@@ -49,8 +50,17 @@ class RateModel:
 
     stream_tokens_per_s: float = ASSUMED_STREAM_TOKENS_PER_S
     prefill_tokens_per_s: float = ASSUMED_PREFILL_TOKENS_PER_S
+    first_token_s: float = 0.0  #: fixed time to the first token beyond prefill (a pilot measures it)
     source: str = (f"assumed {ASSUMED_STREAM_TOKENS_PER_S:g} output tokens/s per stream and "
                    f"{ASSUMED_PREFILL_TOKENS_PER_S:g} prompt tokens/s prefill (no pilot; the server was not measured)")
+
+    @classmethod
+    def from_pilot(cls, stream_tokens_per_s: float, ttft_s: float, output_tokens: int) -> RateModel:
+        """Measured by one pilot request: its stream's speed and time to first token (prefill assumed)."""
+        return cls(stream_tokens_per_s, ASSUMED_PREFILL_TOKENS_PER_S, ttft_s,
+                   f"pilot: one request of {output_tokens} tokens streamed {stream_tokens_per_s:.0f} tokens/s, "
+                   f"first token after {ttft_s * 1000:.0f} ms (prefill assumed {ASSUMED_PREFILL_TOKENS_PER_S:g} "
+                   "prompt tokens/s; concurrency taken not to slow a stream: an upper bound at high load)")
 
 
 @dataclass(frozen=True)
@@ -104,7 +114,7 @@ def request_seconds(task: Any, rate: RateModel) -> float:
     prompt = _mean(task.document_tokens, rng) if task.document_tokens is not None else _mean(task.prompt_tokens, rng)
     out = _mean(task.output_tokens, rng)
     think = _mean(task.think_time_s, rng)
-    return prompt / rate.prefill_tokens_per_s + out / rate.stream_tokens_per_s + think
+    return rate.first_token_s + prompt / rate.prefill_tokens_per_s + out / rate.stream_tokens_per_s + think
 
 
 def _users_per_task(tasks: list[Any], users: int) -> dict[str, float]:
@@ -140,7 +150,6 @@ def plan_cells(scenario: Any, slos: Mapping[str, Any] | Any, rate: RateModel | N
     total_w = sum(t.weight for t in tasks) or 1.0
     share = {t.name: t.weight / total_w for t in tasks}
     secs = {t.name: request_seconds(t, rate) for t in tasks}
-    until = getattr(load, "until", None)
     draw = getattr(scenario.traffic, "task_draw", "per_user")
     cells: list[Cell] = []
     for target in load.steps:
@@ -211,11 +220,9 @@ def plan_lines(scenario: Any, slos: Mapping[str, Any] | Any, rate: RateModel | N
     until = getattr(load, "until", None)
     lines = [f"sizing: throughput {rate.source}"]
     if until is not None:
-        from tokenswarm.orchestrate.adaptive import STOPPING_RULE
-
         goal = ", ".join(f"{k} {v}" for k, v in until.to_dict().items() if k != "max_step_s")
         lines.append(f"sizing: adaptive steps: each runs >= {load.step_duration_s:g} s and until {goal} "
-                     f"(at most {until.max_step_s:g} s); {STOPPING_RULE}")
+                     f"(at most {until.max_step_s:g} s); {stopping_rule(until)}")
     warnings: list[str] = []
     by_step: dict[str, list[Cell]] = {}
     for c in cells:

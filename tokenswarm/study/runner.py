@@ -22,7 +22,7 @@ from typing import Callable
 from tokenswarm.study.manifest import StudyManifest, run_complete
 from tokenswarm.study.order import interleaved_order
 from tokenswarm.study.server import ArmServer, ServerNotReady
-from tokenswarm.study.spec import Study
+from tokenswarm.study.spec import Study, checkable
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_SERVER = 0, 2, 3
 #: the run itself failing: same status as a server failing (the study could not finish)
@@ -131,6 +131,23 @@ def run_arm_round(study: Study, out: Path, manifest: StudyManifest, round_no: in
     manifest.update(round_no, arm_name, status="done", ended_at=time.time())
 
 
+def study_stopping(study: Study) -> dict[str, object]:
+    """How long each step of each arm-round runs: the same rule per cell (step x task) in every round.
+
+    With ``load.until`` each run's steps are adaptive (:mod:`tokenswarm.orchestrate.adaptive`),
+    every arm and round under the one rule; without it, every step runs its fixed window.
+    """
+    from tokenswarm.orchestrate.adaptive import stopping_rule
+    from tokenswarm.workload.scenario import load_scenario, parse_override
+
+    sc = load_scenario(study.scenario, dict(parse_override(checkable(o)) for o in study.overrides) or None)
+    until = sc.load.until
+    if until is None:
+        return {"until": None, "rule": f"fixed: every step's steady window is {sc.load.step_duration_s:g} s"}
+    return {"until": until.to_dict(), "rule": stopping_rule(until) + "; the same rule for every cell in every "
+            "arm-round"}
+
+
 def run_study(study: Study, out: Path, say: Callable[[str], None] = print) -> int:
     """Run (or resume) ``study`` into ``out``; the exit status of the contract (0, 2 or 3)."""
     order = interleaved_order([a.name for a in study.arms], study.rounds)
@@ -139,6 +156,8 @@ def run_study(study: Study, out: Path, say: Callable[[str], None] = print) -> in
     except ValueError as e:
         print(f"tokenswarm study: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    manifest.data["stopping"] = study_stopping(study)
+    manifest.save()
     say(f"tokenswarm study: {len(study.arms)} arms x {study.rounds} rounds, order "
         + " ".join(a for _, a in order) + f" -> {out}")
     for round_no, arm_name in order:
