@@ -39,7 +39,7 @@ ASSUMED_STREAM_TOKENS_PER_S = 40.0
 ASSUMED_PREFILL_TOKENS_PER_S = 5000.0
 #: a random draw that falls short of a need more often than this is flagged
 SHORTFALL_RISK = 0.05
-_PERCENTILE = re.compile(r"^(?P<metric>[a-z]+)_p(?P<p>\d+(?:_\d+)?)_ms$")
+_PERCENTILE = re.compile(r"^(?P<metric>[a-z0-9]+?)_p(?P<p>\d+(?:_\d+)?)_ms$")
 #: the figure every cell needs: its median (what a study's verdict compares)
 MEDIAN = "median (the study verdict's basis)"
 

@@ -117,7 +117,8 @@ class StepMachine:
                 out.append(Transition(step, PHASE_STEADY, steady_at))
                 continue
             if self.phase == "steady":
-                steady_s = self.times[-1].steady_s or now_s
+                steady_s = self.times[-1].steady_s
+                steady_s = now_s if steady_s is None else steady_s
                 end_at = steady_s + step.duration_s
                 if now_s < end_at:
                     return out
