@@ -38,7 +38,6 @@ DEMO_OVERRIDES = (
     "traffic.classes.extraction.weight=0",
     "traffic.classes.qa.output_tokens={dist: uniform, min: 16, max: 48}",
     "traffic.classes.code.output_tokens={dist: uniform, min: 16, max: 48}",
-    "traffic.classes.code.prompt_tokens={dist: uniform, min: 200, max: 800}",
     f"load.until={{min_requests_per_task: {MIN_REQUESTS_PER_TASK}, max_step_s: {MAX_STEP_S}}}",
 )
 

@@ -204,6 +204,14 @@ class AdaptiveRun:
                 "targets": dict(plan.targets or {}), **({"pilot": plan.pilot} if plan.pilot else {})}
         return d
 
+    def progress(self, index: int) -> str:
+        """For the progress line: the tasks of step ``index`` still short of their count."""
+        plan, tally = self.plan_of(index), self.tallies.get(index, StepTally())
+        if plan.targets is None:
+            return "until: pilot"
+        short = [f"{t} {tally.counts.get(t, 0)}/{n}" for t, n in plan.targets.items() if tally.counts.get(t, 0) < n]
+        return "until: " + (", ".join(short) if short else "counts met")
+
     def summary(self) -> dict[str, Any]:
         """What the manifest keeps (``sizing.adaptive``): the rule and each step's outcome."""
         return {"until": self.until.to_dict(), "stopping_rule": stopping_rule(self.until), "budget_s": self.budget_s,

@@ -478,8 +478,11 @@ class RunController:
         ctx = self.ctx
         late = self.workers.sum("late_dispatches") if self.is_master else (ctx.late_dispatches if ctx else 0)
         step = progress.step_label(ctx.step_name if ctx else None, ctx.phase if ctx else None, self.machine)
-        return progress.progress_line(self.live, step=step, users=self.env.runner.user_count,
+        line = progress.progress_line(self.live, step=step, users=self.env.runner.user_count,
                                       in_flight=self._in_flight(), late_dispatches=late)
+        if self.adaptive is not None and ctx is not None and ctx.step_index is not None:
+            line += " | " + self.adaptive.progress(ctx.step_index)
+        return line
 
     # -- stop ------------------------------------------------------------------------------------
     def stop(self) -> None:

@@ -80,7 +80,8 @@ class Cell:
     expected: float  #: successful requests the plan is expected to give (at the cap for adaptive steps)
     rate_per_s: float  #: the cell's expected requests per second of steady window
     needs: tuple[Need, ...]
-    shortfall_risk: float = 0.0  #: chance the random draw gives fewer than the largest need
+    shortfall_risk: float = 0.0
+    window_s: float = 0.0  #: the step's expected steady window (its cap, or until its counts)  #: chance the random draw gives fewer than the largest need
 
     @property
     def need(self) -> int:
@@ -174,7 +175,7 @@ def plan_cells(scenario: Any, slos: Mapping[str, Any] | Any, rate: RateModel | N
             risk = 0.0
             if task != ALL_TASKS and draw == "per_request" and len(tasks) > 1:
                 risk = binomial_below(int(total_rate * window_s), share[task], need)
-            cells.append(Cell(name, task, expected, r, needs, risk))
+            cells.append(Cell(name, task, expected, r, needs, risk, window_s))
     return cells
 
 
@@ -219,6 +220,9 @@ def plan_lines(scenario: Any, slos: Mapping[str, Any] | Any, rate: RateModel | N
     load = scenario.load
     until = getattr(load, "until", None)
     lines = [f"sizing: throughput {rate.source}"]
+    steady = {c.step: c.window_s for c in cells}
+    lines.append(f"sizing: expected length ~{sum(steady.values()) + len(steady) * load.warmup_s:.0f} s "
+                 f"(steady windows and warm-ups)")
     if until is not None:
         goal = ", ".join(f"{k} {v}" for k, v in until.to_dict().items() if k != "max_step_s")
         lines.append(f"sizing: adaptive steps: each runs >= {load.step_duration_s:g} s and until {goal} "
@@ -229,7 +233,8 @@ def plan_lines(scenario: Any, slos: Mapping[str, Any] | Any, rate: RateModel | N
         by_step.setdefault(c.step, []).append(c)
     for step, row in by_step.items():
         parts = [f"{c.task} ~{c.expected:.0f}/{c.need}" for c in row]
-        lines.append(f"sizing: step {step}: requests expected/needed per cell: " + ", ".join(parts))
+        lines.append(f"sizing: step {step} (~{row[0].window_s:.0f} s steady): requests expected/needed per cell: "
+                     + ", ".join(parts))
         short = [c for c in row if c.expected < c.need]
         if short:
             worst = min(short, key=lambda c: c.expected / c.need)
