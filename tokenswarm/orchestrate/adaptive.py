@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 #: a pilot needs this many values of a task before its interval width says anything
 PILOT_MIN_REQUESTS = 10
@@ -136,7 +136,7 @@ class StepPlan:
 
 def record_metric(metric: str, rec: Mapping[str, Any] | Any) -> float | None:
     """``until.metric`` of one record (a RequestRecord or its JSON dict); None when not observed."""
-    get = rec.get if isinstance(rec, Mapping) else (lambda k: getattr(rec, k, None))
+    get: Callable[[str], Any] = rec.get if isinstance(rec, Mapping) else (lambda k: getattr(rec, k, None))
     e2e = get("e2e_ms")
     if metric == "request_output_tps":
         out = get("output_tokens")
@@ -180,7 +180,7 @@ class AdaptiveRun:
 
     def observe_record(self, rec: Any) -> None:
         """A record (object or JSON dict) as the controller sees it."""
-        get = rec.get if isinstance(rec, Mapping) else (lambda k: getattr(rec, k, None))
+        get: Callable[[str], Any] = rec.get if isinstance(rec, Mapping) else (lambda k: getattr(rec, k, None))
         self.observe(get("step"), get("phase"), str(get("task")), str(get("outcome")),
                      record_metric(self.until.metric, rec))
 

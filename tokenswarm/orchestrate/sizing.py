@@ -106,7 +106,7 @@ def gate_needs(slos: Mapping[str, Any] | Any, task: str) -> list[Need]:
 def _mean(dist: Any, rng: random.Random, draws: int = 400) -> float:
     if dist is None:
         return 0.0
-    return sum(dist.sample(rng) for _ in range(draws)) / draws
+    return float(sum(dist.sample(rng) for _ in range(draws))) / draws
 
 
 def request_seconds(task: Any, rate: RateModel) -> float:
