@@ -97,7 +97,7 @@ def test_the_demo_as_the_readme_gives_it_judges_every_cell_including_code_at_con
 def run_documented(tmp_path, sim_line: str, run_line: str, timeout_s: float = 600) -> tuple[subprocess.CompletedProcess, int]:
     """Start the documented simulator on a free port, then the documented run against it."""
     port = free_port()
-    sim_argv = as_python(shlex.split(sim_line.rstrip("&").strip().replace("--port 8000", f"--port {port}")))
+    sim_argv = as_python(shlex.split(sim_line.strip().rstrip("&").strip().replace("--port 8000", f"--port {port}")))
     sim = subprocess.Popen(sim_argv, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            start_new_session=True)
     try:

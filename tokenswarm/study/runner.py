@@ -131,6 +131,24 @@ def run_arm_round(study: Study, out: Path, manifest: StudyManifest, round_no: in
     manifest.update(round_no, arm_name, status="done", ended_at=time.time())
 
 
+def study_plan(study: Study) -> tuple[list[str], list[str]]:
+    """What every run of the study can judge, before any server starts (the dry estimate).
+
+    Each run measures its server with a pilot request and prints its own plan; this one assumes
+    the stream speed (and says so), and multiplies a run's length by the arm-rounds.
+    """
+    from tokenswarm.load.setup import scenario_slos
+    from tokenswarm.orchestrate.sizing import plan_lines
+    from tokenswarm.workload.scenario import load_scenario, parse_override
+
+    sc = load_scenario(study.scenario, dict(parse_override(checkable(o)) for o in study.overrides) or None)
+    lines, warnings = plan_lines(sc, scenario_slos(sc))
+    runs = len(study.arms) * study.rounds
+    lines.append(f"sizing: the study runs this plan {runs} times ({len(study.arms)} arms x {study.rounds} rounds), "
+                 "each after a server start and warm-up requests")
+    return lines, warnings
+
+
 def study_stopping(study: Study) -> dict[str, object]:
     """How long each step of each arm-round runs: the same rule per cell (step x task) in every round.
 
@@ -158,6 +176,11 @@ def run_study(study: Study, out: Path, say: Callable[[str], None] = print) -> in
         return EXIT_BAD_INPUT
     manifest.data["stopping"] = study_stopping(study)
     manifest.save()
+    lines, warnings = study_plan(study)
+    for line in lines:
+        say(f"tokenswarm study: {line}")
+    for text in warnings:
+        print(f"tokenswarm study: WARNING: {text}", file=sys.stderr, flush=True)
     say(f"tokenswarm study: {len(study.arms)} arms x {study.rounds} rounds, order "
         + " ".join(a for _, a in order) + f" -> {out}")
     for round_no, arm_name in order:
