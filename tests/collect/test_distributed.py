@@ -41,7 +41,7 @@ def test_master_collects_every_record_from_two_workers(tmp_path):
                        load={"mode": "closed", "steps": [4, 8], "warmup_s": 0.5, "step_duration_s": 3,
                              "stop_timeout_s": 10})
     with start_sim("--profile", "tiny-fast", truth=True) as sim:
-        master, workers = start_master_and_workers(sc, sim.base_url, tmp_path / "run", 2)
+        master, workers = start_master_and_workers(sc, sim.base_url, tmp_path / "run", 2, "--no-pilot")
         code, out = finish(master, workers)
         truth = sim.read_truth()
     assert code == 0, out[-3000:]

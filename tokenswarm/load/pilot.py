@@ -5,8 +5,11 @@ requests each cell will get. A simulator's model cannot be assumed for a real se
 run measures it: one streamed request of :data:`PILOT_OUTPUT_TOKENS` tokens (temperature 0,
 ``ignore_eos`` so the length is the one asked for), timed from the send to the first content
 and from the first content to the end. Its answer is not a record of the run (it is not part
-of the load plan) and the manifest says it was sent. A pilot that fails leaves the plan on its
-stated assumptions; it never stops the run. The HTTP call is injected for tests.
+of the load plan; it is sent before the server metrics' baseline scrape, so it is not in the
+run's counter deltas either) and the plan's first line says it was sent. A pilot that fails,
+or is silent for ``timeout_s``, leaves the plan on its stated assumptions; it never stops the
+run. ``--no-pilot`` skips it (a test that counts every request the server saw). The HTTP call
+is injected for tests.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ def _stream_lines(url: str, body: bytes, headers: dict[str, str], timeout_s: flo
         yield from resp
 
 
-def run_pilot(base_url: str, target: Any, model: str, api: str, *, timeout_s: float = 60.0,
+def run_pilot(base_url: str, target: Any, model: str, api: str, *, timeout_s: float = 10.0,
               lines: Callable[..., Iterator[bytes]] = _stream_lines,
               clock: Callable[[], float] = time.perf_counter) -> PilotResult:
     """Send the pilot request; raises ``OSError``/``ValueError`` when there is no usable answer."""

@@ -215,11 +215,13 @@ class RunController:
             return
         rate = sizing.RateModel()
         try:
+            if getattr(self.env.parsed_options, "tokenswarm_no_pilot", False):
+                raise ValueError("--no-pilot")
             pilot = run_pilot(self.ctx.base_url, self.scenario.target, self.ctx.model, self.scenario.target.api)
             if pilot.stream_tokens_per_s:
                 rate = sizing.RateModel.from_pilot(pilot.stream_tokens_per_s, pilot.ttft_s, pilot.output_tokens)
         except (OSError, ValueError) as exc:  # the plan stays on its stated assumptions
-            log.info("tokenswarm: pilot request failed (%s); the plan assumes the server's speed", exc)
+            log.info("tokenswarm: no pilot request (%s); the plan assumes the server's speed", redact(str(exc)))
         lines, warnings = sizing.plan_lines(self.scenario, self.slos, rate)
         for line in lines:
             print(f"tokenswarm: {line}", flush=True)
