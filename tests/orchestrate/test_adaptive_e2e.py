@@ -85,3 +85,18 @@ def test_an_adaptive_step_that_cannot_fill_ends_at_its_cap(tmp_path):
     step = m["steps"][0]
     assert 2 <= step["ended_at"] - step["steady_at"] < 4
     assert any(w.startswith("plan: the median on step r5") for w in m["warnings"])  # said before the first request
+
+
+def test_the_budget_ends_adaptive_steps_that_could_run_far_longer(tmp_path):
+    load = {"mode": "closed", "steps": [1, 2], "warmup_s": 0.2, "step_duration_s": 1, "stop_timeout_s": 5,
+            "until": {"min_requests_per_task": 100000, "max_step_s": 120}}
+    sc = scenario_file(tmp_path, traffic={**SKEWED, "task_draw": "stratified"}, load=load)
+    with start_sim("--profile", "tiny-fast") as sim:
+        res = run_locust(sc, sim.base_url, tmp_path / "run", "--budget", "8")
+    assert res.returncode == 0, res.stderr[-3000:]
+    m = read_manifest(tmp_path / "run")
+    doc = m["adaptive_steps"]
+    assert doc["budget_s"] == 8 and [s["stopped_by"] for s in doc["steps"]] == ["budget", "budget"], doc
+    # the first step left the second its shortest window (warm-up + 1 s); the plan ran ~8 s, not 240
+    assert m["steps"][-1]["ended_at"] - m["steps"][0]["started_at"] < 15
+    assert doc["steps"][1]["steady_s"] >= 1
