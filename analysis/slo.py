@@ -24,11 +24,11 @@ from typing import Any, Mapping, Sequence
 
 from tokenswarm.analysis.samples import percentile_of, shortfall
 from tokenswarm.manifest import RunManifest
+from tokenswarm.metrics import ALL_TASKS as ALL_TASKS  # re-exported: the analysis' modules take it from here
 from tokenswarm.metrics import SLO_METRICS, slo_name
 
 #: Per-request goodput thresholds (not row SLOs).
 REQUEST_THRESHOLDS: tuple[str, ...] = ("ttft_ms", "tpot_ms", "e2e_ms")
-ALL_TASKS = "all"
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from tokenswarm.metrics import SAMPLES_PER_TAIL as SAMPLES_PER_TAIL  # re-exported: the glossary's rule
+from tokenswarm.metrics import min_samples_for as min_samples_for
+
 #: Percentiles reported for every latency metric, and their key spellings.
 PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0, 99.9)
 PERCENTILE_KEYS: tuple[str, ...] = ("p50", "p90", "p95", "p99", "p99_9")
@@ -480,20 +483,7 @@ def describe_parts(sp: SortedParts, prefix: str, unit: str, failed_share: float 
 
 # --------------------------------------------------------------------------- sample-size guard
 
-#: A q-quantile needs about this many samples beyond it: n >= SAMPLES_PER_TAIL / (1 - q).
-SAMPLES_PER_TAIL = 10.0
-
-
-def min_samples_for(p: float) -> int:
-    """Fewest samples that support the ``p``-th percentile: ceil(10 / (1 - p/100)).
-
-    p50 needs 20, p95 200, p99 1,000, p99.9 10,000: below that the estimate rests on fewer
-    than ~10 values in the tail and is shown as insufficient, never as a number.
-    """
-    q = p / 100.0
-    if q >= 1.0:
-        raise ValueError(f"percentile {p:g} has no finite sample requirement")
-    return math.ceil(round(SAMPLES_PER_TAIL / (1.0 - q), 6))
+# The rule itself is the glossary's (tokenswarm.metrics): the generator's plan uses it too.
 
 
 def percentile_supported(n: int, p: float) -> bool:

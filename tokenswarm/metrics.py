@@ -29,6 +29,7 @@ request phases
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:  # imported by the functions that use it: the generator itself needs no numpy
@@ -255,3 +256,24 @@ def with_schedule(lag_ms: float | None, value_ms: float | None) -> float | None:
     if value_ms is None:
         return None
     return value_ms + (lag_ms or 0.0)
+
+
+# --------------------------------------------------------------------------- sample-size rule
+
+#: The all-tasks row of a table or verdict (beside one row per task).
+ALL_TASKS = "all"
+#: A q-quantile needs about this many samples beyond it: n >= SAMPLES_PER_TAIL / (1 - q).
+SAMPLES_PER_TAIL = 10.0
+
+
+def min_samples_for(p: float) -> int:
+    """Fewest samples that support the ``p``-th percentile: ceil(10 / (1 - p/100)).
+
+    p50 needs 20, p95 200, p99 1,000, p99.9 10,000: below that the estimate rests on fewer
+    than ~10 values in the tail and is shown as insufficient, never as a number. The one rule
+    for the analysis' tables and gates and for the generator's plan of what it can judge.
+    """
+    q = p / 100.0
+    if q >= 1.0:
+        raise ValueError(f"percentile {p:g} has no finite sample requirement")
+    return math.ceil(round(SAMPLES_PER_TAIL / (1.0 - q), 6))

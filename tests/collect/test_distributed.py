@@ -35,7 +35,7 @@ def test_master_collects_every_record_from_two_workers(tmp_path):
                        load={"mode": "closed", "steps": [4, 8], "warmup_s": 0.5, "step_duration_s": 3,
                              "stop_timeout_s": 10})
     with start_sim("--profile", "tiny-fast", truth=True) as sim:
-        master, workers = start_master_and_workers(sc, sim.base_url, tmp_path / "run", 2)
+        master, workers = start_master_and_workers(sc, sim.base_url, tmp_path / "run", 2, "--no-pilot")
         code, out = finish_master_and_workers(master, workers)
         truth = sim.read_truth()
     assert code == 0, out[-3000:]
@@ -109,3 +109,20 @@ def test_a_worker_killed_mid_run_is_accounted_for_and_the_run_still_ends(tmp_pat
     assert totals["records_lost"] == named + totals["in_flight_lost"]
     assert 0 < totals["records_lost"] <= len(lost_ids), (totals, len(lost_ids))
     assert lost[0]["records_received"] == len(dead_seqs)
+
+
+def test_an_adaptive_step_counts_the_workers_records_on_the_master(tmp_path):
+    traffic = {**TRAFFIC, "task_draw": "stratified"}
+    sc = scenario_file(tmp_path, traffic=traffic,
+                       load={"mode": "closed", "steps": [4], "warmup_s": 0.5, "step_duration_s": 1, "stop_timeout_s": 10,
+                             "until": {"min_requests_per_task": 60, "max_step_s": 60}})
+    with start_sim("--profile", "tiny-fast") as sim:
+        master, workers = start_master_and_workers(sc, sim.base_url, tmp_path / "run", 2)
+        code, out = finish_master_and_workers(master, workers)
+    assert code == 0, out[-3000:]
+    (outcome,) = read_manifest(tmp_path / "run")["adaptive_steps"]["steps"]
+    steady = [r for r in read_records(tmp_path / "run") if r["phase"] == "steady" and r["outcome"] == "ok"]
+    by_task = {t: sum(r["task"] == t for r in steady) for t in ("qa", "code")}
+    # the master stopped the step on the workers' records: every task reached its count, from both workers
+    assert outcome["stopped_by"] == "goal met" and min(by_task.values()) >= 60, (outcome, by_task)
+    assert len({r["worker_id"] for r in steady}) == 2

@@ -20,7 +20,8 @@ def test_a_distributed_run_with_records_format_parquet_stores_and_analyses_every
     sc = scenario_file(tmp_path, traffic=TRAFFIC,
                        load={"mode": "closed", "steps": [4], "warmup_s": 0.5, "step_duration_s": 3, "stop_timeout_s": 10})
     with start_sim("--profile", "tiny-fast", truth=True) as sim:
-        master, workers = start_master_and_workers(sc, sim.base_url, tmp_path / "run", 2, "--records-format", "parquet")
+        master, workers = start_master_and_workers(sc, sim.base_url, tmp_path / "run", 2, "--records-format", "parquet",
+                                                   "--no-pilot")
         code, out = finish_master_and_workers(master, workers)
         truth = sim.read_truth()
     assert code == 0, out[-3000:]

@@ -19,6 +19,8 @@ def scenario_file(tmp_path: Path, base: str = "mix", **sections: Any) -> Path:
     """A scenario YAML in ``tmp_path``: the shipped ``base`` with top-level sections replaced/merged."""
     data = yaml.safe_load((ROOT / "scenarios" / f"{base}.yaml").read_text())
     data["slo"] = {}
+    if "load" in sections:  # a test's own load plan is fixed unless it says ``until`` itself
+        data["load"].pop("until", None)
     for key, value in sections.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict) and key != "traffic":
             data[key] = {**data[key], **value}

@@ -45,7 +45,7 @@ def test_the_key_is_sent_on_every_request_kind(tmp_path):
     assert all(authorized.get(k, 0) > 0 for k in KINDS), authorized
     recs = read_records(tmp_path / "run")
     assert recs and all(r["outcome"] == "ok" for r in recs)
-    assert authorized["/v1/chat/completions"] == len(recs)
+    assert authorized["/v1/chat/completions"] == len(recs) + 1  # + the plan's pilot request, with the key too
     assert metrics_errors(tmp_path / "run") == []
     assert "sizing prompts with server:" in res.stderr, "prompt sizing used the server's /tokenize, not an estimate"
 
@@ -95,7 +95,7 @@ def test_a_run_whose_requests_all_fail_the_same_way_stops_with_the_servers_messa
     assert "circuit breaker" in res.stderr and "Simulated internal server error" in res.stderr
     recs = read_records(tmp_path / "run")
     assert 20 <= len(recs) <= 20 + 4, f"20 failures trip it; at most one in flight per user after: {len(recs)}"
-    assert served == len(recs), "every request sent is a record"
+    assert served == len(recs) + 1, "every request sent is a record (but the plan's pilot request)"
     assert elapsed < 20, "stopped long before the planned 20 s"
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert any("circuit breaker" in w for w in manifest["warnings"]) and manifest["complete"]

@@ -121,6 +121,7 @@ def test_the_open_loop_user_dispatches_on_the_schedule_the_tests_compute():
 
     user = object.__new__(users.OpenLoopUser)
     user.ctx, user.pool, user.tasks_, user.rng = ctx, Pool(), [SimpleNamespace(weight=1)], random.Random(11)
+    user.deal = None  # the random draw (traffic.task_draw: per_user)
     sleep = users.gevent.sleep
     users.gevent.sleep = lambda s: now.__setitem__(0, now[0] + s)  # time passes only in the user's waits
     try:

@@ -1,13 +1,18 @@
-"""``tokenswarm demo``: the question tokenswarm answers, on a laptop, in a few minutes.
+"""``tokenswarm demo``: the question tokenswarm answers, on a laptop, in about five minutes.
 
 Runs a short study (``tokenswarm study``) on the embedded simulator: the baseline arm serves
-the 27B profile without speculation, the candidate with a draft model (K = 4); the mixed A/B
-traffic (Q&A, code, summarization, greedy, each request's task drawn by weight) at
+the 27B profile without speculation, the candidate with a draft model (K = 4); greedy A/B
+traffic of two tasks -- code (predictable text: where speculation pays most) and open Q&A
+(where it pays least) -- dealt in equal shares (``traffic.task_draw: stratified``) at
 concurrency 1, 8 and 32, two interleaved rounds. It prints the verdict table: the gain of
-speculative decoding at low concurrency on predictable text (code), shrinking towards high
-concurrency (verification turns compute-bound) and on open Q&A. Outputs are shortened
-(``--set`` overrides, listed in the study manifest) so that each step gets enough requests
-in its short window. Nothing leaves 127.0.0.1.
+speculative decoding at low concurrency on code, shrinking towards high concurrency
+(verification turns compute-bound) and on open Q&A.
+
+Every cell it prints is judged: each step is adaptive (``load.until``), it runs at least
+:data:`MIN_STEADY_S` seconds and until every task has the requests its median needs (the study
+verdict's basis, :data:`MIN_REQUESTS_PER_TASK`, from ``10 / (1 - 0.5)``) -- concurrency 1 is
+the slow one -- with a cap. Outputs are shortened (``--set`` overrides, listed in the study
+manifest) so that concurrency 1 fills in well under a minute. Nothing leaves 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -17,12 +22,23 @@ import sys
 import time
 from pathlib import Path
 
-#: traffic and load changes that make the shipped A/B scenario fit in a few minutes
+from tokenswarm.analysis.stats import min_samples_for
+
+#: the shortest steady window of a step (its aggregate tokens/s is binned by the second)
+MIN_STEADY_S = 5
+#: successful requests per task and step: what a cell's median (the verdict) needs, 10 / (1 - 0.5)
+MIN_REQUESTS_PER_TASK = min_samples_for(50.0)
+#: no step runs longer than this, whatever it lacks (the plan warns before the first request)
+MAX_STEP_S = 90
+
+#: traffic and load changes that make the shipped A/B scenario answer in about five minutes
 DEMO_OVERRIDES = (
+    "traffic.task_draw=stratified",
+    "traffic.classes.summarization.weight=0",
+    "traffic.classes.extraction.weight=0",
     "traffic.classes.qa.output_tokens={dist: uniform, min: 16, max: 48}",
     "traffic.classes.code.output_tokens={dist: uniform, min: 16, max: 48}",
-    "traffic.classes.summarization.output_tokens={dist: fixed, value: 32}",
-    "traffic.classes.summarization.document_tokens={dist: uniform, min: 1000, max: 2000}",
+    f"load.until={{min_requests_per_task: {MIN_REQUESTS_PER_TASK}, max_step_s: {MAX_STEP_S}}}",
 )
 
 
@@ -33,7 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="speculation method of the candidate arm (default: draft)")
     parser.add_argument("--out", help="study directory (default: studies/demo-<time>)")
     parser.add_argument("--steps", default="[1,8,32]", help="concurrency steps (YAML list, default [1,8,32])")
-    parser.add_argument("--step-duration", default="20", help="steady seconds per step (default 20)")
+    parser.add_argument("--step-duration", default=str(MIN_STEADY_S),
+                        help=f"shortest steady seconds per step (default {MIN_STEADY_S}); each step then runs "
+                             f"until every task has {MIN_REQUESTS_PER_TASK} requests, at most {MAX_STEP_S} s")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per arm (default 2)")
 
 
@@ -67,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     out = Path(args.out or f"studies/demo-{time.strftime('%Y%m%d-%H%M%S')}")
     print(f"tokenswarm demo: baseline vs {args.candidate} speculation on the simulated {args.profile}, "
-          f"steps {args.steps} x {args.step_duration} s, {args.rounds} rounds (a few minutes)")
+          f"steps {args.steps}, each until every task has {MIN_REQUESTS_PER_TASK} requests ({args.step_duration}-"
+          f"{MAX_STEP_S} s), {args.rounds} rounds (about five minutes)")
     code = run_study(study, out)
     if code == 0:
         code = write_study_report(out)

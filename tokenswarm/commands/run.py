@@ -180,12 +180,13 @@ def run_flags(args: argparse.Namespace) -> Any:
 
 def plan_text(scenario, slos: dict, host: str | None, *, users: int | None = None, run_time_s: float | None = None,
               max_run_time_s: float | None = None) -> str:
-    """The load plan as a person reads it: steps, windows, expected requests, SLOs.
+    """The load plan as a person reads it: steps, windows, expected requests, SLOs, what it can judge.
 
     ``users`` (-u) replaces the steps by one fixed concurrency; ``run_time_s`` (-t) caps the
     run; ``max_run_time_s`` is the hard stop (0/None: the default guard).
     """
     from tokenswarm.load.setup import planned_duration_s
+    from tokenswarm.orchestrate.sizing import plan_cells, plan_lines
 
     load = scenario.load
     lines = [f"scenario {scenario.name} ({scenario.path}) -> {host or scenario.target.base_url} [{scenario.target.api}]",
@@ -197,7 +198,7 @@ def plan_text(scenario, slos: dict, host: str | None, *, users: int | None = Non
         lines.append(f"planned duration ~{run_time_s:.0f} s" if run_time_s else "planned duration: until stopped")
         return "\n".join(lines + _plan_tail(slos, max_run_time_s))
     lines.append(f"load: {load.mode} loop, warm-up {load.warmup_s:g} s + steady {load.step_duration_s:g} s per step")
-    mean_out = _mean_output_tokens(scenario)
+    expected_all = [c.expected for c in plan_cells(scenario, slos) if c.task == "all"]
     for i, target in enumerate(load.steps):
         if load.mode == "replay":
             expected = (f"~{target * load.step_duration_s:.0f} requests of {load.trace} ({load.trace_format}) "
@@ -207,32 +208,26 @@ def plan_text(scenario, slos: dict, host: str | None, *, users: int | None = Non
             expected = f"~{target * load.step_duration_s:.0f} requests in the steady window ({load.arrival})"
             name = f"r{target:g}"
         else:
-            # closed loop: depends on latency; give the count at 40 tokens/s per stream as a guide
-            per_req_s = max(mean_out / 40.0, 0.05)
-            expected = f"~{target * load.step_duration_s / per_req_s:.0f} requests if a stream decodes 40 tok/s"
+            # closed loop: depends on latency; the sizing estimate (its assumptions are printed below)
+            expected = f"~{expected_all[i]:.0f} requests (estimate, see sizing)"
             name = f"c{int(target)}"
         lines.append(f"  step {i} {name}: {expected}")
     planned = planned_duration_s(scenario)
     lines.append(f"planned duration ~{planned:.0f} s"
                  + (f", cut at {run_time_s:g} s by -t (the steps after it do not run)" if run_time_s and run_time_s < planned
                     else ""))
-    return "\n".join(lines + _plan_tail(slos, max_run_time_s))
+    return "\n".join(lines + _plan_tail(slos, max_run_time_s, plan_lines(scenario, slos)))
 
 
-def _plan_tail(slos: dict, max_run_time_s: float | None) -> list[str]:
+def _plan_tail(slos: dict, max_run_time_s: float | None, sizing: tuple[list[str], list[str]] = ([], [])) -> list[str]:
+    """The plan's last lines: the hard stop, the SLOs, what the plan can judge (``sizing``: lines
+    and warnings of :func:`~tokenswarm.orchestrate.sizing.plan_lines`)."""
     lines = []
     if max_run_time_s:
         lines.append(f"hard stop: --max-run-time {max_run_time_s:g} s (requests in flight are cancelled)")
     lines.append("SLOs: " + (", ".join(f"{k}={v}" for k, v in slos.items() if k != "per_task") or "none")
                  + (f"; per task {slos['per_task']}" if slos.get("per_task") else ""))
+    sizing_lines, warnings = sizing
+    lines += sizing_lines + [f"WARNING: {w}" for w in warnings]
     lines.append("dry run: nothing was sent")
     return lines
-
-
-def _mean_output_tokens(scenario) -> float:
-    import random
-
-    rng = random.Random(0)
-    tasks = [t for t in scenario.traffic.classes if t.weight > 0]
-    total_w = sum(t.weight for t in tasks) or 1.0
-    return sum(t.weight * sum(t.output_tokens.sample(rng) for _ in range(200)) / 200 for t in tasks) / total_w

@@ -26,11 +26,16 @@ def scenario_slos(sc: Any) -> dict[str, Any]:
 
 
 def planned_duration_s(sc: Any) -> float:
-    """The load plan's nominal length (warm-up + steady of every step, plus ramps)."""
+    """The load plan's nominal length (warm-up + steady of every step, plus ramps).
+
+    An adaptive step (``load.until``) counts at its cap, ``max_step_s``: the longest it may run.
+    """
     load = sc.load
+    until = getattr(load, "until", None)
+    steady_s = until.max_step_s if until is not None else load.step_duration_s
     ramp = sum(t / max(load.spawn_rate, 0.1) for t in load.steps) if load.mode == "closed" else 0.0
     ramp += len(load.steps) * load.ramp_s
-    return len(load.steps) * (load.warmup_s + load.step_duration_s) + ramp + load.stop_timeout_s
+    return len(load.steps) * (load.warmup_s + steady_s) + ramp + load.stop_timeout_s
 
 
 def sc_data(scenario: Any, overrides: dict[str, Any] | None) -> dict[str, Any]:
@@ -140,10 +145,10 @@ def apply_user_settings(sc: Any, base_url: str) -> None:
 def set_class_weights(sc: Any, mode: str) -> None:
     from tokenswarm.load.users import CLOSED_LOOP_USERS, OpenLoopUser
 
-    per_request = getattr(sc.traffic, "task_draw", "per_user") == "per_request"
+    per_request = getattr(sc.traffic, "task_draw", "per_user") in ("per_request", "stratified")
     for cls in CLOSED_LOOP_USERS:
         w = sum(t.weight for t in sc.traffic.classes if t.kind == cls.kind)
-        if cls.kind == "mixed":  # the per-request draw: one class sends every task
+        if cls.kind == "mixed":  # the per-request draw or deal: one class sends every task
             w = 1 if per_request else 0
         elif per_request:
             w = 0

@@ -31,6 +31,7 @@ from tokenswarm.wire.pool import tune_pool
 from tokenswarm.wire.stream import StreamLimits
 from tokenswarm.workload import quality
 from tokenswarm.workload.arrivals import ArrivalProcess, schedule
+from tokenswarm.workload.draw import StratifiedDraw
 from tokenswarm.workload.prompts import ReplayPrompts
 from tokenswarm.workload.trace import load_trace
 
@@ -44,7 +45,10 @@ KIND_CLASSES: dict[str, str] = {
 }
 
 
-def pick_task(tasks: list[Any], rng: random.Random) -> Any:
+def pick_task(tasks: list[Any], rng: random.Random, deal: StratifiedDraw | None = None) -> Any:
+    """The next request's task: dealt by ``deal`` (``task_draw: stratified``), else drawn by weight."""
+    if deal is not None:
+        return tasks[deal.next_index()]
     weights = [max(t.weight, 0.0) for t in tasks]
     return rng.choices(tasks, weights=weights)[0]
 
@@ -60,6 +64,13 @@ def pick_model(models: tuple[tuple[str, float], ...], rng: random.Random) -> str
     if len(models) == 1:
         return models[0][0]
     return rng.choices([m for m, _ in models], weights=[w for _, w in models])[0]
+
+
+def task_deal(ctx: RunContext, tasks: list[Any], ordinal: int) -> StratifiedDraw | None:
+    """A sender's stratified deal under ``traffic.task_draw: stratified`` (None: a random draw)."""
+    if getattr(ctx.scenario.traffic, "task_draw", "per_user") != "stratified":
+        return None
+    return StratifiedDraw([t.weight for t in tasks], offset=ordinal)
 
 
 class Conversationalist:
@@ -249,7 +260,7 @@ class AbnormalUser(LLMUser):
 
 
 class MixedUser(_TokenswarmUser):
-    """Closed loop with ``traffic.task_draw: per_request``: every request draws its task by weight.
+    """Closed loop with ``traffic.task_draw: per_request`` (or ``stratified``): every request draws its task.
 
     One user sends every task of the scenario (whatever kinds it defines), so the mix holds at
     any concurrency, including 1. The draw uses the user's seeded generator, so two runs of one
@@ -263,13 +274,15 @@ class MixedUser(_TokenswarmUser):
     def on_start(self) -> None:
         ctx = self._context()
         self.tasks_ = [t for t in ctx.scenario.traffic.classes if t.weight > 0]
-        self.rng = ctx.rng_for(self.kind, ctx.next_user_ordinal(type(self).__name__))
+        ordinal = ctx.next_user_ordinal(type(self).__name__)
+        self.rng = ctx.rng_for(self.kind, ordinal)
+        self.deal = task_deal(ctx, self.tasks_, ordinal)
         self.task_cfg = None
         self.runner_ = Conversationalist(ctx, self, self._http(), type(self).__name__)
 
     @task
     def one_request(self) -> None:
-        task_cfg = pick_task(self.tasks_, self.rng)
+        task_cfg = pick_task(self.tasks_, self.rng, self.deal)
         scheduled = self.ctx.clock()
         if task_cfg.kind == "multi_turn":
             self.runner_.conversation(task_cfg, self.rng, scheduled)
@@ -298,7 +311,9 @@ class OpenLoopUser(_TokenswarmUser):
         if ctx is None:
             return
         self.tasks_ = [t for t in ctx.scenario.traffic.classes if t.weight > 0]
-        self.rng = ctx.rng_for("open", ctx.next_user_ordinal("OpenLoopUser"))
+        ordinal = ctx.next_user_ordinal("OpenLoopUser")
+        self.rng = ctx.rng_for("open", ordinal)
+        self.deal = task_deal(ctx, self.tasks_, ctx.worker_index + ordinal)
         self.http = self._http()
         per_worker_cap = max(1, ctx.scenario.load.max_in_flight // max(1, ctx.worker_count))
         self.pool = gevent.pool.Pool(per_worker_cap)
@@ -336,7 +351,7 @@ class OpenLoopUser(_TokenswarmUser):
                 if self.pool.full():
                     self.pool.wait_available()  # at the in-flight cap: the lag shows and counts
                 ctx.note_late((ctx.clock() - next_s) * 1000.0)
-                task_cfg = pick_task(self.tasks_, self.rng)
+                task_cfg = pick_task(self.tasks_, self.rng, self.deal)
                 rng = random.Random(self.rng.getrandbits(64))
                 self.pool.spawn(self._one, task_cfg, rng, next_s)
             self.pool.join(timeout=load.stop_timeout_s)

@@ -39,6 +39,7 @@ from tokenswarm.load.breaker import CircuitBreaker
 from tokenswarm.load.context import RunContext
 from tokenswarm.load.health import HealthMonitor
 from tokenswarm.load.livestats import LiveStats
+from tokenswarm.load.pilot import run_pilot
 from tokenswarm.load.preflight import Preflight, PreflightError, PromptTooLongError, check_prompt_lengths, preflight
 from tokenswarm.load.setup import (
     build_worker_context,
@@ -47,7 +48,8 @@ from tokenswarm.load.setup import (
     set_class_weights,
 )
 from tokenswarm.manifest import RunTarget, Totals
-from tokenswarm.orchestrate import progress
+from tokenswarm.orchestrate import progress, sizing
+from tokenswarm.orchestrate.adaptive import AdaptiveRun
 from tokenswarm.orchestrate.ending import EXIT_INTERRUPTED, StopReason, cut_stop_timeout, install_signal_handlers
 from tokenswarm.orchestrate.recording import RunRecording
 from tokenswarm.orchestrate.runflags import RunFlagError, RunFlags
@@ -107,6 +109,7 @@ class RunController:
         self._signals_installed = False
         self._signalled = False  # a signal is being handled: a second one leaves at once
         self.admission: Any = None  # master: the WorkerGate (admission.py); its refusals go to the manifest
+        self.adaptive: AdaptiveRun | None = None  # load.until: the steps' stopping rule and counts
         if hasattr(environment.events, "llm_request") and not self.is_master:
             environment.events.llm_request.add_listener(self._on_record)
 
@@ -212,6 +215,7 @@ class RunController:
         for tr in self._pending:  # the shape's first tick comes before test_start
             self._record_transition(tr)
         self._pending = []
+        self._announce_plan()
         rec.manifest.write()
         self.scrapers = []
         self._start_scrapers(base_url)
@@ -236,6 +240,32 @@ class RunController:
         self._greenlets.append(gevent.spawn(self._periodic))
         log.info("tokenswarm: run %s -> %s (target %s, model %s)", run_id, out, base_url, model)
 
+    def _announce_plan(self) -> None:
+        """The first lines of a run: what the plan can judge; a gate it cannot judge warns now."""
+        if self.fixed_users or self.recording is None or self.ctx is None:
+            return
+        rate = sizing.RateModel()
+        try:
+            if getattr(self.env.parsed_options, "tokenswarm_no_pilot", False):
+                raise ValueError("--no-pilot")
+            pilot = run_pilot(self.ctx.base_url, self.scenario.target, self.ctx.model, self.scenario.target.api)
+            if pilot.stream_tokens_per_s:
+                rate = sizing.RateModel.from_pilot(pilot.stream_tokens_per_s, pilot.ttft_s, pilot.output_tokens)
+        except (OSError, ValueError) as exc:  # the plan stays on its stated assumptions
+            log.info("tokenswarm: no pilot request (%s); the plan assumes the server's speed", redact(str(exc)))
+        lines, warnings = sizing.plan_lines(self.scenario, self.slos, rate)
+        for line in lines:
+            print(f"tokenswarm: {line}", flush=True)
+        for text in warnings:
+            print(f"tokenswarm: WARNING: {text}", file=sys.stderr, flush=True)
+            self._warn(f"plan: {text}")
+        self._set_extra("sizing_plan", {"lines": lines, "warnings": warnings})
+
+    def _set_extra(self, key: str, value: Any) -> None:
+        if self.recording is not None:
+            m = self.recording.manifest
+            m.update(extra={**m.current.extra, key: value})
+
     def _apply_option_overrides(self, opts: Any) -> None:
         """--steps/--step-duration/--warmup (e.g. edited in the web UI) override the scenario."""
         from tokenswarm.workload.scenario import ScenarioError, load_scenario
@@ -259,11 +289,13 @@ class RunController:
     def _on_record(self, record: Any, **_kw: Any) -> None:
         outcomes = self.outcomes_emitted
         outcomes[record.outcome] = outcomes.get(record.outcome, 0) + 1
+        if self.adaptive is not None:
+            self.adaptive.observe_record(record)
         self._breaker_observe(record.outcome, record.http_status, record.error)
 
     def on_records_batch(self, msg: dict[str, Any]) -> None:
-        """Master: a worker's batch, read by the circuit breaker until the first success."""
-        if not self.breaker.armed or not isinstance(msg, dict):
+        """Master: a worker's batch, read by the circuit breaker until the first success (and by load.until)."""
+        if not (self.breaker.armed or self.adaptive is not None) or not isinstance(msg, dict):
             return
         import orjson
 
@@ -272,8 +304,11 @@ class RunController:
                 r = orjson.loads(line)
             except orjson.JSONDecodeError:
                 continue
-            self._breaker_observe(r.get("outcome", ""), r.get("http_status"), r.get("error"))
-            if not self.breaker.armed:
+            if self.adaptive is not None:
+                self.adaptive.observe_record(r)
+            if self.breaker.armed:
+                self._breaker_observe(r.get("outcome", ""), r.get("http_status"), r.get("error"))
+            elif self.adaptive is None:
                 return
 
     def _breaker_observe(self, outcome: str, http_status: int | None, error: str | None) -> None:
@@ -402,8 +437,19 @@ class RunController:
         load = self.scenario.load
         slowest_ramp_s = max(load.steps) / max(load.spawn_rate, 0.1) if load.mode == "closed" else 0.0
         slowest_ramp_s = max(slowest_ramp_s, load.ramp_s)
-        return StepMachine(plan_steps(load.mode, list(load.steps), load.warmup_s, load.step_duration_s),
-                           max_ramp_s=max(30.0, 3 * slowest_ramp_s + 10.0))
+        machine = StepMachine(plan_steps(load.mode, list(load.steps), load.warmup_s, load.step_duration_s),
+                              max_ramp_s=max(30.0, 3 * slowest_ramp_s + 10.0))
+        self.adaptive = None
+        if load.until is not None:  # adaptive steps: the machine asks the rule when a window could end
+            budget = float(getattr(self.env.parsed_options, "tokenswarm_budget", 0) or 0) or None
+            shortest = load.warmup_s + load.step_duration_s
+            adaptive = self.adaptive = AdaptiveRun(
+                load.until, [t.name for t in self.scenario.traffic.classes if t.weight > 0], load.step_duration_s,
+                budget_s=budget, later_min_s=[shortest * (len(load.steps) - 1 - i) for i in range(len(load.steps))],
+                started_s=time.perf_counter())
+            machine.hold = lambda step, steady_s: adaptive.decide(step.index, step.name, steady_s,
+                                                                  time.perf_counter()).hold
+        return machine
 
     def shape_tick(self, runner: Any, now_s: float) -> tuple[int, float, list[Any]] | None:
         if self.fixed_users or self.force_end:
@@ -461,6 +507,8 @@ class RunController:
                               "steady_at": manifest.current.steps[-1].steady_at}
             self._broadcast(self._step_msg)
             log.info("tokenswarm: step %s (%s %g) %s", tr.step.name, tr.step.kind, tr.step.target, tr.phase)
+        if self.adaptive is not None:
+            self._set_extra("adaptive_steps", self.adaptive.summary())
         manifest.write()
 
     def _broadcast(self, msg: dict[str, Any]) -> None:
@@ -525,8 +573,11 @@ class RunController:
         ctx = self.ctx
         late = self.workers.sum("late_dispatches") if self.is_master else (ctx.late_dispatches if ctx else 0)
         step = progress.step_label(ctx.step_name if ctx else None, ctx.phase if ctx else None, self.machine)
-        return progress.progress_line(self.live, step=step, users=self.env.runner.user_count,
+        line = progress.progress_line(self.live, step=step, users=self.env.runner.user_count,
                                       in_flight=self._in_flight(), late_dispatches=late)
+        if self.adaptive is not None and ctx is not None and ctx.step_index is not None:
+            line += " | " + self.adaptive.progress(ctx.step_index)
+        return line
 
     # -- stop ------------------------------------------------------------------------------------
     def stop(self) -> None:

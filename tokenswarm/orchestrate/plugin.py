@@ -95,6 +95,14 @@ def _add_options(parser: Any) -> None:
     group.add_argument("--max-run-time", dest="tokenswarm_max_run_time", type=float, default=0.0,
                        include_in_web_ui=False,
                        help="Headless hard stop in seconds (default: 1.5 x the planned duration + 2 min)")
+    group.add_argument("--budget", dest="tokenswarm_budget", type=float, default=0.0, metavar="SECONDS",
+                       include_in_web_ui=False,
+                       help="Adaptive steps (load.until): the whole run's time budget; a step stops extending "
+                            "when the rest of the plan would not fit (default 0 = each step's max_step_s only)")
+    group.add_argument("--no-pilot", dest="tokenswarm_no_pilot", action="store_true", default=False,
+                       include_in_web_ui=False,
+                       help="Send no pilot request before the run; the plan printed at the start then assumes "
+                            "the server's speed (40 tokens/s per stream)")
     # Editable in the web UI's start form (empty = the scenario's value).
     group.add_argument("--steps", dest="tokenswarm_steps", default="", include_in_web_ui=True,
                        help="Load steps, comma-separated (users or requests/s); empty = scenario")

@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from tokenswarm.study.spec import HOST_PLACEHOLDER_URL, checkable  # noqa: F401  (imported from here by callers)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", help="scenario (name or path), or a study file (YAML with an arms section)")
@@ -28,13 +30,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-report", action="store_true", help="do not write the study report at the end")
 
 
-#: What ``{host}`` in an override is checked as before the arm's server (and its port) exists.
-HOST_PLACEHOLDER_URL = "http://127.0.0.1:1"
-
-
-def checkable(override: str) -> str:
-    """An override as it can be validated before the study starts (``{host}`` is the arm's server)."""
-    return override.replace("{host}", HOST_PLACEHOLDER_URL)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -23,7 +23,7 @@ from tokenswarm.redact import redact
 from tokenswarm.study.manifest import StudyManifest, run_complete
 from tokenswarm.study.order import interleaved_order
 from tokenswarm.study.server import ArmServer, ServerNotReady
-from tokenswarm.study.spec import Study
+from tokenswarm.study.spec import Study, checkable
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_SERVER = 0, 2, 3
 #: the run itself failing: same status as a server failing (the study could not finish)
@@ -132,6 +132,41 @@ def run_arm_round(study: Study, out: Path, manifest: StudyManifest, round_no: in
     manifest.update(round_no, arm_name, status="done", ended_at=time.time())
 
 
+def study_plan(study: Study) -> tuple[list[str], list[str]]:
+    """What every run of the study can judge, before any server starts (the dry estimate).
+
+    Each run measures its server with a pilot request and prints its own plan; this one assumes
+    the stream speed (and says so), and multiplies a run's length by the arm-rounds.
+    """
+    from tokenswarm.load.setup import scenario_slos
+    from tokenswarm.orchestrate.sizing import plan_lines
+    from tokenswarm.workload.scenario import load_scenario, parse_override
+
+    sc = load_scenario(study.scenario, dict(parse_override(checkable(o)) for o in study.overrides) or None)
+    lines, warnings = plan_lines(sc, scenario_slos(sc))
+    runs = len(study.arms) * study.rounds
+    lines.append(f"sizing: the study runs this plan {runs} times ({len(study.arms)} arms x {study.rounds} rounds), "
+                 "each after a server start and warm-up requests")
+    return lines, warnings
+
+
+def study_stopping(study: Study) -> dict[str, object]:
+    """How long each step of each arm-round runs: the same rule per cell (step x task) in every round.
+
+    With ``load.until`` each run's steps are adaptive (:mod:`tokenswarm.orchestrate.adaptive`),
+    every arm and round under the one rule; without it, every step runs its fixed window.
+    """
+    from tokenswarm.orchestrate.adaptive import stopping_rule
+    from tokenswarm.workload.scenario import load_scenario, parse_override
+
+    sc = load_scenario(study.scenario, dict(parse_override(checkable(o)) for o in study.overrides) or None)
+    until = sc.load.until
+    if until is None:
+        return {"until": None, "rule": f"fixed: every step's steady window is {sc.load.step_duration_s:g} s"}
+    return {"until": until.to_dict(), "rule": stopping_rule(until) + "; the same rule for every cell in every "
+            "arm-round"}
+
+
 def run_study(study: Study, out: Path, say: Callable[[str], None] = print) -> int:
     """Run (or resume) ``study`` into ``out``; the exit status of the contract (0, 2 or 3)."""
     order = interleaved_order([a.name for a in study.arms], study.rounds)
@@ -140,6 +175,13 @@ def run_study(study: Study, out: Path, say: Callable[[str], None] = print) -> in
     except ValueError as e:
         print(redact(f"tokenswarm study: {e}"), file=sys.stderr)
         return EXIT_BAD_INPUT
+    manifest.data["stopping"] = study_stopping(study)
+    manifest.save()
+    lines, warnings = study_plan(study)
+    for line in lines:
+        say(f"tokenswarm study: {line}")
+    for text in warnings:
+        print(f"tokenswarm study: WARNING: {text}", file=sys.stderr, flush=True)
     say(f"tokenswarm study: {len(study.arms)} arms x {study.rounds} rounds, order "
         + " ".join(a for _, a in order) + f" -> {out}")
     for round_no, arm_name in order:

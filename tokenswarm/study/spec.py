@@ -33,6 +33,15 @@ _TOP = ("scenario", "baseline", "rounds", "out", "set", "arms", "ready_timeout_s
 _ARM = ("command", "host", "set")
 
 
+#: What ``{host}`` in an override is checked as before the arm's server (and its port) exists.
+HOST_PLACEHOLDER_URL = "http://127.0.0.1:1"
+
+
+def checkable(override: str) -> str:
+    """An override as it can be validated before the study starts (``{host}`` is the arm's server)."""
+    return override.replace("{host}", HOST_PLACEHOLDER_URL)
+
+
 class StudyError(ValueError):
     """A bad study file or flag; the message names where and what was expected (exit status 2)."""
 

@@ -70,6 +70,9 @@ class StepMachine:
     #: give up waiting for a target after this long (e.g. a worker died and its users are gone)
     max_ramp_s: float = float("inf")
     ramp_timeouts: list[int] = field(default_factory=list)
+    #: adaptive steps: asked once a steady window has lasted its ``duration_s``, with the step and
+    #: the seconds of steady window so far; True keeps the step going (it then ends at a tick)
+    hold: Callable[[Step, float], bool] | None = None
 
     @property
     def current(self) -> Step | None:
@@ -114,9 +117,15 @@ class StepMachine:
                 out.append(Transition(step, PHASE_STEADY, steady_at))
                 continue
             if self.phase == "steady":
-                end_at = (self.times[-1].steady_s or now_s) + step.duration_s
+                steady_s = self.times[-1].steady_s
+                steady_s = now_s if steady_s is None else steady_s
+                end_at = steady_s + step.duration_s
                 if now_s < end_at:
                     return out
+                if self.hold is not None:
+                    if self.hold(step, now_s - steady_s):
+                        return out
+                    end_at = now_s  # the window closes when the rule let it, not at its shortest
                 self.times[-1].ended_s = end_at
                 self.index += 1
                 self.phase = None if self.index < len(self.steps) else "done"
@@ -133,7 +142,10 @@ class StepMachine:
             return out
 
     def remaining_s(self, now_s: float) -> float | None:
-        """Seconds left in the current step's warm-up + steady window (None while ramping)."""
+        """Seconds left in the current step's warm-up + steady window (None while ramping).
+
+        For an adaptive step (``hold``) past its shortest window: 0 (it ends when its rule says).
+        """
         step = self.current
         if step is None or self.reached_s is None or self.phase not in ("warmup", "steady"):
             return None

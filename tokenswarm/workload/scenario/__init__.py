@@ -36,6 +36,7 @@ from tokenswarm.workload.scenario.model import (
     TargetConfig,
     TaskConfig,
     TrafficConfig,
+    UntilConfig,
     metrics_url_for,
 )
 from tokenswarm.workload.scenario.parse import apply_overrides, load_scenario, parse_override, parse_scenario
@@ -62,6 +63,7 @@ __all__ = [
     "TargetConfig",
     "TaskConfig",
     "TrafficConfig",
+    "UntilConfig",
     "apply_overrides",
     "load_scenario",
     "mask_headers",

@@ -19,7 +19,9 @@ from tokenswarm.workload.scenario.credentials import mask_headers
 
 KINDS = ("qa", "summarization", "code", "multi_turn", "abnormal", "extraction")
 APIS = ("chat", "completions")
-TASK_DRAWS = ("per_user", "per_request")
+TASK_DRAWS = ("per_user", "per_request", "stratified")
+#: what ``load.until.precision`` measures: the median of this per-request quantity
+UNTIL_METRICS = ("request_output_tps", "ttft_ms", "e2e_ms")
 LOAD_MODES = ("closed", "open", "replay")
 ARRIVALS = ("poisson", "gamma", "constant")
 DATASET_FORMATS = ("auto", "jsonl", "sharegpt", "spec_bench")
@@ -168,7 +170,9 @@ class TrafficConfig:
     tokenizer: str | None
     classes: tuple[TaskConfig, ...]
     # "per_user": a closed-loop user sticks to one task; "per_request": one user draws the task
-    # of every request by weight, so even concurrency 1 sends the whole mix.
+    # of every request by weight, so even concurrency 1 sends the whole mix; "stratified": as
+    # per_request, but each sender deals the tasks in their weights' proportions (no luck of the
+    # draw: after k requests every task has its share of k, give or take one).
     task_draw: str = "per_user"
     extra_body: dict[str, Any] = field(default_factory=dict)  # traffic level (over the target's)
 
@@ -178,6 +182,32 @@ class TrafficConfig:
             if t.name == name:
                 return t
         raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class UntilConfig:
+    """``load.until``: a step runs until its cells have what they need (adaptive steps).
+
+    The steady window lasts at least ``load.step_duration_s``; then it goes on until every task
+    of the step has ``min_requests_per_task`` successful requests and, with ``precision``, the
+    count the pilot asked for (see :mod:`tokenswarm.orchestrate.adaptive`), and never beyond
+    ``max_step_s`` seconds of steady window.
+    """
+
+    max_step_s: float
+    min_requests_per_task: int | None = None
+    precision: float | None = None  #: relative half-width of the 95 % interval of the median
+    metric: str = "request_output_tps"  #: the per-request quantity whose median ``precision`` is about
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form, as a scenario writes it."""
+        out: dict[str, Any] = {"max_step_s": self.max_step_s}
+        if self.min_requests_per_task is not None:
+            out["min_requests_per_task"] = self.min_requests_per_task
+        if self.precision is not None:
+            out["precision"] = self.precision
+            out["metric"] = self.metric
+        return out
 
 
 @dataclass(frozen=True)
@@ -198,6 +228,7 @@ class LoadConfig:
     trace_format: str = "auto"
     speed: float = 1.0
     trace_block_tokens: int = 512
+    until: UntilConfig | None = None  # adaptive steps (closed and open loop)
 
 
 @dataclass(frozen=True)
@@ -282,6 +313,7 @@ class Scenario:
                 "stop_timeout_s": self.load.stop_timeout_s,
                 "ramp_s": self.load.ramp_s,
                 "report_interval_s": self.load.report_interval_s,
+                **({"until": self.load.until.to_dict()} if self.load.until is not None else {}),
                 **({"trace": self.load.trace, "trace_format": self.load.trace_format, "speed": self.load.speed,
                     "trace_block_tokens": self.load.trace_block_tokens} if self.load.mode == "replay" else {}),
             },

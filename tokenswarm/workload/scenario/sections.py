@@ -33,6 +33,7 @@ from tokenswarm.workload.scenario.model import (
     RESPONSE_FORMATS,
     SLO_NAMES,
     TASK_DRAWS,
+    UNTIL_METRICS,
     DatasetConfig,
     LoadConfig,
     Sampling,
@@ -41,6 +42,7 @@ from tokenswarm.workload.scenario.model import (
     TargetConfig,
     TaskConfig,
     TrafficConfig,
+    UntilConfig,
     _strip_v1,
     metrics_url_for,
 )
@@ -96,7 +98,9 @@ _LOAD = (
     "trace_format",
     "speed",
     "trace_block_tokens",
+    "until",
 )
+_UNTIL = ("min_requests_per_task", "precision", "metric", "max_step_s")
 
 #: per-kind defaults of the length/time distributions (documented in the README)
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -613,6 +617,28 @@ def _parse_load(top: _Section, base_dir: Path | None = None) -> LoadConfig:
         stop_timeout_s=ld.num("stop_timeout_s", 30.0, ge=0, duration=True),
         ramp_s=ld.num("ramp_s", 0.0, ge=0, duration=True),
         report_interval_s=ld.num("report_interval_s", None, gt=0, duration=True),
+        until=_parse_until(ld),
+    )
+
+
+def _parse_until(ld: _Section) -> UntilConfig | None:
+    """``load.until``: at least one goal, and always a cap (a step must end)."""
+    if not ld.has("until"):
+        return None
+    un = ld.section("until", _UNTIL)
+    if not (un.has("min_requests_per_task") or un.has("precision")):
+        raise ld.err("until", "a mapping with min_requests_per_task and/or precision, and max_step_s")
+    if not un.has("max_step_s"):
+        raise un.err("max_step_s", "a cap on the steady window in seconds (an adaptive step must end)", None)
+    step_s = ld.num("step_duration_s", 30.0, gt=0, duration=True)
+    max_step_s = un.num("max_step_s", None, gt=0, duration=True)
+    if max_step_s < step_s:
+        raise un.err("max_step_s", f"a cap >= load.step_duration_s ({step_s:g} s), the shortest steady window")
+    return UntilConfig(
+        max_step_s=max_step_s,
+        min_requests_per_task=un.num("min_requests_per_task", None, ge=1, integer=True),
+        precision=un.num("precision", None, gt=0, le=1),
+        metric=un.str_("metric", "request_output_tps", UNTIL_METRICS),
     )
 
 
