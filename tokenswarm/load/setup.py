@@ -28,6 +28,14 @@ def scenario_slos(sc: Any) -> dict[str, Any]:
 def planned_duration_s(sc: Any) -> float:
     """The load plan's nominal length (warm-up + steady of every step, plus ramps)."""
     load = sc.load
+    if load.search is not None or load.sweep is not None:
+        # an upper bound: every probe extended to its cap and drained to its cap
+        probes = load.search.max_probes() if load.search is not None else load.sweep.steps + 2
+        longest = load.search.max_step_s if load.search is not None else load.step_duration_s
+        drain = (load.search or load.sweep).drain_max_s
+        top = load.search.max if load.search is not None else load.sweep.max_concurrency
+        ramp = top / max(load.spawn_rate, 0.1) if load.loop == "closed" else 0.0
+        return probes * (load.warmup_s + longest + drain + ramp + load.ramp_s) + load.stop_timeout_s
     ramp = sum(t / max(load.spawn_rate, 0.1) for t in load.steps) if load.mode == "closed" else 0.0
     ramp += len(load.steps) * load.ramp_s
     return len(load.steps) * (load.warmup_s + load.step_duration_s) + ramp + load.stop_timeout_s
