@@ -280,3 +280,23 @@ def render_capacity_text(cap: Capacity) -> str:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r, width)))
     lines.extend(f"note: {n}" for n in cap.notes)
     return "\n".join(lines)
+
+
+def run_capacity(run_dir: str | Path | None, points: Sequence[Mapping[str, Any]], results: Sequence[SloResult],
+                 slos: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """The report's ``capacity`` block: a search's own probes (``capacity.json``), else the
+    capacity of the run's steps under its SLOs; a sweep's measurements ride along. ``None``
+    without SLOs and without a search."""
+    doc = None
+    if run_dir is not None and (Path(run_dir) / CAPACITY_FILE).is_file():
+        doc = json.loads((Path(run_dir) / CAPACITY_FILE).read_text())
+        if doc.get("source") == "search":
+            return {**Capacity.from_dict(doc).to_dict(), "stop_reason": doc.get("stop_reason"),
+                    "drain_notes": doc.get("drain_notes") or []}
+    cap = capacity_from_results(points, results, slos)
+    out = None if cap is None else cap.to_dict()
+    if doc is not None and doc.get("source") == "sweep":
+        sweep = {k: doc.get(k) for k in ("saturation_requests_per_s", "single_user_requests_per_s", "saturation_users",
+                                         "steps", "stop_reason")}
+        out = {**(out or {}), "sweep": sweep}
+    return out

@@ -34,6 +34,9 @@ def report_text(s: dict[str, Any]) -> str:
     m = c["max_load_meeting_slo"]
     if m is not None:
         lines.append("no step meets all SLOs" if m["load_value"] is None else f"highest load meeting SLOs: {m['load_value']:g}")
+    cap = s.get("capacity") or {}
+    if cap.get("summary"):
+        lines.append(cap["summary"])
     failing = [r for r in s["slo_results"] if not r["passed"]]
     if s["slo_results"]:
         lines.append(f"SLO checks: {len(s['slo_results']) - len(failing)}/{len(s['slo_results'])} pass")

@@ -131,7 +131,8 @@ class StepMachine:
                 out.append(Transition(step, PHASE_STEADY, steady_at))
                 continue
             if self.phase in ("steady", PHASE_DRAIN) and self.after is not None:
-                if self.phase == "steady" and now_s < (self.times[-1].steady_s or now_s) + step.duration_s:
+                steady_s = self.times[-1].steady_s
+                if self.phase == "steady" and now_s < (now_s if steady_s is None else steady_s) + step.duration_s:
                     return out
                 decision = self.after(step, now_s)
                 if decision == EXTEND and self.phase == "steady":
