@@ -27,7 +27,7 @@ from typing import Any
 from tokenswarm.analysis.slo import ALL_TASKS, SloResult
 from tokenswarm.analysis.stats import min_samples_for
 
-_PCT = re.compile(r"^(?P<metric>[a-z_]+?)_p(?P<p>\d+(?:_\d+)?)_ms$")
+_PCT = re.compile(r"^(?P<metric>[a-z0-9_]+?)_p(?P<p>\d+(?:_\d+)?)_ms$")
 
 
 def enough_samples(row: dict[str, Any], column: str) -> bool:

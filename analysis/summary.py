@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from tokenswarm.analysis import cost as cost_mod
-from tokenswarm.analysis.chunkhist import METHOD as CHUNK_HIST_METHOD
 from tokenswarm.analysis.capacity import run_capacity
+from tokenswarm.analysis.chunkhist import METHOD as CHUNK_HIST_METHOD
 from tokenswarm.analysis.curves import curve_points, curves
 from tokenswarm.analysis.errors import NoSuccessError
 from tokenswarm.analysis.health import generator_health

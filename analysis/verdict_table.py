@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tokenswarm.analysis.stats import min_samples_for
+from tokenswarm.analysis.study_capacity import capacity_lines
 
 
 def _x(v: float | None, ci: list[float] | None = None) -> str:
@@ -117,6 +118,9 @@ def verdict_text(summary: dict[str, Any]) -> str:
     cross = _crossover_lines(summary)
     if cross:
         lines += ["", "crossover (per-request speedup):"] + [f"  {c}" for c in cross]
+    cap = capacity_lines(summary.get("capacity"))
+    if cap:
+        lines += [""] + cap
     for c in summary["consistency"]:
         rate = c["exact_match_rate"]
         lines.append(f"outputs of {c['arm']}: " + ("not compared" if rate is None else
@@ -150,6 +154,9 @@ def report_markdown(summary: dict[str, Any], images: list[str]) -> str:
     cross = _crossover_lines(summary)
     if cross:
         b += ["## Crossover", ""] + [f"- {c}" for c in cross] + [""]
+    cap = capacity_lines(summary.get("capacity"))
+    if cap:
+        b += ["## Capacity under SLO", "", cap[0], ""] + [f"- {ln.strip()}" for ln in cap[1:]] + [""]
     if summary["notes"] or summary["unmatched"] or summary["failures"]:
         b += ["## Notes", ""] + [f"- {n}" for n in summary["notes"] + summary["unmatched"]]
         b += [f"- failed: round {f['round']}, arm {f['arm']}: {f['message'].splitlines()[0]}"
