@@ -43,6 +43,12 @@ class Probe:
     output_tokens_per_s: float | None = None
     note: str = ""
 
+    @property
+    def judged(self) -> bool:
+        """False when the probe failed only because checks rested on too few samples."""
+        return self.passed or bool(self.note) or not all(c.get("not_enough_samples") for c in self.failed_checks) \
+            or not self.failed_checks
+
     def reason(self) -> str:
         """Why the probe failed, as a person reads it (empty when it passed)."""
         if self.passed:
@@ -103,6 +109,11 @@ def probe_of(step_index: int | None, step_name: str, load_value: float, results:
                  output_tokens_per_s=row.get("output_tokens_per_s"), note=note)
 
 
+def probes_used(cap: Capacity) -> list[Probe]:
+    """The probes the capacity rests on (fixed steps: the judged ones)."""
+    return [p for p in cap.probes if cap.source == "search" or p.judged]
+
+
 @dataclass(frozen=True)
 class Capacity:
     """The capacity found by a set of probes (see the module docstring)."""
@@ -124,8 +135,8 @@ class Capacity:
     @property
     def status(self) -> str:
         """``found`` (a pass below a failure), ``at_least`` (nothing failed), ``below_lowest``
-        (the lowest probe failed) or ``none`` (no probe)."""
-        if not self.probes:
+        (the lowest probe failed) or ``none`` (no probe judged)."""
+        if not probes_used(self):
             return "none"
         if self.capacity_value is None:
             return "below_lowest"
@@ -139,14 +150,15 @@ class Capacity:
     @property
     def limiting_probe(self) -> Probe | None:
         """The first failing probe: it says which SLO and task limit the capacity."""
-        fails = [p for p in self.probes if not p.passed and p.load_value == self.first_failing_value]
+        fails = [p for p in self.probes if not p.passed and p.load_value == self.first_failing_value
+                 and (p.judged or self.source == "search")]
         return fails[0] if fails else None
 
     def summary(self) -> str:
         """One line: ``capacity 12 users (passes at 12, fails at 13: tpot_p95_ms ... (task code))``."""
         u = self.unit
         if self.status == "none":
-            return "capacity: no probe"
+            return "capacity: no probe judged" + (" (too few samples in every step)" if self.probes else "")
         if self.status == "below_lowest":
             lim = self.limiting_probe
             return (f"capacity below the lowest probe ({self.first_failing_value:g} {u} fails"
@@ -175,12 +187,24 @@ class Capacity:
 
 def capacity_of(probes: Sequence[Probe], kind: str, *, resolution: float | None = None,
                 slos: Mapping[str, Any] | None = None, source: str = "steps") -> Capacity:
-    """The capacity of judged probes: the last passing load below the first failing one."""
-    by_load = sorted(probes, key=lambda p: p.load_value)
+    """The capacity of judged probes: the last passing load below the first failing one.
+
+    A search decided on every probe (one short of samples at its cap counted as failing), so
+    its probes are used as they are. Fixed steps (``source="steps"``) cannot be extended: a
+    step failing *only* for too few samples is not judged either way; it is listed, not used.
+    """
+    notes = []
+    usable = list(probes)
+    if source != "search":
+        usable = [p for p in probes if p.judged]
+        skipped = [p.load_value for p in probes if not p.judged]
+        if skipped:
+            notes.append("not judged (too few samples for a percentile), so not used: load "
+                         + ", ".join(f"{v:g}" for v in skipped))
+    by_load = sorted(usable, key=lambda p: p.load_value)
     fails = [p.load_value for p in by_load if not p.passed]
     first_fail = min(fails) if fails else None
     below = [p.load_value for p in by_load if p.passed and (first_fail is None or p.load_value < first_fail)]
-    notes = []
     above = sorted({p.load_value for p in by_load if p.passed and first_fail is not None and p.load_value > first_fail})
     if above:
         notes.append(f"passed again above the first failure (at {', '.join(f'{v:g}' for v in above)}): noise or a "

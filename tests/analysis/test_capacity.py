@@ -117,3 +117,16 @@ def test_a_study_reports_capacity_per_arm_and_its_ratio_to_the_baseline(tmp_path
     assert arms["draft"]["sentence"] == "the draft arm carries 2.00x the concurrency of the baseline at tpot_p50_ms <= 20"
     text = "\n".join(capacity_lines(cap))
     assert "baseline: 4 users, fails at 8" in text and "x2.00 the baseline" in text
+
+
+def test_a_fixed_step_short_of_samples_is_listed_but_not_judged_either_way():
+    short = ({"slo_name": "tpot_p95_ms", "observed_value": None, "threshold_value": 60.0, "comparison": "<=",
+              "unit": "ms", "task": "all", "detail": "not enough samples: n=40", "not_enough_samples": True},)
+    probes = [probe(1, False, failed_checks=short), probe(8, True), probe(32, False, failed_checks=(
+        {**short[0], "observed_value": 90.0, "not_enough_samples": False, "detail": ""},))]
+    cap = capacity_of(probes, "concurrency")
+    assert (cap.capacity_value, cap.first_failing_value) == (8, 32)
+    assert "not used: load 1" in cap.notes[0]
+    # a search decided on the short probe (failed at its cap): it counts there
+    assert capacity_of(probes, "concurrency", source="search").status == "below_lowest"
+    assert capacity_of(probes[:1], "concurrency").status == "none"
