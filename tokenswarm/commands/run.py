@@ -162,9 +162,20 @@ def plan_text(scenario, slos: dict, host: str | None) -> str:
     lines = [f"scenario {scenario.name} ({scenario.path}) -> {host or scenario.target.base_url} [{scenario.target.api}]",
              "traffic: " + ", ".join(f"{t.name} ({t.kind}) weight {t.weight:g}" for t in scenario.traffic.classes
                                       if t.weight > 0),
-             f"load: {load.mode} loop, warm-up {load.warmup_s:g} s + steady {load.step_duration_s:g} s per step"]
+             f"load: {load.mode if load.mode == load.loop else f'{load.mode} ({load.loop})'} loop, warm-up {load.warmup_s:g} s + steady {load.step_duration_s:g} s per step"]
     mean_out = _mean_output_tokens(scenario)
-    for i, target in enumerate(load.steps):
+    if load.search is not None:
+        se = load.search
+        unit = "users" if se.over == "concurrency" else "req/s"
+        lines.append(f"  capacity search over {se.over}: {se.start:g}, x{se.factor:g} while the SLOs hold (at most "
+                     f"{se.max:g} {unit}), then bisection to {se.resolution:g} {unit}; at most {se.max_probes()} probes, "
+                     f"each window extended up to {se.max_step_s:g} s for the sample-size rule, drained up to "
+                     f"{se.drain_max_s:g} s")
+    elif load.sweep is not None:
+        sw = load.sweep
+        lines.append(f"  sweep: saturation at {sw.max_concurrency} users, then 1 user, then {sw.steps} steps "
+                     "spread between 1 and the saturation concurrency (X_max / X_1, Little's law)")
+    for i, target in enumerate(load.steps if load.search is None and load.sweep is None else ()):
         if load.mode == "replay":
             expected = (f"~{target * load.step_duration_s:.0f} requests of {load.trace} ({load.trace_format}) "
                         f"at speed x{load.speed:g}")
