@@ -59,7 +59,7 @@ class Probe:
         merged: dict[tuple[Any, Any, Any], list[str]] = {}
         for c in self.failed_checks:
             merged.setdefault((c["slo_name"], c.get("observed_value"), c.get("detail")), []).append(str(c.get("task")))
-        firsts = {}
+        firsts: dict[tuple[Any, Any, Any], Mapping[str, Any]] = {}
         for c in self.failed_checks:
             firsts.setdefault((c["slo_name"], c.get("observed_value"), c.get("detail")), c)
         parts = [_check_text(c, merged[k]) for k, c in list(firsts.items())[:3]]

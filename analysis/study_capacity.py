@@ -62,7 +62,7 @@ def study_capacity(runs: Mapping[tuple[str, int], Run], arms: list[str], baselin
         kind = next(iter(caps.values())).kind
         values = [c.capacity_value for c in caps.values()]
         fails = [c.first_failing_value for c in caps.values() if c.first_failing_value is not None]
-        entry = {
+        entry: dict[str, Any] = {
             "arm": arm, "kind": kind, "unit": next(iter(caps.values())).unit, "rounds": sorted(caps),
             "capacity_per_round": values,
             "first_failing_per_round": [c.first_failing_value for c in caps.values()],

@@ -152,12 +152,12 @@ class StepMachine:
                     out.append(Transition(step, "done", now_s))
                     return out
                 assert isinstance(decision, Step)
-                nxt = replace(decision, index=len(self.steps))
-                self.steps.append(nxt)
-                self.index = nxt.index
+                added = replace(decision, index=len(self.steps))
+                self.steps.append(added)
+                self.index = added.index
                 self.phase = "ramping"
                 self.times.append(StepTimes(started_s=now_s))
-                out.append(Transition(nxt, PHASE_WARMUP, now_s))
+                out.append(Transition(added, PHASE_WARMUP, now_s))
                 continue
             if self.phase == "steady":
                 end_at = (self.times[-1].steady_s or now_s) + step.duration_s
