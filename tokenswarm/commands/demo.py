@@ -8,6 +8,11 @@ speculative decoding at low concurrency on predictable text (code), shrinking to
 concurrency (verification turns compute-bound) and on open Q&A. Outputs are shortened
 (``--set`` overrides, listed in the study manifest) so that each step gets enough requests
 in its short window. Nothing leaves 127.0.0.1.
+
+The study report says how much load each arm carries under the scenario's SLOs (capacity per
+arm, judged on the steps that have enough samples). ``--capacity`` adds a phase that measures
+it properly: a capacity search per arm (``load.mode: search``, one round) on the Q&A and code
+traffic under the same SLOs, and its report with the capacity table and the ratio.
 """
 
 from __future__ import annotations
@@ -26,6 +31,18 @@ DEMO_OVERRIDES = (
 )
 
 
+#: the --capacity phase: a search per arm, on the Q&A and code tasks (each probe needs 200 requests
+#: of every task for the TPOT p95 SLO; the rarer tasks would make the low-load probes very long)
+CAPACITY_OVERRIDES = (
+    "traffic.classes.summarization.weight=0",
+    "traffic.classes.extraction.weight=0",
+    "load.steps=null",
+    "load.mode=search",
+    "load.step_duration_s=30",
+    "load.search={start: 2, max: 64, resolution: 2, max_step_s: 180, drain_max_s: 120}",
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenario", default="spec-baseline", help="scenario name or path (default: spec-baseline)")
     parser.add_argument("--profile", default="27b-1gpu", help="simulator profile (default: 27b-1gpu)")
@@ -35,6 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", default="[1,8,32]", help="concurrency steps (YAML list, default [1,8,32])")
     parser.add_argument("--step-duration", default="20", help="steady seconds per step (default 20)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per arm (default 2)")
+    parser.add_argument("--capacity", action="store_true",
+                        help="then search each arm's capacity under the scenario's SLOs (one round, Q&A and code; "
+                             "about 10-20 minutes more)")
 
 
 def demo_study(args: argparse.Namespace):  # -> Study
@@ -54,6 +74,15 @@ def demo_study(args: argparse.Namespace):  # -> Study
                  source="tokenswarm demo")
 
 
+def capacity_study(args: argparse.Namespace):  # -> Study
+    """The --capacity phase: the demo's arms, one round, each run a capacity search."""
+    from dataclasses import replace
+
+    study = demo_study(args)
+    return replace(study, rounds=1, overrides=(*study.overrides, *CAPACITY_OVERRIDES),
+                   out=None if args.out is None else str(Path(args.out) / "capacity"))
+
+
 def run(args: argparse.Namespace) -> int:
     from tokenswarm.study.cli import checkable, write_study_report
     from tokenswarm.study.runner import run_study
@@ -71,6 +100,11 @@ def run(args: argparse.Namespace) -> int:
     code = run_study(study, out)
     if code == 0:
         code = write_study_report(out)
+    if code == 0 and getattr(args, "capacity", False):
+        print("\ntokenswarm demo: capacity under SLO: a capacity search per arm (one round)")
+        code = run_study(capacity_study(args), out / "capacity")
+        if code == 0:
+            code = write_study_report(out / "capacity")
     # The last line names the exit status the demo returns, whatever ended it.
     outcome = "done" if code == 0 else "the study did not complete" if code != 130 else "interrupted"
     print(f"\ntokenswarm demo: {outcome}. Study directory {out} (one run directory per arm and round under "
