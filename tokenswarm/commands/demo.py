@@ -39,7 +39,7 @@ CAPACITY_OVERRIDES = (
     "load.steps=null",
     "load.mode=search",
     "load.step_duration_s=30",
-    "load.search={start: 2, max: 64, resolution: 2, max_step_s: 180, drain_max_s: 120}",
+    "load.search={start: 4, max: 64, resolution: 2, max_step_s: 240, drain_max_s: 120}",
 )
 
 

@@ -188,7 +188,7 @@ class RunController:
             self.live = self.ctx.live
         runtime.set_context(self.ctx)
         if self.fixed_users:
-            self.machine = None
+            self.machine = self.probing = None  # -u: a fixed load, no search or sweep
             users = opts.num_users or getattr(self.env.runner, "target_user_count", None) or 0
             self._step_msg = {"index": 0, "name": f"u{users}", "kind": "concurrency",
                               "target": users, "phase": "steady", "worker_count": 1}
