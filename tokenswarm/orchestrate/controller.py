@@ -26,7 +26,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 from locust.runners import MasterRunner
@@ -48,7 +48,6 @@ from tokenswarm.load.setup import (
 )
 from tokenswarm.manifest import RunTarget, Totals
 from tokenswarm.orchestrate import progress
-from tokenswarm.orchestrate.probing import ProbingPlan, write_capacity
 from tokenswarm.orchestrate.recording import RunRecording
 from tokenswarm.orchestrate.verdict import EXIT_BAD_CONFIG, EXIT_OK, EXIT_RUN_BROKE, EXIT_SLO_MISSED, conclude
 from tokenswarm.orchestrate.workers import WorkerReports, stop_workers, workers_settled
@@ -56,6 +55,9 @@ from tokenswarm.redact import redact, remember_target
 from tokenswarm.webui.view import RunSnapshot
 from tokenswarm.wire.timing import provenance as timing_provenance
 from tokenswarm.workload.steps import PHASE_DRAIN, StepMachine, plan_steps
+
+if TYPE_CHECKING:  # the probing hook reads records with the analysis (numpy): imported only by a search or sweep
+    from tokenswarm.orchestrate.probing import ProbingPlan
 
 log = logging.getLogger("tokenswarm")
 
@@ -332,6 +334,8 @@ class RunController:
         max_ramp_s = max(30.0, 3 * slowest_ramp_s + 10.0)
         self.probing = None
         if load.search is not None or load.sweep is not None:
+            from tokenswarm.orchestrate.probing import ProbingPlan  # numpy and the analysis: only for these plans
+
             self.probing = ProbingPlan(load, self.slos, in_flight=self._in_flight,
                                        manifest=lambda: None if self.recording is None else self.recording.manifest.current)
             return StepMachine([self.probing.first_step()], max_ramp_s=max_ramp_s, after=self.probing.after)
@@ -491,6 +495,8 @@ class RunController:
         rec.close()
         print(f"tokenswarm: records and manifest written to {rec.run_dir}", flush=True)
         if self.probing is not None:
+            from tokenswarm.orchestrate.probing import write_capacity
+
             write_capacity(rec.run_dir, self.probing)
         self.verdict, code = conclude(rec.run_dir, self.slos, broken=self.broken,
                                       outcomes=None if self.is_master else self.outcomes_emitted)
