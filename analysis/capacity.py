@@ -173,8 +173,8 @@ class Capacity:
         lim = self.limiting_probe
         return {"kind": self.kind, "unit": self.unit, "status": self.status, "source": self.source,
                 "capacity_value": self.capacity_value, "first_failing_value": self.first_failing_value,
-                "resolution": self.resolution,
-                "reached_resolution": (None if self.capacity_value is None or self.first_failing_value is None
+                "resolution_value": self.resolution,
+                "reached_resolution_value": (None if self.capacity_value is None or self.first_failing_value is None
                                        else self.first_failing_value - self.capacity_value),
                 "limited_by": None if lim is None else lim.reason(), "summary": self.summary(),
                 "slos": dict(self.slos), "notes": list(self.notes), "probes": [p.to_dict() for p in self.probes]}
@@ -182,7 +182,7 @@ class Capacity:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Capacity:
         return capacity_of([Probe.from_dict(p) for p in d.get("probes") or ()], str(d.get("kind", "concurrency")),
-                           resolution=d.get("resolution"), slos=d.get("slos") or {}, source=str(d.get("source", "steps")))
+                           resolution=d.get("resolution_value"), slos=d.get("slos") or {}, source=str(d.get("source", "steps")))
 
 
 def capacity_of(probes: Sequence[Probe], kind: str, *, resolution: float | None = None,
@@ -321,6 +321,6 @@ def run_capacity(run_dir: str | Path | None, points: Sequence[Mapping[str, Any]]
     out = None if cap is None else cap.to_dict()
     if doc is not None and doc.get("source") == "sweep":
         sweep = {k: doc.get(k) for k in ("saturation_requests_per_s", "single_user_requests_per_s", "saturation_users",
-                                         "steps", "stop_reason")}
+                                         "steps_users", "stop_reason")}
         out = {**(out or {}), "sweep": sweep}
     return out

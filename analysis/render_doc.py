@@ -556,12 +556,12 @@ def capacity_blocks(cap: dict[str, Any] | None) -> list[tuple[Any, ...]]:
     b: list[tuple[Any, ...]] = [("h3", "Capacity under SLO")]
     if cap.get("summary"):
         what = "capacity search" if cap.get("source") == "search" else "the run's steps"
-        reached = cap.get("reached_resolution")
+        reached = cap.get("reached_resolution_value")
         text = f"{cap['summary'][0].upper()}{cap['summary'][1:]} - from {what}"
         if reached is not None:
             text += f"; capacity {cap['capacity_value']:g} +{reached:g} {cap['unit']} (last pass .. first failure)"
-        if cap.get("resolution") is not None:
-            text += f", resolution asked {cap['resolution']:g} {cap['unit']}"
+        if cap.get("resolution_value") is not None:
+            text += f", resolution asked {cap['resolution_value']:g} {cap['unit']}"
         b.append(("p", text + "."))
         rows = [[p["step_name"], f"{p['load_value']:g}", "pass" if p["passed"] else "FAIL", p["reason"] or "-",
                  fmt(p.get("requests_count")), fmt(p.get("output_tokens_per_s"))] for p in cap.get("probes") or []]
@@ -574,5 +574,5 @@ def capacity_blocks(cap: dict[str, Any] | None) -> list[tuple[Any, ...]]:
     if sw:
         b.append(("p", f"Sweep: {fmt(sw.get('saturation_requests_per_s'))} req/s at saturation, "
                        f"{fmt(sw.get('single_user_requests_per_s'))} req/s one request at a time, so requests queue "
-                       f"from about {fmt(sw.get('saturation_users'))} users (Little's law); steps {sw.get('steps')}."))
+                       f"from about {fmt(sw.get('saturation_users'))} users (Little's law); steps {sw.get('steps_users')}."))
     return b

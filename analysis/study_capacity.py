@@ -63,10 +63,10 @@ def study_capacity(runs: Mapping[tuple[str, int], Run], arms: list[str], baselin
         values = [c.capacity_value for c in caps.values()]
         fails = [c.first_failing_value for c in caps.values() if c.first_failing_value is not None]
         entry: dict[str, Any] = {
-            "arm": arm, "kind": kind, "unit": next(iter(caps.values())).unit, "rounds": sorted(caps),
-            "capacity_per_round": values,
-            "first_failing_per_round": [c.first_failing_value for c in caps.values()],
-            "limited_by_per_round": [None if c.limiting_probe is None else c.limiting_probe.reason() for c in caps.values()],
+            "arm": arm, "kind": kind, "unit": next(iter(caps.values())).unit, "round_index": sorted(caps),
+            "per_round_capacity_value": values,
+            "per_round_first_failing_value": [c.first_failing_value for c in caps.values()],
+            "per_round_limited_by": [None if c.limiting_probe is None else c.limiting_probe.reason() for c in caps.values()],
             # the load carried in every round; None when some round passed nothing
             "capacity_value": None if any(v is None for v in values) else min(v for v in values if v is not None),
             "first_failing_value": min(fails) if fails else None,
@@ -79,26 +79,26 @@ def study_capacity(runs: Mapping[tuple[str, int], Run], arms: list[str], baselin
         out_arms.append(entry)
     base = by_arm.get(baseline)
     for entry in out_arms:
-        entry["ratio_to_baseline"] = None
+        entry["capacity_ratio"] = None
         entry["ratio_bound"] = None
         if base is None or entry["arm"] == baseline or entry["kind"] != base["kind"]:
             continue
         b, c = base["capacity_value"], entry["capacity_value"]
         if b and c is not None:
-            entry["ratio_to_baseline"] = c / b
+            entry["capacity_ratio"] = c / b
             entry["ratio_bound"] = ("at least" if entry["at_least"] and not base["at_least"] else
                                     "at most" if base["at_least"] and not entry["at_least"] else
                                     "unknown" if base["at_least"] else "exact")
-        base_of = dict(zip(base["rounds"], base["capacity_per_round"]))
-        entry["ratio_per_round"] = [None if not base_of.get(r) or cv is None else cv / base_of[r]
-                                    for r, cv in zip(entry["rounds"], entry["capacity_per_round"])]
+        base_of = dict(zip(base["round_index"], base["per_round_capacity_value"]))
+        entry["per_round_capacity_ratio"] = [None if not base_of.get(r) or cv is None else cv / base_of[r]
+                                    for r, cv in zip(entry["round_index"], entry["per_round_capacity_value"])]
         entry["sentence"] = sentence(entry, slos)
     return {"slos": slos, "slo_text": slo_text(slos), "baseline_arm": baseline, "arms": out_arms}
 
 
 def sentence(entry: Mapping[str, Any], slos: Mapping[str, Any]) -> str:
     """``the draft arm carries 1.33x the concurrency of the baseline at tpot_p95_ms <= 60``."""
-    ratio = entry.get("ratio_to_baseline")
+    ratio = entry.get("capacity_ratio")
     what = "concurrency" if entry["kind"] == "concurrency" else "request rate"
     if ratio is None:
         return f"the {entry['arm']} arm: no capacity ratio (a capacity below the lowest step)"
@@ -115,11 +115,11 @@ def capacity_lines(cap: Mapping[str, Any] | None) -> list[str]:
         top = "" if e["first_failing_value"] is None else f", fails at {e['first_failing_value']:g}"
         val = "below the lowest step" if e["capacity_value"] is None else (
             f"{'>= ' if e['at_least'] else ''}{e['capacity_value']:g} {e['unit']}")
-        rounds = ", ".join("-" if v is None else f"{v:g}" for v in e["capacity_per_round"])
-        lim = next((x for x in e["limited_by_per_round"] if x), None)
+        rounds = ", ".join("-" if v is None else f"{v:g}" for v in e["per_round_capacity_value"])
+        lim = next((x for x in e["per_round_limited_by"] if x), None)
         line = f"  {e['arm']}: {val}{top} (rounds: {rounds})"
-        if e.get("ratio_to_baseline") is not None:
-            line += f"; x{e['ratio_to_baseline']:.2f} the baseline"
+        if e.get("capacity_ratio") is not None:
+            line += f"; x{e['capacity_ratio']:.2f} the baseline"
         if lim:
             line += f"; limited by {lim}"
         lines.append(line)

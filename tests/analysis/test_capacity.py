@@ -15,6 +15,7 @@ from tokenswarm.analysis.capacity import (
 from tokenswarm.analysis.curves import curve_points, find_knee
 from tokenswarm.analysis.loader import load_run
 from tokenswarm.analysis.study_capacity import capacity_lines, study_capacity
+from tokenswarm.analysis.summary import unitless_keys
 from tokenswarm.analysis.tables import step_table
 
 
@@ -25,7 +26,7 @@ def probe(load, passed, **kw):
 def test_capacity_is_the_last_pass_below_the_first_failure():
     cap = capacity_of([probe(1, True), probe(8, False), probe(4, True), probe(6, True), probe(7, False)], "concurrency")
     assert (cap.capacity_value, cap.first_failing_value, cap.status) == (6, 7, "found")
-    assert cap.to_dict()["reached_resolution"] == 1
+    assert cap.to_dict()["reached_resolution_value"] == 1
 
 
 def test_a_pass_above_the_first_failure_is_reported_not_used():
@@ -72,6 +73,7 @@ def test_a_run_of_fixed_steps_has_the_capacity_of_its_steps_under_its_slos(tmp_p
     cap = run_capacity(run.path, curve_points(tables.rows), tables.slo_results, tables.slo.to_dict())
     assert (cap["capacity_value"], cap["first_failing_value"], cap["source"]) == (4, 8, "steps")
     assert "tpot_p50_ms = 25 ms" in cap["limited_by"]
+    assert unitless_keys(cap) == []  # names carry units
 
 
 def test_a_search_runs_own_probes_take_precedence_over_its_steps(tmp_path):
@@ -112,9 +114,10 @@ def test_a_study_reports_capacity_per_arm_and_its_ratio_to_the_baseline(tmp_path
     cap = study_capacity(runs, ["baseline", "draft"], "baseline")
     arms = {a["arm"]: a for a in cap["arms"]}
     assert arms["baseline"]["capacity_value"] == 4 and arms["baseline"]["first_failing_value"] == 8
-    assert arms["draft"]["capacity_per_round"] == [8, 16] and arms["draft"]["capacity_value"] == 8
-    assert arms["draft"]["ratio_to_baseline"] == 2.0 and arms["draft"]["ratio_per_round"] == [2.0, 4.0]
+    assert arms["draft"]["per_round_capacity_value"] == [8, 16] and arms["draft"]["capacity_value"] == 8
+    assert arms["draft"]["capacity_ratio"] == 2.0 and arms["draft"]["per_round_capacity_ratio"] == [2.0, 4.0]
     assert arms["draft"]["sentence"] == "the draft arm carries 2.00x the concurrency of the baseline at tpot_p50_ms <= 20"
+    assert unitless_keys(cap) == []
     text = "\n".join(capacity_lines(cap))
     assert "baseline: 4 users, fails at 8" in text and "x2.00 the baseline" in text
 

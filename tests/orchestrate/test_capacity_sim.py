@@ -97,7 +97,7 @@ def test_a_sweep_measures_saturation_then_spreads_steps_up_to_it(tmp_path, sim):
     targets = [s["target"] for s in json.loads((out / "manifest.json").read_text())["steps"]]
     assert targets[:2] == [16, 1]  # saturation first, then one request at a time
     n_star = doc["saturation_requests_per_s"] / doc["single_user_requests_per_s"]
-    assert doc["saturation_users"] == pytest.approx(min(n_star, 16))
+    assert doc["saturation_users"] == pytest.approx(min(n_star, 16)) and doc["steps_users"] == targets
     spread = targets[2:]
     assert spread == sorted(spread) and len(spread) >= 1 and all(1 < t < 16 for t in spread)
     assert max(spread) == round(doc["saturation_users"]) or round(doc["saturation_users"]) >= 16

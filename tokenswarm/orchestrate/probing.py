@@ -209,7 +209,7 @@ class ProbingPlan:
             out.update({"kind": self.kind, "source": "sweep", "sweep": sw.config.to_dict(),
                         "saturation_requests_per_s": sw.saturation_rps, "single_user_requests_per_s": sw.single_rps,
                         "saturation_users": sw.saturation_users, "probes": [p.to_dict() for p in self.probes],
-                        "steps": [s.target for s in self.steps_run]})
+                        "steps_users": [s.target for s in self.steps_run]})
         return out
 
 
@@ -224,5 +224,5 @@ def write_capacity(run_dir: Path, plan: ProbingPlan) -> dict[str, Any]:
     else:
         print(f"sweep: saturation {doc.get('saturation_requests_per_s')} req/s at {plan.planner.first:g} users, "
               f"{doc.get('single_user_requests_per_s')} req/s at one user -> saturation concurrency "
-              f"{doc.get('saturation_users')}; steps {doc.get('steps')} ({doc['stop_reason']})", flush=True)
+              f"{doc.get('saturation_users')}; steps {doc.get('steps_users')} ({doc['stop_reason']})", flush=True)
     return doc
