@@ -49,6 +49,10 @@ class Probe:
         return self.passed or bool(self.note) or not all(c.get("not_enough_samples") for c in self.failed_checks) \
             or not self.failed_checks
 
+    def verdict(self) -> str:
+        """``pass``, ``FAIL``, or ``not judged`` (only too few samples: a search counts it as failing)."""
+        return "pass" if self.passed else "FAIL" if self.judged else "not judged"
+
     def reason(self) -> str:
         """Why the probe failed, as a person reads it (empty when it passed)."""
         if self.passed:
@@ -69,7 +73,7 @@ class Probe:
 
     def to_dict(self) -> dict[str, Any]:
         return {"step_index": self.step_index, "step_name": self.step_name, "load_value": self.load_value,
-                "passed": self.passed, "reason": self.reason(), "failed_checks": [dict(c) for c in self.failed_checks],
+                "passed": self.passed, "judged": self.judged, "verdict": self.verdict(), "reason": self.reason(), "failed_checks": [dict(c) for c in self.failed_checks],
                 "requests_count": self.requests_count, "output_tokens_per_s": self.output_tokens_per_s,
                 "note": self.note}
 
@@ -84,7 +88,8 @@ class Probe:
 def _check_text(c: Mapping[str, Any], tasks: Sequence[str]) -> str:
     where = ", ".join("all tasks" if t == ALL_TASKS else f"task {t}" for t in tasks)
     if c.get("not_enough_samples"):
-        return f"{c['slo_name']} not judged ({where}): {c.get('detail')}"
+        detail = str(c.get("detail") or "not enough samples")
+        return f"{c['slo_name']} ({where}): " + (detail if detail.startswith("not judged") else f"not judged, {detail}")
     obs = c.get("observed_value")
     shown = "not observed" if obs is None else f"{obs:.4g}"
     return f"{c['slo_name']} = {shown} {c.get('unit', '')}, needs {c['comparison']} {c['threshold_value']:g} ({where})"
@@ -282,7 +287,7 @@ def capacity_table(cap: Capacity) -> list[list[str]]:
     """The probes as table rows (in the order they ran): step, load, verdict, why, requests, tokens/s."""
     rows = []
     for p in cap.probes:
-        rows.append([p.step_name, f"{p.load_value:g}", "pass" if p.passed else "FAIL", p.reason() or "-",
+        rows.append([p.step_name, f"{p.load_value:g}", p.verdict(), p.reason() or "-",
                      "-" if p.requests_count is None else str(p.requests_count),
                      "-" if p.output_tokens_per_s is None else f"{p.output_tokens_per_s:.0f}"])
     return rows

@@ -8,7 +8,7 @@ union of whole groups, and histograms merge by adding counts.
 What is kept
     Per group, the gaps between consecutive chunks are counted by (tokens of the chunk that ends
     the gap, gap bucket), with the live statistics' 1 %-wide buckets
-    (:class:`~tokenswarm.load.livestats.LogHistogram`, ``BUCKET_BASE``): the inter-chunk
+    (:mod:`tokenswarm.buckets`, the scheme of :class:`~tokenswarm.load.livestats.LogHistogram`): the inter-chunk
     histogram (summed over tokens) and the tokens-per-chunk histogram. Per-token ITL follows the
     glossary's per-delivery rule (:func:`tokenswarm.metrics.itl_samples`): in the same walk over
     the chunks, chunks of equal offset (read together) are one *delivery*, and deliveries are
@@ -36,7 +36,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from tokenswarm.analysis.stats import PERCENTILES
-from tokenswarm.load.livestats import BUCKET_BASE, RELATIVE_PRECISION, bucket_value_ms
+from tokenswarm.buckets import BUCKET_BASE, RELATIVE_PRECISION, bucket_value_ms
 
 try:  # the C fast path of ChunkAccumulator.add (setup.py builds it; optional)
     from tokenswarm.analysis import _chunkhist as _kernel

@@ -9,7 +9,9 @@ steps (else by position), tasks by name; unmatched steps are listed, never dropp
 * TTFT, TPOT and E2E ratios (candidate / baseline) at p50, p95 and p99;
 
 each with a 95 % percentile-bootstrap confidence interval (:mod:`analysis.stats`; both runs
-resampled independently; seeded). Where the candidate's acceptance is higher than the
+resampled independently; seeded). A ratio whose percentile either run cannot support
+(:mod:`analysis.samples`: n >= 10 / (1 - q); the speedups need the median's 20 successful
+requests) is ``None`` with ``..._insufficient`` set: no ratio and no interval from two requests. Where the candidate's acceptance is higher than the
 baseline's but aggregate throughput did not improve, a note names the step: the documented
 high-concurrency collapse of speculative decoding (verification becomes compute-bound).
 
@@ -32,9 +34,10 @@ import numpy as np
 
 from tokenswarm.analysis.errors import NotComparableError
 from tokenswarm.analysis.loader import Run
+from tokenswarm.analysis.samples import MEDIAN_NEED
 from tokenswarm.analysis.slo import ALL_TASKS
 from tokenswarm.analysis.specdecode import mean_acceptance, spec_decode_tables
-from tokenswarm.analysis.stats import bootstrap_percentiles, percentiles_sorted, ratio_ci
+from tokenswarm.analysis.stats import bootstrap_percentiles, min_samples_for, percentiles_sorted, ratio_ci
 from tokenswarm.analysis.tables import Window, derived, quality_shares, windows
 
 RATIO_PERCENTILES: tuple[float, ...] = (50.0, 95.0, 99.0)
@@ -128,9 +131,13 @@ def _group_compare(
     da, db = derived(ra), derived(rb)
     oka, okb = ma & da["ok"], mb & db["ok"]
     out: dict[str, Any] = {"baseline_ok_count": int(oka.sum()), "candidate_ok_count": int(okb.sum())}
+    # A ratio needs what its percentile needs on both sides (analysis.samples); the median's
+    # need also gates the throughput ratios: no ratio or interval from a handful of requests.
+    enough = min(out["baseline_ok_count"], out["candidate_ok_count"]) >= MEDIAN_NEED
+    out["speedup_insufficient"] = not enough
     # Per-request output tokens/s: ratio of medians.
     ta, tb = _clean(da["request_output_tps"][oka]), _clean(db["request_output_tps"][okb])
-    if ta.size and tb.size:
+    if ta.size and tb.size and enough:
         pa, pb = percentiles_sorted(ta, [50.0])[0], percentiles_sorted(tb, [50.0])[0]
         reps_a = bootstrap_percentiles(ta, [50.0], n_boot, rng)[0]
         reps_b = bootstrap_percentiles(tb, [50.0], n_boot, rng)[0]
@@ -142,7 +149,7 @@ def _group_compare(
     # Aggregate throughput: sum of output tokens over the (fixed) steady window duration.
     toka = np.nan_to_num(ra["output_tokens"][oka], nan=0.0)
     tokb = np.nan_to_num(rb["output_tokens"][okb], nan=0.0)
-    if toka.size and tokb.size and dur_a and dur_b:
+    if toka.size and tokb.size and dur_a and dur_b and enough:
         tput_a, tput_b = toka.sum() / dur_a, tokb.sum() / dur_b
         # Resample time bins of completed tokens (not requests at a fixed count): throughput
         # varies with how many requests finish in the window as much as with their lengths.
@@ -172,6 +179,13 @@ def _group_compare(
         ba = bootstrap_percentiles(va, RATIO_PERCENTILES, n_boot, rng)
         bb = bootstrap_percentiles(vb, RATIO_PERCENTILES, n_boot, rng)
         for i, p in enumerate(RATIO_PERCENTILES):
+            need = min_samples_for(p)
+            if min(va.size, vb.size) < need:  # too few samples on a side: no ratio, no interval
+                out.update(_ci_keys(f"{metric}_p{p:g}", None, (None, None)))
+                out[f"{metric}_p{p:g}_insufficient"] = True
+                out[f"{metric}_p{p:g}_needed_count"] = need
+                out[f"baseline_{metric}_p{p:g}_ms"] = out[f"candidate_{metric}_p{p:g}_ms"] = None
+                continue
             point = float(pb[i] / pa[i]) if pa[i] else None
             out.update(_ci_keys(f"{metric}_p{p:g}", point, ratio_ci(bb[i], ba[i], CONFIDENCE)))
             out[f"baseline_{metric}_p{p:g}_ms"] = float(pa[i])

@@ -10,33 +10,22 @@ Knee
     the first step where that happens; the step before it is the most efficient load.
     It is looked for on E2E p95, TTFT p99 and TPOT p99 (:data:`KNEE_METRICS`; in a mix, E2E
     is dominated by output length and can hide a TTFT or TPOT knee); ``knee`` is the earliest.
-    Only steps whose percentile rests on enough samples (n >= 10 / (1 - q),
-    :func:`analysis.stats.min_samples_for`) are points of that metric's curve: a p99 of 40
-    requests is one of its largest values, not a tail, and would make a knee of noise.
 Pareto view
     A step is Pareto-optimal when no other step has both higher output tokens/s and lower
     latency.
+Sample size
+    A point's percentile below its need (:mod:`analysis.samples`, n >= 10 / (1 - q)) is
+    ``None`` in the point and named in its ``short_columns`` (``column``, ``samples_needed_count``): no
+    plot draws it, the knee finder and the Pareto flag do not see it.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
+from tokenswarm.analysis.samples import guard_values
 from tokenswarm.analysis.slo import ALL_TASKS, SloResult
-from tokenswarm.analysis.stats import min_samples_for
-
-_PCT = re.compile(r"^(?P<metric>[a-z0-9_]+?)_p(?P<p>\d+(?:_\d+)?)_ms$")
-
-
-def enough_samples(row: dict[str, Any], column: str) -> bool:
-    """Whether a row's percentile column rests on n >= 10 / (1 - q) samples (unknown n: yes)."""
-    m = _PCT.match(column)
-    if m is None:
-        return True
-    n = row.get(f"{m.group('metric')}_count")
-    return n is None or n >= min_samples_for(float(m.group("p").replace("_", ".")))
 
 CURVE_COLUMNS: tuple[str, ...] = (
     "requests_per_s",
@@ -74,9 +63,9 @@ def curve_points(rows: list[dict[str, Any]], latency_key: str = "e2e_p95_ms") ->
             continue
         p = {"step_index": r["step_index"], "step_name": r["step_name"], "step_kind": r["step_kind"],
              "load_value": load_of(r)}
-        p.update({k: r.get(k) for k in CURVE_COLUMNS})
-        #: latency columns whose percentile rests on too few samples in this step (not used for a knee)
-        p["short_of_samples"] = [k for k in CURVE_COLUMNS if not enough_samples(r, k)]
+        values, short = guard_values(r, CURVE_COLUMNS)
+        p.update(values)
+        p["short_columns"] = [{"column": k, "samples_needed_count": v} for k, v in short.items()]
         pts.append(p)
     pts.sort(key=lambda p: p["load_value"])
     for p in pts:
@@ -95,9 +84,12 @@ def curve_points(rows: list[dict[str, Any]], latency_key: str = "e2e_p95_ms") ->
 
 
 def find_knee(points: list[dict[str, Any]], latency_key: str = "e2e_p95_ms") -> dict[str, Any] | None:
-    """First step where latency grows faster than throughput (see module docstring); steps short
-    of samples for ``latency_key`` are left out of its curve."""
-    points = [p for p in points if latency_key not in (p.get("short_of_samples") or ())]
+    """First step where latency grows faster than throughput (see module docstring).
+
+    A step short of samples for ``latency_key`` (its value ``None``) is left out of that
+    metric's curve, so the steps on either side of it are compared with each other.
+    """
+    points = [p for p in points if p.get(latency_key) is not None]
     for prev, cur in zip(points, points[1:]):
         t0, t1 = prev["output_tokens_per_s"], cur["output_tokens_per_s"]
         l0, l1 = prev.get(latency_key), cur.get(latency_key)
@@ -127,7 +119,9 @@ def max_load_meeting_slo(points: list[dict[str, Any]], results: list[SloResult])
         by_step[r.step_index] = by_step.get(r.step_index, True) and r.passed
     passing = [p for p in points if by_step.get(p["step_index"], False)]
     if not passing:
-        return {"step_index": None, "load_value": None, "detail": "no step meets all SLOs"}
+        short = sum(1 for r in results if r.not_enough_samples)
+        return {"step_index": None, "load_value": None, "not_judged_count": short,
+                "detail": "no step meets all SLOs" + (f" ({short} check(s) not judged: too few samples)" if short else "")}
     best = max(passing, key=lambda p: p["load_value"])
     return {"step_index": best["step_index"], "step_name": best["step_name"], "load_value": best["load_value"],
             "output_tokens_per_s": best["output_tokens_per_s"], "detail": "highest load whose steps meet all SLOs"}

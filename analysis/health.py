@@ -20,24 +20,90 @@ SCHEDULE_LAG_P99_LIMIT_MS = 100.0
 SEND_DELAY_P99_LIMIT_MS = 1.0
 
 
+#: A dispatch this late (ms) counts as late (the generator's own threshold, load/context.py).
+LATE_DISPATCH_MS = 10.0
+
+
+def _steady_windows(manifest: RunManifest) -> list[tuple[str, float, float]]:
+    """``(step name, start, end)`` of every measured window; the whole run without steps."""
+    out = [(s.name, s.steady_at, s.ended_at) for s in manifest.steps
+           if s.steady_at is not None and s.ended_at is not None]
+    if not out and not manifest.steps and manifest.started_at is not None and manifest.ended_at is not None:
+        out = [("run", manifest.started_at, manifest.ended_at)]
+    return out
+
+
+def _in_figures(manifest: RunManifest) -> tuple[bool, list[str]] | None:
+    """Whether the generator's stalls (CPU, event-loop lag) fell inside a measured window.
+
+    ``(in_figures, step names)`` from the recorded untrusted windows (``[start, end, reason]``,
+    :mod:`tokenswarm.load.health`); ``None`` when the run recorded none of that (older runs):
+    then every stall is taken as in the figures.
+    """
+    if "untrusted_windows" not in manifest.generator_health:
+        return None
+    spans = [w for w in manifest.generator_health.get("untrusted_windows") or []
+             if isinstance(w, (list, tuple)) and len(w) >= 2]
+    steps = [name for name, a, b in _steady_windows(manifest)
+             if any(float(w[0]) < b and float(w[1]) > a for w in spans)]
+    return bool(steps), steps
+
+
 def generator_health(manifest: RunManifest, rows: Sequence[Mapping[str, Any]] | None = None,
                      load_warnings: list[str] | None = None) -> dict[str, Any]:
-    """``{"overloaded": bool, "messages": [...], ...}``; ``overloaded`` means results are suspect."""
+    """``{"overloaded": bool, "messages": [...], ...}``; ``overloaded`` means results are suspect.
+
+    ``overloaded`` (the red banner, and "suspect" in a study) is set only for delays that were
+    in the figures: a CPU or event-loop stall inside a step's steady window (the recorded
+    untrusted windows; a run that recorded none is judged by its peaks), late dispatches that
+    show in a step's schedule lag, an open-loop step whose sends were late. ``overloaded_steps``
+    names the steps concerned (``None``: the whole run). A stall outside every steady window
+    and the generator's own send delay (outside TTFT) are warnings, not an overload.
+    """
     gh = manifest.generator_health
     messages: list[str] = []
     overloaded = False
+    steps_hit: set[str] = set()
+    whole_run = False
+    placed = _in_figures(manifest)
+    stall_in_figures = placed is None or placed[0]
+    where = "" if placed is None else (
+        f" (inside the steady window of step(s) {', '.join(placed[1])})" if placed[0]
+        else " (outside every steady window: not in the figures)")
+
+    def stall() -> None:
+        nonlocal overloaded, whole_run
+        if stall_in_figures:
+            overloaded = True
+            if placed is None:
+                whole_run = True
+            else:
+                steps_hit.update(placed[1])
+
     if gh.get("cpu_warning"):
-        overloaded = True
-        messages.append("Load generator CPU was saturated (cpu_warning): latencies include client-side delay.")
+        stall()
+        messages.append("Load generator CPU was saturated (cpu_warning)" + where
+                        + (": latencies include client-side delay." if stall_in_figures else "."))
     lag = gh.get("max_loop_lag_ms")
     if lag is not None and lag > LOOP_LAG_LIMIT_MS:
-        overloaded = True
-        messages.append(f"Generator event-loop lag reached {lag:.0f} ms (> {LOOP_LAG_LIMIT_MS:.0f} ms).")
+        stall()
+        messages.append(f"Generator event-loop lag reached {lag:.0f} ms (> {LOOP_LAG_LIMIT_MS:.0f} ms){where}.")
     late = gh.get("late_dispatches")
     if late:
-        overloaded = True
-        messages.append(f"{late} request(s) were dispatched late by the generator.")
+        late_steps = [str(r.get("step_name")) for r in rows or []
+                      if r.get("task") == "all" and (r.get("schedule_lag_max_ms") or 0.0) > LATE_DISPATCH_MS]
+        if rows is None or late_steps:
+            overloaded = True
+            whole_run = whole_run or rows is None
+            steps_hit.update(late_steps)
+        messages.append(f"{late} request(s) were dispatched late by the generator"
+                        + (f" (steps {', '.join(late_steps)})." if late_steps else
+                           "." if rows is None else ", none inside a steady window: not in the figures."))
     for text in manifest.warnings:
+        if placed is not None and text.startswith("the load generator was a bottleneck"):
+            # the recorder's words say "inflated"; say whether a measured window was concerned
+            text += (f" (inside the steady window of step(s) {', '.join(placed[1])})" if placed[0]
+                     else " (all outside the steady windows: not in the figures)")
         messages.append(f"Run warning: {text}")
     lost = manifest.totals.records_lost
     if lost:
@@ -52,6 +118,7 @@ def generator_health(manifest: RunManifest, rows: Sequence[Mapping[str, Any]] | 
             p99 = r.get("schedule_lag_p99_ms")
             if p99 is not None and p99 > SCHEDULE_LAG_P99_LIMIT_MS:
                 overloaded = True
+                steps_hit.add(str(r["step_name"]))
                 messages.append(
                     f"Step {r['step_name']}: p99 schedule lag {p99:.0f} ms - the generator sent requests late; "
                     "see the schedule-inclusive TTFT/E2E."
@@ -60,7 +127,6 @@ def generator_health(manifest: RunManifest, rows: Sequence[Mapping[str, Any]] | 
     for r in rows or []:
         p99 = r.get("send_delay_p99_ms") if r.get("task") == "all" else None
         if p99 is not None and p99 > SEND_DELAY_P99_LIMIT_MS:
-            overloaded = True
             late_sends.append(r.get("step_name"))
             messages.append(
                 f"Step {r.get('step_name')}: p99 send delay {p99:.1f} ms (> {SEND_DELAY_P99_LIMIT_MS:g} ms) - the "
@@ -70,7 +136,8 @@ def generator_health(manifest: RunManifest, rows: Sequence[Mapping[str, Any]] | 
     messages += timing["messages"]
     for text in load_warnings or []:
         messages.append(f"Input: {text}")
-    return {"overloaded": overloaded, "messages": messages,
+    return {"overloaded": overloaded, "overloaded_steps": None if whole_run or not overloaded else sorted(steps_hit),
+            "messages": messages,
             "cpu_warning": bool(gh.get("cpu_warning")), "max_loop_lag_ms": lag, "late_dispatches_count": late,
             "late_send_steps": late_sends, "timing_paths": timing["paths"], "timing_counters": timing["counters"]}
 

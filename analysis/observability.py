@@ -244,6 +244,7 @@ def ttft_breakdown(audit_rows: list[dict[str, Any]], step_rows: list[dict[str, A
         out.append({
             "step_index": r["step_index"], "step_name": r["step_name"],
             "ttft_p50_ms": r.get("ttft_p50_ms"), "ttft_p99_ms": r.get("ttft_p99_ms"), "ttft_mean_ms": ttft_mean,
+            "ttft_count": r.get("ttft_count"),
             "server_queue_wait_mean_ms": q,
             "queue_wait_of_ttft_share": q / ttft_mean if q is not None and ttft_mean else None,
             "draft_time_share": _value(audit_rows, "draft_time_share", r["step_name"]),

@@ -7,10 +7,10 @@ Blocks: ``("h1"|"h2"|"h3", text)``, ``("p", text)``, ``("banner", "red"|"yellow"
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from tokenswarm.analysis.stats import min_samples_for
+from tokenswarm.analysis.samples import MEDIAN_NEED, prune_short_columns, short_text, shortfall
+from tokenswarm.analysis.slo import judged_label
 
 Block = tuple[Any, ...]
 
@@ -46,18 +46,38 @@ def fmt(v: Any, digits: int = 4) -> str:
     return str(v)
 
 
-_PCTL = re.compile(r"^(?P<metric>[a-z_]+?)_p(?P<p>\d+(?:_\d+)?)_(?:ms|tokens_per_s)$")
-
-
 def guarded(row: Any, column: str) -> str:
-    """A percentile cell: ``n<N`` when the row's sample count cannot support it (never a number), else fmt."""
-    m = _PCTL.match(column)
-    if m is not None:
-        n = row.get(f"{m.group('metric')}_count")
-        need = min_samples_for(float(m.group("p").replace("_", ".")))
-        if isinstance(n, int) and 0 < n < need:
-            return f"n<{need}"
-    return fmt(row.get(column))
+    """A percentile cell: ``n<N`` when the row's sample count cannot support it (never a number), else fmt.
+
+    The rule is :mod:`analysis.samples` (n >= 10 / (1 - q)), the same for every table.
+    """
+    short = shortfall(row, column)
+    return short_text(short[1]) if short is not None else fmt(row.get(column))
+
+
+def point_cell(point: dict[str, Any], column: str) -> str:
+    """A curve point's value, or ``n<N`` when it was left out for too few samples."""
+    need = next((c["samples_needed_count"] for c in point.get("short_columns") or [] if c["column"] == column), None)
+    return short_text(need) if need is not None else fmt(point.get(column))
+
+
+def ratio_cell(row: dict[str, Any], name: str) -> str:
+    """A comparison ratio with its interval, or ``n<N`` when either run had too few samples."""
+    if name.endswith("_speedup"):
+        if row.get("speedup_insufficient"):
+            return short_text(MEDIAN_NEED)
+    elif row.get(f"{name}_insufficient"):
+        return short_text(int(row[f"{name}_needed_count"]))
+    return ci(row.get(f"{name}_ratio"), row.get(f"{name}_ci_low_ratio"), row.get(f"{name}_ci_high_ratio"))
+
+
+def judged_table(headers: list[str], rows: list[list[str]], keep: int = 1) -> list["Block"]:
+    """A table block without the columns that are too short in every row, and the note saying so."""
+    headers, rows, note = prune_short_columns(headers, rows, keep)
+    out: list[Block] = [("table", headers, rows)]
+    if note:
+        out.append(("p", note))
+    return out
 
 
 def pct(v: float | None, digits: int = 2) -> str:
@@ -82,11 +102,17 @@ def _load(r: dict[str, Any]) -> str:
     return "—"
 
 
-def _health_blocks(h: dict[str, Any]) -> list[Block]:
+def _health_blocks(h: dict[str, Any], heading: bool = False) -> list[Block]:
+    """The warnings worth acting on: the overload banner (only for delays that were in the
+    figures, see :func:`analysis.health.generator_health`), then every message."""
     out: list[Block] = []
+    if heading and (h["overloaded"] or h["messages"]):
+        out.append(("h2", "Warnings"))
     if h["overloaded"]:
-        out.append(("banner", "red", "GENERATOR OVERLOADED: the load generator itself was a bottleneck; "
-                                     "latencies and throughput may be understated or overstated."))
+        where = h.get("overloaded_steps")
+        out.append(("banner", "red", "GENERATOR OVERLOADED: the load generator itself was a bottleneck"
+                                     + (f" in step(s) {', '.join(where)}" if where else "")
+                                     + "; latencies and throughput there may be understated or overstated."))
     if h["messages"]:
         out.append(("banner", "yellow", "Generator health and input warnings:"))
         out.append(("list", h["messages"]))
@@ -101,12 +127,12 @@ def _phase_blocks(steps: list[dict[str, Any]]) -> list[Block]:
         return []  # records without request phases (written before they were recorded)
     return [
         ("h2", "Request phases per load step (steady window, all tasks)"),
-        ("table", ["step", "load", "new connections", "reused share", "connect p50", "connect p99",
-                   "send delay p50", "send delay p99", "headers p50", "headers p99"],
-         [[r["step_name"], _load(r), fmt(r.get("connect_count")), pct(r.get("conn_reused_share")),
-           fmt(r.get("connect_p50_ms")), fmt(r.get("connect_p99_ms")), fmt(r.get("send_delay_p50_ms")),
-           fmt(r.get("send_delay_p99_ms")), fmt(r.get("headers_p50_ms")), fmt(r.get("headers_p99_ms"))]
-          for r in steps]),
+        *judged_table(["step", "load", "new connections", "reused share", "connect p50", "connect p99",
+                       "send delay p50", "send delay p99", "headers p50", "headers p99"],
+                      [[r["step_name"], _load(r), fmt(r.get("connect_count")), pct(r.get("conn_reused_share")),
+                        guarded(r, "connect_p50_ms"), guarded(r, "connect_p99_ms"), guarded(r, "send_delay_p50_ms"),
+                        guarded(r, "send_delay_p99_ms"), guarded(r, "headers_p50_ms"), guarded(r, "headers_p99_ms")]
+                       for r in steps], keep=4),
         ("p", "In ms. Connect: a new connection's TCP connect (plus TLS), outside TTFT. Send delay: the "
               "generator's own delay from the moment a request was due to its last byte sent, minus the "
               "connect; a p99 above 1 ms is flagged under generator health. Headers: time to first byte "
@@ -114,19 +140,30 @@ def _phase_blocks(steps: list[dict[str, Any]]) -> list[Block]:
     ]
 
 
-def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
-    """Blocks of a single-run report (generator health first)."""
-    run = s["run"]
-    b: list[Block] = [("h1", f"tokenswarm report: {run['name']}")]
-    b += _health_blocks(s["generator_health"])
-    b.append(("table", ["run", "scenario", "model", "load mode", "records", "duration"],
-              [[str(run["run_id"]), str(run["scenario_name"]), str(run["model"]), str(run["load_mode"]),
-                fmt(run["records_count"]), fmt(run["run_duration_s"]) + " s"]]))
-    if s["notes"]:
-        b.append(("list", s["notes"]))
+def verdict_blocks(s: dict[str, Any]) -> list[Block]:
+    """The gate's verdict: one banner line (PASS, FAIL, NOT JUDGED), the step x task matrix, the misses."""
+    results = s["slo_results"]
+    short = [r for r in results if r.get("not_enough_samples")]
+    missed = [r for r in results if not r["passed"] and not r.get("not_enough_samples")]
+    suspect = " Suspect: the generator was overloaded (see the warnings)." if s["generator_health"]["overloaded"] else ""
+    if missed:
+        colour, text = "red", f"FAIL: {len(missed)} of {len(results)} SLO checks missed"
+    elif short:
+        colour, text = "yellow", f"NOT JUDGED: {len(short)} of {len(results)} SLO checks rest on too few samples"
+    else:
+        colour, text = "green", f"PASS: all {len(results)} SLO checks met"
+    if short and missed:
+        text += f", {len(short)} not judged (too few samples)"
+    b: list[Block] = [("h2", "Verdict"), ("banner", colour, text + "." + suspect)]
+    b += slo_matrix_blocks(results)
+    return b
+
+
+def step_summary_blocks(s: dict[str, Any]) -> list[Block]:
+    """The per-step tables (throughput, then latency) of the steady windows, all tasks."""
     steps = [r for r in s["steps"] if r["task"] == "all"]
     cost = {c["step_index"]: c for c in s["cost"]}
-    b.append(("h2", "Summary per load step (steady window, all tasks)"))
+    b: list[Block] = [("h2", "Summary per load step (steady window, all tasks)")]
     # Two tables (throughput, latency) so that neither is wider than the page.
     headers = ["step", "load", "window s", "requests", "errors", "req/s", "out tok/s", "goodput req/s", "goodput share"]
     if cost:
@@ -141,14 +178,37 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
             row += [fmt(c.get("cost_per_1m_output_tokens_usd")), fmt(c.get("cost_per_1k_requests_usd"))]
         rows.append(row)
     b.append(("table", headers, rows))
-    b.append(("table", ["step", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "ITL p99", "E2E p99", "failed share"],
-              [[r["step_name"], guarded(r, "ttft_p50_ms"), guarded(r, "ttft_p99_ms"), guarded(r, "tpot_p50_ms"),
-                guarded(r, "tpot_p99_ms"), guarded(r, "itl_p99_ms"), guarded(r, "e2e_p99_ms"),
-                pct(r["ttft_failed_share"])] for r in steps]))
+    b += judged_table(["step", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "ITL p99", "E2E p99", "failed share"],
+                      [[r["step_name"], guarded(r, "ttft_p50_ms"), guarded(r, "ttft_p99_ms"), guarded(r, "tpot_p50_ms"),
+                        guarded(r, "tpot_p99_ms"), guarded(r, "itl_p99_ms"), guarded(r, "e2e_p99_ms"),
+                        pct(r["ttft_failed_share"])] for r in steps])
     b.append(("p", "Latencies in ms. " + s["methods"]["failures"]))
+    return b
+
+
+def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
+    """Blocks of a single-run report.
+
+    The first screen leads with the verdict (the SLO gate), or with the step table when the run
+    has no gate; then the warnings worth acting on; then what ran, and the details.
+    """
+    run = s["run"]
+    steps = [r for r in s["steps"] if r["task"] == "all"]
+    b: list[Block] = [("h1", f"tokenswarm report: {run['name']}")]
+    gated = bool(s["slo_results"])
+    b += verdict_blocks(s) if gated else step_summary_blocks(s)
+    b += _health_blocks(s["generator_health"], heading=True)
+    b.append(("table", ["run", "scenario", "model", "load mode", "records", "duration"],
+              [[str(run["run_id"]), str(run["scenario_name"]), str(run["model"]), str(run["load_mode"]),
+                fmt(run["records_count"]), fmt(run["run_duration_s"]) + " s"]]))
+    if s["notes"]:
+        b.append(("list", s["notes"]))
+    if gated:
+        b += step_summary_blocks(s)
     b += _phase_blocks(steps)
     b += server_view_blocks(s.get("server_view"))
     b += sent_blocks(s.get("sent"))
+    b += model_blocks(s.get("models"))
     b += _workload_blocks(s)
     # SLOs and curves
     c = s["curves"]
@@ -168,7 +228,7 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
     if m is None:
         b.append(("p", "Highest load meeting the SLOs: no SLOs given (scenario slo block or --slo)."))
     elif m["load_value"] is None:
-        b.append(("banner", "yellow", "No load step meets all SLOs."))
+        b.append(("banner", "yellow", m["detail"][0].upper() + m["detail"][1:] + "."))
     else:
         b.append(("p", f"Highest load meeting all SLOs: {m['load_value']:g} (step {m['step_name']}, "
                        f"{fmt(m['output_tokens_per_s'])} output tokens/s)."))
@@ -179,15 +239,12 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
         if name in images:
             b.append(("img", name, cap))
     if c["points"]:
-        b.append(("table", ["step", "load", "out tok/s", "E2E p95 ms", "TTFT p95 ms", "per-req tok/s p50", "Pareto-optimal"],
-                  [[p["step_name"], fmt(p["load_value"]), fmt(p["output_tokens_per_s"]), fmt(p["e2e_p95_ms"]),
-                    fmt(p["ttft_p95_ms"]), fmt(p["request_output_tps_p50_tokens_per_s"]), fmt(p["pareto_optimal"])]
-                   for p in c["points"]]))
+        b += judged_table(["step", "load", "out tok/s", "E2E p95 ms", "TTFT p95 ms", "per-req tok/s p50", "Pareto-optimal"],
+                          [[p["step_name"], fmt(p["load_value"]), fmt(p["output_tokens_per_s"]), point_cell(p, "e2e_p95_ms"),
+                            point_cell(p, "ttft_p95_ms"), point_cell(p, "request_output_tps_p50_tokens_per_s"),
+                            fmt(p["pareto_optimal"])] for p in c["points"]], keep=2)
     if s["slo_results"]:
-        b.append(("h3", "SLO results"))
-        failing = [r for r in s["slo_results"] if not r["passed"]]
-        b.append(("p", f"{len(s['slo_results']) - len(failing)} of {len(s['slo_results'])} checks pass."))
-        b += slo_matrix_blocks(s["slo_results"])
+        b.append(("p", "SLO results: " + slo_counts_text(s["slo_results"]) + " (the matrix is in the verdict above)."))
     # Latency tables per metric
     b.append(("h2", "Latency distributions per step and task"))
     for name in ("ttft_by_task", "e2e_by_task", "ttft_by_step", "tpot_by_task"):
@@ -212,9 +269,10 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
             row += [guarded(sr, f"{metric}_{k}_{unit}") for k in ("p50", "p90", "p95", "p99", "p99_9", "max")]
             if with_inf:
                 v = sr[f"{metric}_p99_failed_as_inf_{unit}"]
-                row.append("unbounded" if v is None else fmt(v))
+                short = shortfall(sr, f"{metric}_p99_{unit}")
+                row.append(short_text(short[1]) if short else "unbounded" if v is None else fmt(v))
             table.append(row)
-        b.append(("table", hdr, table))
+        b += judged_table(hdr, table, keep=4)
         if metric == "itl" and any(sr.get("itl_per_chunk_samples_share") for sr in lat_rows):
             b.append(("p", "Some requests had no exact per-chunk token counts: their ITL samples are per chunk, not per token."))
     if s["errors"]:
@@ -322,16 +380,41 @@ def slo_matrix_blocks(results: list[dict[str, Any]]) -> list[Block]:
         rs = cells.get((st, task))
         if not rs:
             return "—"
-        bad = [r["slo_name"] for r in rs if not r["passed"]]
-        return "PASS" if not bad else "FAIL " + ", ".join(bad)
+        bad = [r["slo_name"] for r in rs if not r["passed"] and not r.get("not_enough_samples")]
+        parts = ["FAIL " + ", ".join(bad)] if bad else []
+        for r in rs:
+            if r.get("not_enough_samples"):
+                parts.append(f"{slo_label(r)}: {r['slo_name']}")
+        return "; ".join(parts) or "PASS"
 
     out: list[Block] = [("table", ["step"] + tasks, [[st] + [cell(st, t) for t in tasks] for st in steps])]
-    failing = [r for r in results if not r["passed"]]
+    failing = [r for r in results if not r["passed"] and not r.get("not_enough_samples")]
     if failing:
         out.append(("list", [f"{r['step_name']} / {r['task']}: {r['slo_name']} observed {fmt(r['observed_value'])}, "
                              f"needs {r['comparison']} {fmt(r['threshold_value'])}"
                              + (f" ({r['detail']})" if r["detail"] else "") for r in failing]))
+    short = [r for r in results if r.get("not_enough_samples")]
+    if short:
+        out.append(("p", f"{len(short)} check(s) not judged: their percentile rests on fewer samples than it needs "
+                         "(n >= 10 / (1 - q)); a check that is not judged is neither a pass nor a miss of the "
+                         "threshold, and a gate counts it as not passed."))
     return out
+
+
+def slo_label(r: dict[str, Any]) -> str:
+    """PASS, FAIL or "not judged (n=…, needs …)" of one SLO result dict."""
+    if r.get("not_enough_samples"):
+        return judged_label(r.get("samples_count"), r.get("samples_needed_count"))
+    return "PASS" if r["passed"] else "FAIL"
+
+
+def slo_counts_text(results: list[dict[str, Any]]) -> str:
+    """"3 of 10 checks pass, 2 miss, 5 not judged (too few samples)"."""
+    short = sum(1 for r in results if r.get("not_enough_samples"))
+    passed = sum(1 for r in results if r["passed"])
+    missed = len(results) - passed - short
+    text = f"{passed} of {len(results)} SLO checks pass, {missed} miss"
+    return text + (f", {short} not judged (too few samples)" if short else "")
 
 
 def sent_blocks(sent: list[dict[str, Any]] | None) -> list[Block]:
@@ -352,6 +435,28 @@ def sent_blocks(sent: list[dict[str, Any]] | None) -> list[Block]:
         out.append(("banner", "yellow", "Prompt sizing is off for " + ", ".join(bad) + ": the server counted prompt "
                     "lengths far from the scenario's (means compared; first turns only for multi-turn tasks). The "
                     "prompts were sized with a tokenizer other than the server's -- see the run log's sizing line."))
+    return out
+
+
+def model_blocks(models: dict[str, Any] | None) -> list[Block]:
+    """Per step and model (a run whose requests asked for several models): load, latency, SLOs."""
+    if not models:
+        return []
+    out: list[Block] = [("h3", "Per model (steady windows, all tasks): " + ", ".join(models["models"]))]
+    out.append(("table", ["step", "model", "requests", "errors", "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50",
+                          "TPOT p99", "ITL p99", "E2E p99"],
+                [[r["step_name"], r["model"], fmt(r["requests_count"]), pct(r["error_rate"]),
+                  fmt(r["output_tokens_per_s"]), guarded(r, "ttft_p50_ms"), guarded(r, "ttft_p99_ms"),
+                  guarded(r, "tpot_p50_ms"), guarded(r, "tpot_p99_ms"), guarded(r, "itl_p99_ms"),
+                  guarded(r, "e2e_p99_ms")] for r in models["rows"]]))
+    failing = [r for r in models["slo_results"] if not r["passed"]]
+    if failing:
+        out.append(("list", [f"{r['step_name']} / {r['model']}: {r['slo_name']} observed {fmt(r['observed_value'])}, "
+                             f"needs {r['comparison']} {fmt(r['threshold_value'])}" for r in failing]))
+    elif models["slo_results"]:
+        out.append(("p", "Every model meets the SLOs at every step."))
+    if models.get("notes"):
+        out.append(("list", models["notes"]))
     return out
 
 
@@ -394,7 +499,7 @@ def observability_blocks(obs: list[dict[str, Any]] | None, breakdown: list[dict[
         out.append(("h3", "How much of TTFT is queueing"))
         out.append(("table", ["step", "TTFT mean ms", "TTFT p50 ms", "TTFT p99 ms", "server queue wait ms",
                               "queue share of TTFT", "draft share of engine time"],
-                    [[str(r["step_name"]), fmt(r["ttft_mean_ms"]), fmt(r["ttft_p50_ms"]), fmt(r["ttft_p99_ms"]),
+                    [[str(r["step_name"]), fmt(r["ttft_mean_ms"]), guarded(r, "ttft_p50_ms"), guarded(r, "ttft_p99_ms"),
                       fmt(r["server_queue_wait_mean_ms"]), pct(r["queue_wait_of_ttft_share"], 0),
                       pct(r["draft_time_share"], 0)] for r in breakdown]))
         out.append(("p", "Queue wait is the server's mean (its histogram's sum / count over the window); the "
@@ -445,14 +550,15 @@ def _workload_blocks(s: dict[str, Any]) -> list[Block]:
     rows = [r for r in s["steps"] if r.get("reasoning_streams_count")]
     if rows:
         b.append(("h2", "Reasoning streams per step and task"))
-        b.append(("table", ["step", "task", "streams", "first reasoning p50", "first answer p50", "first answer p99",
+        b += judged_table(["step", "task", "streams", "first reasoning p50", "first answer p50", "first answer p99",
                             "reasoning ITL p50", "reasoning ITL p99", "answer ITL p50", "answer ITL p99",
                             "reasoning tokens"],
                   [[r["step_name"], r["task"], fmt(r["reasoning_streams_count"]),
-                    fmt(r["first_reasoning_token_p50_ms"]), fmt(r["first_answer_token_p50_ms"]),
-                    fmt(r["first_answer_token_p99_ms"]), fmt(r["reasoning_itl_p50_ms"]), fmt(r["reasoning_itl_p99_ms"]),
-                    fmt(r["answer_itl_p50_ms"]), fmt(r["answer_itl_p99_ms"]), fmt(r["reasoning_tokens_count"])]
-                   for r in rows]))
+                    guarded(r, "first_reasoning_token_p50_ms"), guarded(r, "first_answer_token_p50_ms"),
+                    guarded(r, "first_answer_token_p99_ms"), guarded(r, "reasoning_itl_p50_ms"),
+                    guarded(r, "reasoning_itl_p99_ms"), guarded(r, "answer_itl_p50_ms"), guarded(r, "answer_itl_p99_ms"),
+                    fmt(r["reasoning_tokens_count"])]
+                   for r in rows], keep=3)
         b.append(("p", "Latencies in ms from sent_at_s. TTFT is the first chunk of any kind; the switch from reasoning "
                        "to answer belongs to neither phase's ITL."))
     if s.get("prefix_cache"):
@@ -484,18 +590,15 @@ def compare_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
            "TPOT p50", "TPOT p95", "TPOT p99", "E2E p50", "E2E p95", "E2E p99", "acc. length base -> cand"]
     rows = []
     for r in s["rows"]:
-        row = [r["step_name"], r["task"],
-               ci(r["request_output_tps_p50_speedup_ratio"], r["request_output_tps_p50_speedup_ci_low_ratio"],
-                  r["request_output_tps_p50_speedup_ci_high_ratio"]),
-               ci(r["output_tokens_per_s_speedup_ratio"], r["output_tokens_per_s_speedup_ci_low_ratio"],
-                  r["output_tokens_per_s_speedup_ci_high_ratio"])]
+        row = [r["step_name"], r["task"], ratio_cell(r, "request_output_tps_p50_speedup"),
+               ratio_cell(r, "output_tokens_per_s_speedup")]
         for m in ("ttft", "tpot", "e2e"):
             for p in ("p50", "p95", "p99"):
-                row.append(ci(r[f"{m}_{p}_ratio"], r[f"{m}_{p}_ci_low_ratio"], r[f"{m}_{p}_ci_high_ratio"]))
+                row.append(ratio_cell(r, f"{m}_{p}"))
         row.append(f"{fmt(r['baseline_mean_acceptance_length_tokens'], 3)} -> {fmt(r['candidate_mean_acceptance_length_tokens'], 3)}")
         rows.append(row)
     b.append(("h2", "Speedup and latency ratios per step and task"))
-    b.append(("table", hdr, rows))
+    b += judged_table(hdr, rows, keep=2)
     quality = [r for r in s["rows"] if r.get("baseline_json_valid_share") is not None
                or r.get("candidate_json_valid_share") is not None]
     if quality:
@@ -563,7 +666,8 @@ def capacity_blocks(cap: dict[str, Any] | None) -> list[tuple[Any, ...]]:
         if cap.get("resolution_value") is not None:
             text += f", resolution asked {cap['resolution_value']:g} {cap['unit']}"
         b.append(("p", text + "."))
-        rows = [[p["step_name"], f"{p['load_value']:g}", "pass" if p["passed"] else "FAIL", p["reason"] or "-",
+        rows = [[p["step_name"], f"{p['load_value']:g}", p.get("verdict") or ("pass" if p["passed"] else "FAIL"),
+                 p["reason"] or "-",
                  fmt(p.get("requests_count")), fmt(p.get("output_tokens_per_s"))] for p in cap.get("probes") or []]
         if rows:
             b.append(("table", ["probe", "load", "SLOs", "why not", "requests", "output tok/s"], rows))

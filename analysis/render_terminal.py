@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from tokenswarm.analysis.render_doc import ci, fmt, guarded, pct
+from tokenswarm.analysis.render_doc import fmt, guarded, pct, ratio_cell, slo_counts_text, slo_label
+from tokenswarm.analysis.samples import prune_short_columns, short_text
+
+
+def _short_or(row: dict[str, Any], name: str) -> str:
+    """A ratio (3 digits) or ``n<N`` when its percentile lacked samples in either run."""
+    if row.get(f"{name}_insufficient"):
+        return short_text(int(row[f"{name}_needed_count"]))
+    return fmt(row.get(f"{name}_ratio"), 3)
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -14,32 +22,62 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line, "-" * len(line)] + body)
 
 
-def report_text(s: dict[str, Any]) -> str:
-    """A few lines: health warnings, one row per step, knee and SLO limit."""
-    lines = []
-    h = s["generator_health"]
-    if h["overloaded"]:
-        lines.append("!! GENERATOR OVERLOADED: results are suspect")
-    lines += [f"!  {m}" for m in h["messages"]]
+def verdict_lines(s: dict[str, Any], limit: int = 12) -> list[str]:
+    """The SLO gate in a few lines: the verdict, then each check that did not pass, with its label."""
+    results = s["slo_results"]
+    short = [r for r in results if r.get("not_enough_samples")]
+    missed = [r for r in results if not r["passed"] and not r.get("not_enough_samples")]
+    word = "FAIL" if missed else "NOT JUDGED" if short else "PASS"
+    lines = [f"verdict: {word} - {slo_counts_text(results)}"
+             + (" (suspect: generator overloaded)" if s["generator_health"]["overloaded"] else "")]
+    for r in (missed + short)[:limit]:
+        seen = "" if r.get("not_enough_samples") else f" observed {fmt(r['observed_value'])}"
+        lines.append(f"  {slo_label(r)}: {r['step_name']} / {r['task']} {r['slo_name']} {r['comparison']} "
+                     f"{fmt(r['threshold_value'])}{seen}")
+    if len(missed) + len(short) > limit:
+        lines.append(f"  ... {len(missed) + len(short) - limit} more in report.md")
+    return lines
+
+
+def step_lines(s: dict[str, Any]) -> list[str]:
+    """One row per step (all tasks); columns too short in every row are left out with a note."""
     rows = [[str(r["step_name"]), fmt(r["requests_count"]), pct(r["error_rate"]), fmt(r["requests_per_s"]),
              fmt(r["output_tokens_per_s"]), pct(r["goodput_share"]), guarded(r, "ttft_p50_ms"), guarded(r, "ttft_p99_ms"),
              guarded(r, "tpot_p50_ms"), guarded(r, "tpot_p99_ms"), guarded(r, "e2e_p99_ms")]
             for r in s["steps"] if r["task"] == "all"]
-    lines.append(_table(["step", "requests", "errors", "req/s", "out tok/s", "goodput", "TTFT p50", "TTFT p99",
-                         "TPOT p50", "TPOT p99", "E2E p99"], rows))
-    lines.append("(latencies in ms, successful requests; steady windows only)")
+    headers, rows, note = prune_short_columns(["step", "requests", "errors", "req/s", "out tok/s", "goodput", "TTFT p50",
+                                               "TTFT p99", "TPOT p50", "TPOT p99", "E2E p99"], rows)
+    lines = [_table(headers, rows), "(latencies in ms, successful requests; steady windows only)"]
+    return lines + ([note] if note else [])
+
+
+def warning_lines(s: dict[str, Any]) -> list[str]:
+    """The warnings worth acting on; the overload line only for delays that were in the figures."""
+    h = s["generator_health"]
+    lines = []
+    if h["overloaded"]:
+        where = h.get("overloaded_steps")
+        lines.append("!! GENERATOR OVERLOADED" + (f" in step(s) {', '.join(where)}" if where else "")
+                     + ": results there are suspect")
+    return lines + [f"!  {m}" for m in h["messages"]]
+
+
+def report_text(s: dict[str, Any]) -> str:
+    """A few lines: the verdict (or the step table without a gate), the warnings, then the rest."""
+    gated = bool(s["slo_results"])
+    lines = verdict_lines(s) if gated else step_lines(s)
+    lines += warning_lines(s)
+    if gated:
+        lines += step_lines(s)
     c = s["curves"]
     if c["knee"]:
         lines.append(f"knee at load {c['knee']['knee_load_value']:g}")
     m = c["max_load_meeting_slo"]
     if m is not None:
-        lines.append("no step meets all SLOs" if m["load_value"] is None else f"highest load meeting SLOs: {m['load_value']:g}")
+        lines.append(m["detail"] if m["load_value"] is None else f"highest load meeting SLOs: {m['load_value']:g}")
     cap = s.get("capacity") or {}
     if cap.get("summary"):
         lines.append(cap["summary"])
-    failing = [r for r in s["slo_results"] if not r["passed"]]
-    if s["slo_results"]:
-        lines.append(f"SLO checks: {len(s['slo_results']) - len(failing)}/{len(s['slo_results'])} pass")
     drift = [d["series"] for d in s["soak"]["drift"] if d["drift_detected"]]
     if drift:
         lines.append("drift: " + ", ".join(drift))
@@ -58,16 +96,15 @@ def report_text(s: dict[str, Any]) -> str:
 
 def compare_text(s: dict[str, Any]) -> str:
     """Per-step speedups, then consistency, with the greedy flag on its own line."""
-    rows = [[str(r["step_name"]), r["task"],
-             ci(r["request_output_tps_p50_speedup_ratio"], r["request_output_tps_p50_speedup_ci_low_ratio"],
-                r["request_output_tps_p50_speedup_ci_high_ratio"]),
-             ci(r["output_tokens_per_s_speedup_ratio"], r["output_tokens_per_s_speedup_ci_low_ratio"],
-                r["output_tokens_per_s_speedup_ci_high_ratio"]),
-             fmt(r["ttft_p50_ratio"], 3), fmt(r["tpot_p50_ratio"], 3), fmt(r["e2e_p99_ratio"], 3),
-             f"{r['baseline_ok_count']}/{r['candidate_ok_count']}"]
+    rows = [[str(r["step_name"]), r["task"], ratio_cell(r, "request_output_tps_p50_speedup"),
+             ratio_cell(r, "output_tokens_per_s_speedup"), _short_or(r, "ttft_p50"), _short_or(r, "tpot_p50"),
+             _short_or(r, "e2e_p99"), f"{r['baseline_ok_count']}/{r['candidate_ok_count']}"]
             for r in s["rows"] if r["task"] == "all"]
-    lines = [_table(["step", "task", "per-req tok/s", "aggregate tok/s", "TTFT p50 x", "TPOT p50 x", "E2E p99 x",
-                     "n base/cand"], rows)]
+    headers, rows, note = prune_short_columns(["step", "task", "per-req tok/s", "aggregate tok/s", "TTFT p50 x",
+                                               "TPOT p50 x", "E2E p99 x", "successful requests base/cand"], rows, 2)
+    lines = [_table(headers, rows)]
+    if note:
+        lines.append(note)
     lines += [f"!  {n}" for n in s["collapse_notes"]]
     lines += [f"!  unmatched: {u}" for u in s.get("unmatched_steps", [])]
     lines += [f"!  {n}" for n in s.get("slower_notes", [])]

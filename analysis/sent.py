@@ -6,7 +6,9 @@ mean. The requested prompt length is the mean of the scenario's ``prompt_tokens`
 ``document_tokens``) distribution for the task; for multi-turn tasks only first turns are
 compared (later turns carry the history). ``prompt_ratio`` = server-counted mean / requested
 mean; a ratio off by more than 25 % *and* 32 tokens (a chat template adds a few dozen) is
-flagged: the prompts were sized with a tokenizer that is not the server's. No I/O here.
+flagged: the prompts were sized with a tokenizer that is not the server's. A task whose prompts
+come from a ``dataset`` is sent as the file has it, not sized: it has no requested length, so
+nothing to compare and nothing to flag (its server-counted sizes are still shown). No I/O here.
 """
 
 from __future__ import annotations
@@ -35,14 +37,19 @@ def _dist(x: np.ndarray, prefix: str) -> dict[str, Any]:
 
 
 def requested_prompt_mean(manifest: RunManifest, task: str) -> float | None:
-    """Mean of the scenario's prompt-length distribution for ``task`` (``None`` if not sized by tokens)."""
+    """Mean of the scenario's prompt-length distribution for ``task``.
+
+    ``None`` when the task's prompts are not sized by tokens: no length distribution, or a
+    ``dataset`` task (its prompts are sent as they are; the resolved scenario still lists the
+    kind's default ``prompt_tokens``, which nothing drew from).
+    """
     from tokenswarm.workload.distributions import DistSpecError, make_dist
 
     classes = (manifest.scenario_dict.get("traffic") or {}).get("classes") or {}
     if isinstance(classes, list):
         classes = {c.get("name"): c for c in classes if isinstance(c, dict)}
     cfg = classes.get(task) if isinstance(classes, dict) else None
-    if not isinstance(cfg, dict):
+    if not isinstance(cfg, dict) or cfg.get("dataset"):
         return None
     spec = cfg.get("prompt_tokens", cfg.get("document_tokens"))
     if spec is None:

@@ -19,11 +19,10 @@ that the two never import each other).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from tokenswarm.analysis.stats import min_samples_for
+from tokenswarm.analysis.samples import percentile_of, shortfall
 from tokenswarm.manifest import RunManifest
 from tokenswarm.metrics import SLO_METRICS, slo_name
 
@@ -121,6 +120,16 @@ class SloResult:
     detail: str = ""
     #: the percentile rests on too few samples (n < 10 / (1 - q)): not judged, counted as not passed
     not_enough_samples: bool = False
+    #: with ``not_enough_samples``: the row's n and what the percentile needs
+    samples_count: int | None = None
+    samples_needed_count: int | None = None
+
+    @property
+    def label(self) -> str:
+        """PASS, FAIL, or "not judged (n=12, needs 200)" (unjudged checks never read FAIL)."""
+        if self.not_enough_samples:
+            return judged_label(self.samples_count, self.samples_needed_count)
+        return "PASS" if self.passed else "FAIL"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (units in key names)."""
@@ -136,23 +145,33 @@ class SloResult:
             "task": self.task,
             "detail": self.detail,
             "not_enough_samples": self.not_enough_samples,
+            "samples_count": self.samples_count,
+            "samples_needed_count": self.samples_needed_count,
+            "label": self.label,
         }
 
 
-_PERCENTILE_COLUMN = re.compile(r"^(?P<metric>[a-z_]+?)_p(?P<p>\d+(?:_\d+)?)_ms$")
+def judged_label(n: int | None, need: int | None) -> str:
+    """The label of an SLO check its sample count cannot support."""
+    return f"not judged (n={n}, needs {need})"
 
 
-def _too_few_samples(row: Mapping[str, Any], column: str) -> str | None:
-    """Why a percentile column cannot be judged (sample-size guard), or ``None`` when it can."""
-    m = _PERCENTILE_COLUMN.match(column)
-    if m is None:
+def need_of_p(column: str) -> float:
+    """The percentile of a percentile column (``ttft_p95_ms`` -> 95)."""
+    pc = percentile_of(column)
+    assert pc is not None
+    return pc[1]
+
+
+def _too_few_samples(row: Mapping[str, Any], column: str) -> tuple[str, int, int] | None:
+    """Why a percentile column cannot be judged (the rule of :mod:`analysis.samples`):
+    ``(detail, n, need)``, or ``None`` when it can."""
+    short = shortfall(row, column)
+    if short is None:
         return None
-    n = row.get(f"{m.group('metric')}_count")
-    p = float(m.group("p").replace("_", "."))
-    need = min_samples_for(p)
-    if n is None or n >= need:
-        return None
-    return f"not enough samples: {column} from n={n}, a p{p:g} needs n >= {need} (10 / (1 - q))"
+    n, need = short
+    p = need_of_p(column)
+    return f"not judged, not enough samples: {column} from n={n}, a p{p:g} needs n >= {need} (10 / (1 - q))", n, need
 
 
 def evaluate_rows(rows: Sequence[Mapping[str, Any]], slos: SloSpec) -> list[SloResult]:
@@ -167,7 +186,7 @@ def evaluate_rows(rows: Sequence[Mapping[str, Any]], slos: SloSpec) -> list[SloR
             observed = row.get(column)
             short = None if observed is None else _too_few_samples(row, column)
             if short is not None:
-                passed, detail, observed = False, short, None
+                passed, detail, observed = False, short[0], None
             elif observed is None:
                 passed, detail = False, f"{column} not observed in this row (no eligible requests)"
             elif direction == "max":
@@ -187,6 +206,8 @@ def evaluate_rows(rows: Sequence[Mapping[str, Any]], slos: SloSpec) -> list[SloR
                     unit=unit,
                     detail=detail,
                     not_enough_samples=short is not None,
+                    samples_count=short[1] if short else None,
+                    samples_needed_count=short[2] if short else None,
                 )
             )
     return results

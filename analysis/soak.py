@@ -10,6 +10,9 @@ reported when ``p < alpha`` (default 0.01) *and* the Theil-Sen line changes by a
 ``min_relative_change`` (default 10 %) of the series median over the run, so a long soak
 does not flag statistically significant but irrelevant wobbles.
 
+A window's TTFT/TPOT percentile below its need (n >= 10 / (1 - q), :mod:`analysis.samples`)
+is ``None``: not drawn, not tested for drift (the series' test then has fewer windows).
+
 Error bursts: windows whose error count is at least 3 and more than 3 binomial standard
 deviations above the run's overall error rate (any window with >= 3 errors when the overall
 rate is 0); consecutive burst windows are merged.
@@ -23,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from tokenswarm.analysis.loader import Run
-from tokenswarm.analysis.stats import mann_kendall, theil_sen
+from tokenswarm.analysis.stats import mann_kendall, min_samples_for, theil_sen
 from tokenswarm.analysis.tables import derived
 
 DRIFT_SERIES: tuple[str, ...] = (
@@ -41,8 +44,10 @@ KV_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 
 
 def _pct(v: np.ndarray, p: float) -> float | None:
+    """The window's p-th percentile, ``None`` below the samples it needs (:mod:`analysis.samples`):
+    a p99 of a 60 s window needs 1,000 requests, so it is neither plotted nor tested for drift."""
     v = v[~np.isnan(v)]
-    return float(np.percentile(v, p)) if v.size else None
+    return float(np.percentile(v, p)) if v.size and v.size >= min_samples_for(p) else None
 
 
 def time_windows(run: Run, window_s: float = 60.0) -> list[dict[str, Any]]:
@@ -82,6 +87,8 @@ def time_windows(run: Run, window_s: float = 60.0) -> list[dict[str, Any]]:
             "error_rate": failed / denom if denom else None,
             "requests_per_s": ok.size / length if length > 0 else None,
             "output_tokens_per_s": float(np.nansum(run["output_tokens"][ok])) / length if length > 0 else None,
+            "ttft_count": int(np.count_nonzero(~np.isnan(run["ttft_ms"][ok]))),
+            "tpot_count": int(np.count_nonzero(~np.isnan(d["tpot_ms"][ok]))),
             "ttft_p50_ms": _pct(run["ttft_ms"][ok], 50),
             "ttft_p99_ms": _pct(run["ttft_ms"][ok], 99),
             "tpot_p50_ms": _pct(d["tpot_ms"][ok], 50),

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,17 +41,21 @@ import orjson
 
 from tokenswarm.analysis.compare import _binned_throughput_reps, consistency
 from tokenswarm.analysis.errors import RunInputError
+from tokenswarm.analysis.findings import goodput_fields, latency_regressions
 from tokenswarm.analysis.loader import Run, load_run
-from tokenswarm.analysis.slo import ALL_TASKS, scenario_slos
+from tokenswarm.analysis.slo import ALL_TASKS, SloSpec, scenario_slos
 from tokenswarm.analysis.specdecode import mean_acceptance, spec_decode_tables
 from tokenswarm.analysis.stats import bootstrap_percentiles, min_samples_for, percentiles_sorted
 from tokenswarm.analysis.study_capacity import study_capacity
+from tokenswarm.analysis.study_runs import RunExtras, arm_observability, cell_resources, run_extras
 from tokenswarm.analysis.tables import Window, derived, good_mask, windows
 
 N_BOOT = 1000
 LEVEL = 0.95
 LATENCY = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2e": "e2e_ms"}
 LATENCY_PERCENTILES = (50.0, 95.0, 99.0)
+#: The verdict of a cell fed by an overloaded generator (it replaces any other verdict).
+SUSPECT = "suspect: generator overloaded"
 #: successful requests a run needs in a cell for its median (the verdict's basis): 10 / (1 - 0.5)
 MIN_CELL_REQUESTS = min_samples_for(50.0)
 
@@ -62,6 +67,9 @@ VERDICT_RULES = {
     "faster (one round: reproducibility not tested)": "the 95 % interval lies above 1, but only one round ran",
     "slower": "the 95 % interval lies below 1",
     "no significant change": "the 95 % interval contains 1",
+    SUSPECT: "a run of this cell had its generator overloaded while this step was measured (the per-run "
+             "report says GENERATOR OVERLOADED): the numbers may be the generator's, not the server's; the "
+             "verdict it would have had is kept as verdict_if_trusted",
 }
 
 
@@ -84,6 +92,9 @@ class Cell:
     chunk_reliable: bool | None
     request_accept_len: float | None
     chunk_hist: dict[int, int]  #: tokens per chunk -> chunks (first chunk excluded; exact counts only)
+    step_name: str = ""
+    n_good: int | None = None  #: successful requests meeting the per-request SLOs (None: no thresholds)
+    good_reps: np.ndarray | None = None  #: bootstrap replicates of good requests/s
 
 
 def _sorted(v: np.ndarray) -> np.ndarray:
@@ -129,6 +140,12 @@ def _cell(run: Run, d: dict[str, np.ndarray], w: Window, m: np.ndarray, good: np
         v = _sorted((d[col] if col == "tpot_ms" else run[col])[ok])
         lat[name] = (int(v.size), v)
     goodput = float((good & m).sum() / w.duration_s) if good is not None and w.duration_s else None
+    n_good = good_reps = None
+    if good is not None:
+        g = good & ok
+        n_good = int(g.sum())
+        if n_good and w.duration_s:
+            good_reps = _binned_throughput_reps(run, g, np.ones(n_good), w.duration_s, n_boot, rng)
     acc, src = mean_acceptance(spec, mark_unreliable=True)
     return Cell(n_ok, int(m.sum()), tps_med, tps_reps, agg, agg_reps, lat, goodput, acc, src,
                 None if spec is None else spec.get("request_acceptance_rate"),
@@ -136,7 +153,8 @@ def _cell(run: Run, d: dict[str, np.ndarray], w: Window, m: np.ndarray, good: np
                 None if spec is None else spec.get("chunk_estimate_reliable"),
                 None if spec is None else spec.get("request_mean_acceptance_length_tokens"),
                 {int(h["chunk_size_tokens"]): int(h["chunks_count"])
-                 for h in (spec or {}).get("tokens_per_chunk_histogram") or []})
+                 for h in (spec or {}).get("tokens_per_chunk_histogram") or []},
+                w.name, n_good, good_reps)
 
 
 # --------------------------------------------------------------------------- combining rounds
@@ -289,6 +307,38 @@ def _conditions(m: dict[str, Any], runs: dict[tuple[str, int], Run]) -> dict[str
     }
 
 
+def _goodput_spec(run: Run) -> SloSpec | None:
+    """The scenario's SLOs that define a good request, ``None`` when unreadable."""
+    try:
+        return scenario_slos(run.manifest)
+    except ValueError:
+        return None
+
+
+def _mark_suspect(row: dict[str, Any], runs: list[tuple[str, int]]) -> None:
+    """A cell fed by an overloaded generator: its verdict says so, whatever the numbers say."""
+    row["suspect"] = bool(runs)
+    row["suspect_runs"] = [f"{a} round {r}" for a, r in runs]
+    if runs:
+        row["verdict_if_trusted"] = row["verdict"]
+        row["verdict"] = row["aggregate_verdict"] = SUSPECT
+        row["verdict_rule"] = VERDICT_RULES[SUSPECT]
+
+
+def _suspect_notes(extras: dict[tuple[str, int], RunExtras], verdict: list[dict[str, Any]]) -> list[str]:
+    """One note per overloaded run: why, and how many cells it makes suspect."""
+    out = []
+    for (arm, r), x in sorted(extras.items()):
+        if not x.overloaded:
+            continue
+        label = f"{arm} round {r}"
+        hit = [v for v in verdict if label in v.get("suspect_runs", [])]
+        where = "the whole run" if x.overloaded_steps is None else "step(s) " + ", ".join(x.overloaded_steps)
+        out.append(f"GENERATOR OVERLOADED in {label} ({where}): {x.reason()} -- {len(hit)} cell(s) it feeds are "
+                   "suspect; rerun with more generator CPU (--workers) or less load")
+    return out
+
+
 def analyse_study(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 0) -> dict[str, Any]:
     """The study summary (the ``summary.json`` of the study report)."""
     study_dir = Path(study_dir)
@@ -303,11 +353,14 @@ def analyse_study(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 0) ->
     rng = np.random.default_rng(seed)
     runs: dict[tuple[str, int], Run] = {}
     cells: dict[tuple[str, int], dict[tuple[str, float, str], Cell]] = {}
+    extras: dict[tuple[str, int], RunExtras] = {}
     for (arm, r), e in sorted(done.items()):
         if arm != base_arm and r not in base_rounds:
             continue
         runs[(arm, r)] = load_run(study_dir / e["run_dir"], keep_text=True)
         cells[(arm, r)] = run_cells(runs[(arm, r)], rng, n_boot)
+        extras[(arm, r)] = run_extras(runs[(arm, r)])
+    spec = _goodput_spec(runs[(base_arm, base_rounds[0])]) if (base_arm, base_rounds[0]) in runs else None
     verdict: list[dict[str, Any]] = []
     notes: list[str] = []
     unmatched: list[str] = []
@@ -328,6 +381,8 @@ def analyse_study(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 0) ->
                 "tpot_p50_cv": cv([float(percentiles_sorted(c.lat["tpot"][1], [50.0])[0]) if c.lat["tpot"][0] else None
                                    for c in have]),
             })
+            if not any(extras[(arm, r)].speculated for r in rounds):
+                continue  # an arm that never speculated has no acceptance to show
             acceptance.append({"arm": arm, "task": key[2], "load": key[1],
                                "mean_accepted_length": _mean([c.accept_len for c in have]),
                                "acceptance_source": next((c.accept_source for c in have if c.accept_source), None),
@@ -350,13 +405,16 @@ def analyse_study(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 0) ->
         for k in sorted(base_keys ^ cand_keys):
             side = "baseline" if k in base_keys else f"arm {arm}"
             unmatched.append(f"{k[2]} at {k[0]} {k[1]:g}: only {side} has this step/task; no ratio")
+        short_cells: list[str] = []
         for key in sorted(base_keys & cand_keys, key=lambda k: (k[2] != ALL_TASKS, k[2], k[1])):
             pairs = [(cells[(arm, r)][key], cells[(base_arm, r)][key]) for r in rounds
                      if key in cells[(arm, r)] and key in cells[(base_arm, r)]]
             cand_c, base_c = [p[0] for p in pairs], [p[1] for p in pairs]
+            used = [r for r in rounds if key in cells[(arm, r)] and key in cells[(base_arm, r)]]
             enough = min(c.n_ok for c in cand_c + base_c) >= MIN_CELL_REQUESTS
-            sp = _ratio_pair(cand_c, base_c, "tps_median", "tps_reps", rng)
-            ag = _ratio_pair(cand_c, base_c, "agg_tps", "agg_reps", rng)
+            # below the median's need there is no ratio and no interval to print (analysis.samples)
+            sp = _ratio_pair(cand_c, base_c, "tps_median", "tps_reps", rng) if enough else None
+            ag = _ratio_pair(cand_c, base_c, "agg_tps", "agg_reps", rng) if enough else None
             row: dict[str, Any] = {
                 "arm": arm, "task": key[2], "load": key[1], "load_kind": key[0], "rounds": len(pairs),
                 "baseline_requests_count": [c.n_ok for c in base_c], "candidate_requests_count": [c.n_ok for c in cand_c],
@@ -366,6 +424,7 @@ def analyse_study(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 0) ->
                 "aggregate_speedup": ag["point"] if ag else None, "aggregate_speedup_ci": ag["ci"] if ag else None,
                 "aggregate_speedup_per_round": ag["per_round"] if ag else None,
                 "rounds_disagree": bool(sp and sp["rounds_disagree"]),
+                "speedup_insufficient": not enough, "requests_needed_count": MIN_CELL_REQUESTS,
             }
             row["verdict"] = verdict_of(sp, len(pairs), enough)
             row["verdict_rule"] = VERDICT_RULES[row["verdict"]]
@@ -377,9 +436,13 @@ def analyse_study(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 0) ->
                     row[name] = comb["point"] if comb else None
                     row[f"{name}_ci"] = comb["ci"] if comb else None
                     row[f"{name}_insufficient"] = short
-            gp = [(c.goodput_rps, b.goodput_rps) for c, b in pairs]
-            logs = [math.log(g / h) for g, h in gp if g and h]
-            row["goodput_ratio"] = float(math.exp(np.mean(logs))) if gp and len(logs) == len(gp) else None
+            row.update(goodput_fields(spec, key[2], [(c.n_good, b.n_good) for c, b in pairs],
+                                      partial(_ratio_pair, cand_c, base_c, "goodput_rps", "good_reps", rng)))
+            row["latency_regressions"] = latency_regressions(row, LATENCY_PERCENTILES)
+            row.update(cell_resources([extras[(arm, r)] for r in used], [extras[(base_arm, r)] for r in used],
+                                      (key[0], key[1]), row["aggregate_speedup"], enough))
+            _mark_suspect(row, [(a, r) for r in used for a in (base_arm, arm)
+                                if extras[(a, r)].suspect(key[0], key[1])])
             row["mean_accepted_length"] = _mean([c.accept_len for c in cand_c])
             row["acceptance_source"] = next((c.accept_source for c in cand_c if c.accept_source), None)
             row["acceptance_rate"] = _mean([c.accept_rate for c in cand_c])
@@ -390,10 +453,16 @@ def analyse_study(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 0) ->
             if row["aggregate_verdict"] == "slower":
                 notes.append(f"arm {arm}, {key[2]} at {key[0]} {key[1]:g}: aggregate throughput is lower "
                              f"(x{row['aggregate_speedup']:.2f}, 95 % interval below 1)")
-            if row["verdict"] == "not enough samples":
-                notes.append(f"arm {arm}, {key[2]} at {key[0]} {key[1]:g}: too few requests "
-                             f"(baseline {row['baseline_requests_count']}, candidate {row['candidate_requests_count']}"
-                             f" per round; {MIN_CELL_REQUESTS} needed)")
+            if row["latency_regressions"] and not row["suspect"]:
+                notes.append(f"arm {arm}, {key[2]} at {key[0]} {key[1]:g}: latency regression beside the speedup: "
+                             + "; ".join(row["latency_regressions"]) + " (candidate / baseline, 95 % interval above 1)")
+            if row["speedup_insufficient"]:
+                short_cells.append(f"{key[2]} {'c' if key[0] == 'concurrency' else 'r'}{key[1]:g} "
+                                   f"({min(row['baseline_requests_count'])}/{min(row['candidate_requests_count'])})")
+        if short_cells:  # one note per arm, not one per cell
+            notes.append(f"arm {arm}: {len(short_cells)} cell(s) with too few requests for a verdict "
+                         f"({MIN_CELL_REQUESTS} successful requests needed in every run; fewest base/cand): "
+                         + ", ".join(short_cells))
         pairs_cons = [consistency(runs[(base_arm, r)], runs[(arm, r)]) for r in rounds]
         judged = sum(c["judged_pairs_count"] for c in pairs_cons)
         matched = sum(c["exact_match_count"] for c in pairs_cons)
@@ -407,6 +476,7 @@ def analyse_study(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 0) ->
         if cons_out[-1]["greedy_divergence"]:
             notes.append(f"arm {arm}: GREEDY OUTPUTS CHANGED in {cons_out[-1]['greedy_diverging_count']} of "
                          f"{cons_out[-1]['greedy_pairs_count']} temperature-0 pairs: the candidate changes the output")
+    notes += _suspect_notes(extras, verdict)
     return {
         "study_dir": str(study_dir),
         "complete": bool(m.get("complete")),
@@ -418,16 +488,30 @@ def analyse_study(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 0) ->
         "variability": variability,
         "acceptance": acceptance,
         "consistency": cons_out,
+        "observability": [{"arm": a, "signals": arm_observability([extras[k] for k in sorted(extras) if k[0] == a])}
+                          for a in arms if any(k[0] == a for k in extras)],
+        "generator_health": [{"arm": a, "round": r, "overloaded": x.overloaded, "overloaded_steps": x.overloaded_steps,
+                              "reason": x.reason() if x.overloaded else None} for (a, r), x in sorted(extras.items())],
         "notes": notes,
         "unmatched": unmatched,
         "verdict_rules": VERDICT_RULES,
+        "by_model": model_verdict(runs, base_arm, candidates, rng, n_boot),  # None unless several models
         "methods": {
             "bootstrap_replicates": n_boot, "seed": seed, "confidence_level": LEVEL,
             "within_run": "percentile bootstrap per run (medians/percentiles by order statistics, aggregate "
                           "throughput by 1-second bins of completed tokens)",
             "over_rounds": "hierarchical bootstrap: rounds resampled with replacement, each with its within-run "
                            "ratio replicate; geometric mean; 2.5-97.5 % percentiles",
-            "sample_size_guard": "a p-th percentile needs n >= 10/(1-p/100) successful requests in every run",
+            "sample_size_guard": "a p-th percentile needs n >= 10/(1-p/100) successful requests in every run; "
+                                 "a speedup (and goodput) needs the median's 20 in every run; below that no ratio "
+                                 "or interval is given",
+            "suspect": "a cell is suspect when a run feeding it had its generator overloaded while the cell's step "
+                       "was measured (the per-run report's GENERATOR OVERLOADED); its verdict says so",
+            "resources": "per step (all tasks share the GPU): means over rounds of each arm's GPU memory (max), "
+                         "power (mean), output tokens per joule and USD per 1M good output tokens; deltas and "
+                         "ratios candidate vs baseline",
+            "goodput": "good requests/s (successful and within the per-request thresholds); judged like the "
+                       "speedup, left out below 20 good requests in a run or without thresholds",
         },
     }
 
@@ -462,6 +546,87 @@ def crossovers(verdict: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     entry["pays_at_all_loads"] = True
             out.append(entry)
     return out
+
+
+# --------------------------------------------------------------------------- several models
+
+
+def _models_of(run: Run) -> list[str]:
+    if "model" not in run.columns:
+        return []
+    names = run.categories["model"]
+    return sorted(names[c] for c in np.unique(run["model"]).tolist() if c >= 0)
+
+
+def _request_accept_len(run: Run, ok: np.ndarray) -> float | None:
+    """Mean accepted length of the requests ``ok`` from their own per-request metrics (None without them)."""
+    if "sd_num_spec_steps" not in run.columns:
+        return None
+    steps, acc = run["sd_num_spec_steps"][ok], run["sd_num_accepted_tokens"][ok]
+    keep = ~np.isnan(steps) & ~np.isnan(acc)
+    total = float(steps[keep].sum())
+    return 1.0 + float(acc[keep].sum()) / total if total > 0 else None
+
+
+def model_cells(run: Run, rng: np.random.Generator, n_boot: int = N_BOOT) -> dict[tuple[str, float, str], Cell]:
+    """Every (step kind, load value, model) cell of one run (all tasks), as :func:`run_cells` per task."""
+    d = derived(run)
+    wins, _notes = windows(run)
+    try:
+        good = good_mask(run, scenario_slos(run.manifest))
+    except ValueError:
+        good = None
+    out: dict[tuple[str, float, str], Cell] = {}
+    for w in wins:
+        if w.target is None:
+            continue
+        for name in _models_of(run):
+            m = w.mask & (run["model"] == run.code("model", name))
+            if not m.any():
+                continue
+            cell = _cell(run, d, w, m, good, None, rng, n_boot)
+            cell.accept_len = _request_accept_len(run, m & d["ok"])
+            cell.accept_source = "per-request metrics" if cell.accept_len is not None else None
+            out[(str(w.kind), float(w.target), name)] = cell
+    return out
+
+
+def model_verdict(runs: dict[tuple[str, int], Run], base_arm: str, candidates: list[str],
+                  rng: np.random.Generator, n_boot: int = N_BOOT) -> list[dict[str, Any]] | None:
+    """Per candidate arm, model and load: the speedup over the baseline, as the per-task verdict.
+
+    ``None`` unless some run's requests asked for more than one model (a LoRA split): then the
+    per-task verdict mixes the models, and this says how each fared. Acceptance comes from the
+    per-request metrics only (the server's counters are not split by model).
+    """
+    if not any(len(_models_of(run)) > 1 for run in runs.values()):
+        return None
+    cells = {key: model_cells(run, rng, n_boot) for key, run in runs.items()}
+    rows: list[dict[str, Any]] = []
+    for arm in candidates:
+        rounds = sorted(r for a, r in cells if a == arm and (base_arm, r) in cells)
+        keys = {k for r in rounds for k in cells[(arm, r)]} & {k for r in rounds for k in cells[(base_arm, r)]}
+        for key in sorted(keys, key=lambda k: (k[2], k[0], k[1])):
+            pairs = [(cells[(arm, r)][key], cells[(base_arm, r)][key]) for r in rounds
+                     if key in cells[(arm, r)] and key in cells[(base_arm, r)]]
+            cand_c, base_c = [p[0] for p in pairs], [p[1] for p in pairs]
+            enough = min(c.n_ok for c in cand_c + base_c) >= MIN_CELL_REQUESTS
+            sp = _ratio_pair(cand_c, base_c, "tps_median", "tps_reps", rng)
+            ag = _ratio_pair(cand_c, base_c, "agg_tps", "agg_reps", rng)
+            row: dict[str, Any] = {
+                "arm": arm, "model": key[2], "load": key[1], "load_kind": key[0], "rounds": len(pairs),
+                "baseline_requests_count": [c.n_ok for c in base_c], "candidate_requests_count": [c.n_ok for c in cand_c],
+                "speedup": sp["point"] if sp else None, "speedup_ci": sp["ci"] if sp else None,
+                "aggregate_speedup": ag["point"] if ag else None, "aggregate_speedup_ci": ag["ci"] if ag else None,
+                "verdict": verdict_of(sp, len(pairs), enough),
+                "mean_accepted_length": _mean([c.accept_len for c in cand_c]),
+            }
+            for metric in ("ttft", "tpot"):
+                comb, short = _latency_ratio(cand_c, base_c, metric, 50.0, rng, n_boot)
+                row[f"{metric}_p50_ratio"] = comb["point"] if comb else None
+                row[f"{metric}_p50_ratio_insufficient"] = short
+            rows.append(row)
+    return rows
 
 
 def write_study_report(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 0) -> tuple[dict[str, Path], str]:

@@ -18,6 +18,7 @@ from tokenswarm.analysis.curves import curve_points, curves
 from tokenswarm.analysis.errors import NoSuccessError
 from tokenswarm.analysis.health import generator_health
 from tokenswarm.analysis.loader import Run
+from tokenswarm.analysis.models import model_tables
 from tokenswarm.analysis.observability import audit, server_view, ttft_breakdown
 from tokenswarm.analysis.prefixcache import prefix_cache_rows
 from tokenswarm.analysis.resources import compare_resources, resources
@@ -118,6 +119,7 @@ def analyse(
     summary["ttft_breakdown"] = ttft_breakdown(obs, tables.rows)
     summary["server_view"] = server_view(obs, tables.rows)
     summary["sent"] = what_was_sent(run, tables.windows)
+    summary["models"] = model_tables(run, tables)  # None unless the records asked for several models
     cleaned: dict[str, Any] = clean(summary)
     return cleaned
 

@@ -119,7 +119,7 @@ def one_round(args) -> tuple[list[tuple[str, float]], int]:
     _timed("request head (send_request)", n, lambda i: request_head(http, ctx.path, kb[i][1], ctx.headers), rows)
     bases = [None] * n
     _timed("record identity (ctx.base)", n, lambda i: bases.__setitem__(i, ctx.base(
-        task=task.name, user_class="QAUser", scheduled_s=100.0, sent_estimate_s=100.001, key=kb[i][0],
+        task=task.name, user_class="QAUser", scheduled_s=100.0, key=kb[i][0],
         max_tokens=prompts[i].max_tokens, temperature=sampling.get("temperature"))), rows)
 
     states = []

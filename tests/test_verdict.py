@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from tests.analysis.runfactory import failed, record, write_run
-from tokenswarm.orchestrate.verdict import EXIT_OK, EXIT_RUN_BROKE, EXIT_SLO_MISSED, evaluate_run
+from tokenswarm.orchestrate.verdict import EXIT_OK, EXIT_RUN_BROKE, EXIT_SLO_MISSED, evaluate_run, verdict_table
 
 
 def test_without_slos_the_emitted_outcome_counts_decide_and_no_record_is_read(tmp_path):
@@ -36,6 +36,19 @@ def test_slos_are_judged_on_the_records_whatever_the_counts_say(tmp_path):
     v = evaluate_run(run, {"ttft_p50_ms": 100}, outcomes={"ok": 40})
     assert v["exit_status"] == EXIT_SLO_MISSED
     assert v["checks"] and all(c["observed_value"] == 900.0 and not c["passed"] for c in v["checks"])
+
+
+def test_a_check_its_samples_cannot_support_is_not_judged_not_missed_and_still_fails_the_gate(tmp_path):
+    run = write_run(tmp_path / "run", [record(i, ttft_ms=90.0) for i in range(40)])
+    v = evaluate_run(run, {"ttft_p50_ms": 100, "ttft_p95_ms": 100}, outcomes={"ok": 40})
+    # rows "all" and "qa": the p50s pass, the p95s rest on 40 of the 200 requests they need
+    assert v["exit_status"] == EXIT_SLO_MISSED and v["reason"] == "2 of 4 not judged: not enough samples"
+    table = verdict_table(v)
+    assert "NOT ENOUGH SAMPLES: not judged (n=40, needs 200)" in table and "MISSED" not in table
+    assert "verdict: FAIL (SLO not judged: too few samples)" in table
+    missed = evaluate_run(run, {"ttft_p50_ms": 10, "ttft_p95_ms": 100}, outcomes={"ok": 40})
+    assert missed["reason"].startswith("2 of 4 SLO checks missed, 2 of 4 not judged")
+    assert "verdict: FAIL (SLO missed)" in verdict_table(missed)
 
 
 def test_a_jsonl_run_and_its_no_slo_verdict_import_neither_pyarrow_nor_numpy_nor_the_analysis(tmp_path):

@@ -154,8 +154,8 @@ class RecordIdentity:
     Made once per request by :meth:`tokenswarm.load.context.RunContext.base`; the client adds
     what it measures and builds the :class:`RequestRecord` from both. The names are the
     record's own fields (a test checks), and ``seq`` stays ``-1`` until the record is emitted.
-    ``schedule_lag_ms`` is provisional here (from an estimate of the send time): the client
-    replaces it with the value from the send's own clock reading.
+    ``schedule_lag_ms`` is ``None`` here (not observed before the send): the client sets it
+    from the send's own clock reading.
 
     It also reads as a ``Mapping`` (``identity["task"]``, ``{**identity, **phases}``) so the
     per-request code that spreads it into the record needs no change; see

@@ -97,11 +97,15 @@ def test_a_knee_is_looked_for_only_on_steps_with_enough_samples(tmp_path):
     # 30 requests per step: a p95 needs 200, so no step is a point of the E2E p95 curve
     run = load_run(stepped_run(tmp_path / "r", {1: 5.0, 4: 12.0, 8: 60.0}))
     pts = curve_points(step_table(run).rows)
-    assert all("e2e_p95_ms" in p["short_of_samples"] for p in pts)
+    assert all(p["e2e_p95_ms"] is None for p in pts)
     assert find_knee(pts, "e2e_p95_ms") is None
-    for p in pts:
-        p["short_of_samples"] = []
-    assert find_knee(pts, "e2e_p95_ms") is not None  # the same points with enough samples have a knee
+
+
+def test_a_step_short_of_samples_is_left_out_and_its_neighbours_are_compared():
+    pts = [{"step_index": i, "step_name": f"c{load}", "load_value": load, "output_tokens_per_s": tps, "e2e_p95_ms": lat}
+           for i, (load, tps, lat) in enumerate([(1, 100.0, 1000.0), (4, 300.0, None), (8, 320.0, 4000.0)])]
+    knee = find_knee(pts, "e2e_p95_ms")
+    assert knee["knee_step_name"] == "c8" and knee["last_efficient_load_value"] == 1
 
 
 def test_a_study_reports_capacity_per_arm_and_its_ratio_to_the_baseline(tmp_path):

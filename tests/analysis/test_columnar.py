@@ -13,8 +13,9 @@ from tests.analysis.runfactory import T0, failed, manifest, record, step, write_
 from tokenswarm.analysis import analyse, load_run
 from tokenswarm.analysis.chunkhist import PRECISION_SHARE, _positions
 from tokenswarm.analysis.stats import PERCENTILE_KEYS
+from tokenswarm.buckets import bucket_value_ms
 from tokenswarm.collect.parquet_store import ParquetRecordsWriter
-from tokenswarm.load.livestats import bucket_keys, bucket_value_ms
+from tokenswarm.load.livestats import bucket_keys
 from tokenswarm.metrics import itl_samples
 from tokenswarm.record import RequestRecord
 

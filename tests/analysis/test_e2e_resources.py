@@ -26,7 +26,7 @@ def run_arm(tmp_path, name, *sim_args):
                                    "extra_metrics": [{"name": "dcgm", "url": sim.base_url + "/dcgm/metrics"}]},
                            cost={"gpu_hour_usd": 2.0, "gpus": 1})
         res = run_locust(sc, sim.base_url, tmp_path / name)
-    assert res.returncode in (0, 1), res.stderr[-2000:]
+    assert res.returncode == 0, res.stderr[-2000:]  # no SLO in this scenario: 0 unless the run broke
     return load_run(tmp_path / name)
 
 

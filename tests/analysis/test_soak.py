@@ -60,3 +60,11 @@ def test_error_burst_is_found_in_its_window(tmp_path):
     assert len(out["error_bursts"]) == 1
     b = out["error_bursts"][0]
     assert b["first_window_index"] in (12, 13) and b["errors_count"] >= 8
+
+
+def test_a_window_percentile_below_its_need_is_neither_plotted_nor_tested_for_drift(tmp_path):
+    out = soak(load_run(write_run(tmp_path / "run", _soak_records(2.0))), 60.0)  # 40 requests a minute
+    w = out["windows"][0]
+    assert w["ttft_count"] == 40 and w["ttft_p50_ms"] is not None and w["ttft_p99_ms"] is None
+    d = {x["series"]: x for x in out["drift"]}
+    assert d["ttft_p99_ms"]["windows_count"] == 0 and not d["ttft_p99_ms"]["drift_detected"]

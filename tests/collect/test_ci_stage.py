@@ -1,6 +1,8 @@
 """The headless CI stage: SLO verdict files and every documented exit status."""
 
+import contextlib
 import json
+import socket
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -108,7 +110,20 @@ def test_max_run_time_guard_always_ends_the_run(tmp_path, sim):
 
 def test_dry_run_prints_the_plan_and_sends_nothing(tmp_path):
     sc = scenario_file(tmp_path, base="sweep-rate", traffic=TRAFFIC)
-    res = tokenswarm_run(str(sc), "--dry-run", "--host", f"http://127.0.0.1:{free_port()}")
-    assert res.returncode == 0
+    # a listener on the target's port counts every connection the dry run opens
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.0)
+    port = listener.getsockname()[1]
+    try:
+        res = tokenswarm_run(str(sc), "--dry-run", "--host", f"http://127.0.0.1:{port}")
+        connections = 0
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                listener.accept()[0].close()
+                connections += 1
+    finally:
+        listener.close()
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert connections == 0, f"the dry run opened {connections} connection(s) to the target"
     assert "step 0 r" in res.stdout and "requests in the steady window" in res.stdout
     assert "nothing was sent" in res.stdout

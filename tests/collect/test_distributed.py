@@ -7,7 +7,13 @@ import time
 
 import pytest
 
-from tests.helpers.runs import read_manifest, read_records, scenario_file, start_master_and_workers
+from tests.helpers.runs import (
+    finish_master_and_workers,
+    read_manifest,
+    read_records,
+    scenario_file,
+    start_master_and_workers,
+)
 from tokenswarm.sim.testing import start_sim
 
 pytestmark = pytest.mark.slow
@@ -17,18 +23,6 @@ TRAFFIC = {"seed": 11, "classes": {
            "output_tokens": {"dist": "uniform", "min": 16, "max": 64}},
     "code": {"weight": 1, "prompt_tokens": {"dist": "uniform", "min": 200, "max": 400},
              "output_tokens": {"dist": "uniform", "min": 16, "max": 64}}}}
-
-
-def finish(master, workers, timeout_s=120):
-    try:
-        out, _ = master.communicate(timeout=timeout_s)
-    finally:
-        for w in workers:
-            try:
-                w.wait(timeout=20)
-            except Exception:
-                os.killpg(w.pid, signal.SIGKILL)
-    return master.returncode, out
 
 
 def counter(lines, name):
@@ -42,7 +36,7 @@ def test_master_collects_every_record_from_two_workers(tmp_path):
                              "stop_timeout_s": 10})
     with start_sim("--profile", "tiny-fast", truth=True) as sim:
         master, workers = start_master_and_workers(sc, sim.base_url, tmp_path / "run", 2)
-        code, out = finish(master, workers)
+        code, out = finish_master_and_workers(master, workers)
         truth = sim.read_truth()
     assert code == 0, out[-3000:]
     run = tmp_path / "run"
@@ -81,7 +75,7 @@ def test_a_worker_killed_mid_run_is_accounted_for_and_the_run_still_ends(tmp_pat
             time.sleep(0.5)
         time.sleep(1.0)
         os.killpg(workers[0].pid, signal.SIGKILL)
-        code, out = finish(master, workers)
+        code, out = finish_master_and_workers(master, workers)
         truth = sim.read_truth()
     # A lost worker is a broken run for the CI verdict (exit status 3), but everything is accounted for.
     assert code == 3, out[-3000:]

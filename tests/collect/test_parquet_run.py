@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import signal
-
 import pytest
 
-from tests.helpers.runs import read_manifest, scenario_file, start_master_and_workers
+from tests.helpers.runs import finish_master_and_workers, read_manifest, scenario_file, start_master_and_workers
 from tokenswarm.analysis import analyse, load_run
 from tokenswarm.collect.parquet_store import iter_records, store_parts
 from tokenswarm.sim.testing import start_sim
@@ -24,16 +21,9 @@ def test_a_distributed_run_with_records_format_parquet_stores_and_analyses_every
                        load={"mode": "closed", "steps": [4], "warmup_s": 0.5, "step_duration_s": 3, "stop_timeout_s": 10})
     with start_sim("--profile", "tiny-fast", truth=True) as sim:
         master, workers = start_master_and_workers(sc, sim.base_url, tmp_path / "run", 2, "--records-format", "parquet")
-        try:
-            out, _ = master.communicate(timeout=120)
-        finally:
-            for w in workers:
-                try:
-                    w.wait(timeout=20)
-                except Exception:
-                    os.killpg(w.pid, signal.SIGKILL)
+        code, out = finish_master_and_workers(master, workers)
         truth = sim.read_truth()
-    assert master.returncode == 0, out[-3000:]
+    assert code == 0, out[-3000:]
     run_dir = tmp_path / "run"
     parts, unfinished = store_parts(run_dir)
     assert parts and not unfinished and not (run_dir / "records.jsonl").exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -62,3 +63,18 @@ def start_master_and_workers(scenario: Path, host: str, out: Path, workers: int 
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, start_new_session=True)
         for _ in range(workers)]
     return master, procs
+
+
+def finish_master_and_workers(master: subprocess.Popen, workers: list[subprocess.Popen],
+                              timeout_s: float = 120) -> tuple[int, str]:
+    """Wait for the master's run to end, then for its workers (killed after 20 s): its exit
+    status and output."""
+    try:
+        out, _ = master.communicate(timeout=timeout_s)
+    finally:
+        for w in workers:
+            try:
+                w.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(w.pid, signal.SIGKILL)
+    return master.returncode, out

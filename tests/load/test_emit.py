@@ -35,7 +35,7 @@ def _built(ctx, i: int):
     st = StreamState(100.0)
     st.on_events(100.01, [(None, orjson.dumps({"id": f"c{i}", "choices": [{"index": 0, "delta": {"content": "hi"}}]}))])
     st.on_events(100.02, [(None, b"[DONE]")])
-    base = ctx.base(task="qa", user_class="U", scheduled_s=99.0, sent_estimate_s=99.5, key=f"k{i}")
+    base = ctx.base(task="qa", user_class="U", scheduled_s=99.0, key=f"k{i}")
     return st.finish(100.03, http_status=200, anchor=ctx.anchor, base=base)
 
 

@@ -94,7 +94,9 @@ def test_worker_deltas_merge_on_master_exactly_once():
     assert master.total().output_tokens == 40
     now[0] = 1001.5
     assert master.rate(window_s=1) == (40.0, 10.0, 0.0)
-    assert isinstance(TaskStats.from_dict(master.tasks["qa"].to_dict()), TaskStats)
+    back = TaskStats.from_dict(master.tasks["qa"].to_dict())  # what a worker's report carries
+    assert back.to_dict() == master.tasks["qa"].to_dict()
+    assert back.requests == 5 and back.hists["ttft_ms"].count == master.tasks["qa"].hists["ttft_ms"].count
 
 
 def test_window_summary_is_the_difference_of_two_snapshots():

@@ -22,7 +22,7 @@ def test_a_llama_cpp_server_is_sized_counted_and_audited_in_its_own_dialect(tmp_
     with helper_server("fake_llamacpp.py") as base:
         sc = scenario_file(tmp_path, base="qa", traffic=traffic, load=load, target={"scrape_interval_s": 1})
         res = run_locust(sc, base, tmp_path / "run")
-    assert res.returncode in (0, 1), res.stderr[-2000:]
+    assert res.returncode == 0, res.stderr[-2000:]  # no SLO in this scenario: 0 unless the run broke
     recs = [r for r in read_records(tmp_path / "run") if r["outcome"] == "ok"]
     assert recs, res.stderr[-2000:]
     for r in recs:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 
 import pytest
 import yaml
 
-from tests.helpers.runs import read_manifest, read_records, run_locust, start_master_and_workers
+from tests.helpers.runs import (
+    finish_master_and_workers,
+    read_manifest,
+    read_records,
+    run_locust,
+    start_master_and_workers,
+)
 from tokenswarm.analysis import analyse, load_run
 from tokenswarm.sim.testing import start_sim
 
@@ -67,15 +70,8 @@ def test_two_workers_split_one_global_schedule(tmp_path):
     sc = replay_scenario(tmp_path, speed=1.5)
     with start_sim("--profile", "tiny-fast") as sim:
         master, workers = start_master_and_workers(sc, sim.base_url, tmp_path / "run", 2)
-        try:
-            out, _ = master.communicate(timeout=120)
-        finally:
-            for w in workers:
-                try:
-                    w.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(w.pid, signal.SIGKILL)
-    assert master.returncode == 0, out[-3000:]
+        code, out = finish_master_and_workers(master, workers)
+    assert code == 0, out[-3000:]
     records = read_records(tmp_path / "run")
     assert len({r["worker_id"] for r in records}) == 2
     check_replayed(records, 1.5)

@@ -85,7 +85,7 @@ def test_a_study_of_two_simulator_arms_completes_with_a_verdict_per_task_and_loa
     assert report.index("## Conditions") < report.index("## draft vs base") < report.index("## Verdict rules")
     assert "tiny-fast" in report and "rounds 2" in report
     # the printed verdict table names its n per arm and the verdict words
-    assert "n base/cand" in res.stdout and c1["verdict"] in res.stdout
+    assert "ok requests base/cand" in res.stdout and c1["verdict"] in res.stdout
     assert no_server_left(out)
     again = run([sys.executable, "-m", "tokenswarm", "report", str(out), "--quiet"])
     assert again.returncode == 0, again.stderr

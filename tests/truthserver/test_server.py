@@ -117,7 +117,7 @@ def test_its_truth_log_joins_every_tokenswarm_record_with_exact_tokens_and_chunk
                  "stop_timeout_s": 10}}))
     with start_truth(truth, *ARGS) as srv:
         res = run_locust(scenario, srv.base_url, tmp_path / "run", timeout_s=120)
-    assert res.returncode in (0, 1), res.stderr[-2000:]
+    assert res.returncode == 0, res.stderr[-2000:]  # no SLO in this scenario: 0 unless the run broke
     records = [r for r in read_records(tmp_path / "run") if r["outcome"] == "ok"]
     t = load_truth(truth)
     assert len(records) >= 8

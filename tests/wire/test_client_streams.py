@@ -220,3 +220,18 @@ def test_events_written_together_are_one_delivery_and_give_the_itl_of_one_multi_
         assert len(samples) == 9 and all(samples[i] == samples[i + 1] == samples[i + 2] for i in range(0, 9, 3))
         assert sum(samples) == pytest.approx(rec.chunk_offsets_ms[-1] - rec.chunk_offsets_ms[0])
         assert all(5.0 < s < 25.0 for s in samples), f"~10 ms per token (30 ms / 3), -5/+15 ms tolerance: {samples}"
+
+
+def test_the_first_token_hook_is_handed_the_measured_schedule_lag_not_an_estimate(server):
+    host, port = server.split("//")[1].split(":")
+    client = HTTPClient(host, int(port), connection_timeout=2, network_timeout=30, concurrency=1)
+    seen: list[dict] = []
+    identity = {k: v for k, v in BASE.items() if k != "schedule_lag_ms"}  # as RunContext.base makes it
+    identity["scheduled_at_s"] = -0.25  # due 250 ms before the anchor's zero: a late request
+    rec, _ = stream_call(client, "/normal/v1/chat/completions?n=3&gap_ms=5", BODY, {}, base=identity,
+                         anchor=WallAnchor(0.0, 0.0), first_token_timeout_s=5, total_timeout_s=10,
+                         hooks=StreamHooks(on_first_token=lambda base, ms: seen.append(dict(base)),
+                                           on_chunks=lambda base, ms, n: seen.append(dict(base))))
+    assert rec.outcome == "ok", rec.error
+    assert seen and all(s["schedule_lag_ms"] == rec.schedule_lag_ms for s in seen), (seen[0], rec.schedule_lag_ms)
+    assert rec.schedule_lag_ms >= 250.0

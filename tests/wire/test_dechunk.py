@@ -38,3 +38,28 @@ def test_whole_chunks_in_one_read_take_the_fast_path():
 def test_invalid_framing_is_an_error(wire):
     with pytest.raises(ChunkedError):
         ChunkedDecoder().feed(wire)
+
+
+def test_the_data_spans_of_a_body_cut_anywhere_are_what_the_decoder_yields():
+    """One framing parser: the raw offsets the timing code maps arrivals through (data_spans) and
+    the bytes the stream is read from (ChunkedDecoder.feed) come from the same loop."""
+    import random
+
+    from tokenswarm.wire.dechunk import data_spans
+
+    rng = random.Random(5)
+    for _ in range(300):
+        pieces = [bytes(rng.randrange(97, 123) for _ in range(rng.randrange(1, 40))) for _ in range(rng.randrange(1, 6))]
+        ext = [b"", b";x=1", b" ;y"]
+        raw = b"".join(b"%x%s\r\n%s\r\n" % (len(p), rng.choice(ext), p) for p in pieces) + b"0\r\n\r\n"
+        cut = rng.randrange(0, len(raw) + 1)
+        spans = data_spans(raw[:cut])
+        assert b"".join(raw[a:b] for a, b in spans) == ChunkedDecoder().feed(raw[:cut])
+        assert all(a < b and (not i or spans[i - 1][1] <= a) for i, (a, b) in enumerate(spans))
+
+
+def test_data_spans_refuse_a_body_whose_framing_does_not_parse():
+    from tokenswarm.wire.dechunk import data_spans
+
+    with pytest.raises(ChunkedError):
+        data_spans(b"zz\r\nxx")

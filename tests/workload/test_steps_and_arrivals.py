@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from tokenswarm.workload.arrivals import ArrivalProcess, arrival_times
+from tokenswarm.workload.arrivals import ArrivalProcess, arrival_times, schedule
 from tokenswarm.workload.steps import StepMachine, plan_steps
 
 
@@ -91,3 +91,55 @@ def test_ramp_s_turns_into_a_spawn_rate_that_takes_that_long():
     assert ctl.spawn_rate_for(m.steps[1], m) == 60 / 20  # 4 -> 64 users in 20 s
     ctl.scenario.load.ramp_s = 0.0
     assert ctl.spawn_rate_for(m.steps[1], m) == 100.0
+
+
+def test_the_open_loop_user_dispatches_on_the_schedule_the_tests_compute():
+    """users.OpenLoopUser.dispatch and arrival_times are one schedule: same seed, same send times."""
+    from types import SimpleNamespace
+
+    from tokenswarm.load import users
+
+    now = [100.0]
+    scheduled: list[float] = []
+    load = SimpleNamespace(mode="closed", arrival="poisson", burstiness=1.0, stop_timeout_s=0.0)
+    ctx = SimpleNamespace(stopping=False, halted=False, clock=lambda: now[0], rate_per_worker=lambda: 5.0,
+                          note_late=lambda lag_ms: None, scenario=SimpleNamespace(load=load))
+
+    class Pool:
+        def full(self):
+            return False
+
+        def spawn(self, fn, task_cfg, rng, scheduled_s):
+            scheduled.append(scheduled_s)
+            ctx.stopping = len(scheduled) >= 50
+
+        def join(self, timeout):
+            pass
+
+        def kill(self, block, timeout):
+            pass
+
+    user = object.__new__(users.OpenLoopUser)
+    user.ctx, user.pool, user.tasks_, user.rng = ctx, Pool(), [SimpleNamespace(weight=1)], random.Random(11)
+    sleep = users.gevent.sleep
+    users.gevent.sleep = lambda s: now.__setitem__(0, now[0] + s)  # time passes only in the user's waits
+    try:
+        users.OpenLoopUser.dispatch(user)
+    finally:
+        users.gevent.sleep = sleep
+    # the same draws as the schedule's own: an interval, then the task pick and the request's seed
+    rng = random.Random(11)
+    expected, t = [], 100.0
+    for _ in range(50):
+        t += rng.expovariate(5.0)
+        expected.append(t)
+        users.pick_task([SimpleNamespace(weight=1)], rng)
+        rng.getrandbits(64)
+    assert scheduled == pytest.approx(expected, abs=1e-9)
+
+
+def test_arrival_times_are_the_schedule_cut_at_the_step_end():
+    a = arrival_times(10.0, 3.0, ArrivalProcess(4.0, "gamma", 0.5, random.Random(7)))
+    whole = schedule(10.0, ArrivalProcess(4.0, "gamma", 0.5, random.Random(7)))
+    b = [next(whole) for _ in range(len(a) + 1)]
+    assert a == b[:-1] and b[-1] >= 13.0 > a[-1]

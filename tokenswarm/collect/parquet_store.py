@@ -130,7 +130,7 @@ def lines_table(data: bytes) -> pa.Table:
         for i, line in enumerate(lines):
             if key in line and null not in line:
                 values[i] = orjson.loads(line).get(name)
-        cols[name] = records_table_column(SCHEMA.field(name), values)  # type: ignore[assignment]
+        cols[name] = records_table_column(SCHEMA.field(name), values)
     return pa.Table.from_arrays([cols[f.name] for f in SCHEMA], schema=SCHEMA)
 
 
@@ -148,7 +148,7 @@ class ParquetRecordsWriter:
     ``clock`` (monotonic seconds) is injected so the age rule is tested without sleeping.
     """
 
-    def __init__(self, run_dir: str | os.PathLike, *, row_group_records: int = 65536, max_age_s: float = 60.0,
+    def __init__(self, run_dir: str | os.PathLike[str], *, row_group_records: int = 65536, max_age_s: float = 60.0,
                  compression: str = "lz4", clock: Callable[[], float] = time.monotonic) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -246,7 +246,7 @@ def write_part(table: pa.Table, run_dir: Path, number: int, compression: str = "
     return path
 
 
-def write_records(run_dir: str | os.PathLike, records: list[RequestRecord], **kw: Any) -> ParquetRecordsWriter:
+def write_records(run_dir: str | os.PathLike[str], records: list[RequestRecord], **kw: Any) -> ParquetRecordsWriter:
     """Write records to a run directory's Parquet store in one go (tests, export, tools)."""
     w = ParquetRecordsWriter(run_dir, **kw)
     w.write_lines(b"".join(r.to_json() + b"\n" for r in records), len(records))
@@ -282,7 +282,7 @@ def current_names(table: pa.Table) -> pa.Table:
     return table.rename_columns([V1_RENAMED_FIELDS.get(n, n) for n in names])
 
 
-def iter_records(run_dir: str | os.PathLike, batch_rows: int = 8192) -> typing.Iterator[RequestRecord]:
+def iter_records(run_dir: str | os.PathLike[str], batch_rows: int = 8192) -> typing.Iterator[RequestRecord]:
     """Every record of a Parquet store, part by part and batch by batch (export, tests)."""
     parts, _ = store_parts(run_dir)
     loads = orjson.loads

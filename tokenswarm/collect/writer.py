@@ -21,7 +21,7 @@ from tokenswarm.redact import redact_bytes
 class RecordsWriter:
     """Writes ``records.jsonl`` (or ``.jsonl.gz``), rotating to ``records-000001...`` by size."""
 
-    def __init__(self, run_dir: str | os.PathLike, *, gzip_output: bool = False,
+    def __init__(self, run_dir: str | os.PathLike[str], *, gzip_output: bool = False,
                  rotate_bytes: int | None = None, flush_bytes: int = 256 * 1024) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -49,8 +49,11 @@ class RecordsWriter:
             path = self.run_dir / self._name()
             self.paths.append(path)
             raw = open(path, "ab")
-            self._fh = gzip.GzipFile(fileobj=raw, mode="ab", compresslevel=5) if self.gzip_output else raw
+            fh: IO[bytes] = (gzip.GzipFile(fileobj=raw, mode="ab", compresslevel=5)  # type: ignore[assignment]  # GzipFile is a binary IO
+                             if self.gzip_output else raw)
+            self._fh = fh
             self._raw = raw
+            return fh
         return self._fh
 
     def write_lines(self, data: bytes, count: int) -> None:

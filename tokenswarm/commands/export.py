@@ -22,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tokenswarm.collect.parquet_store import StoreFormatError, iter_records, store_parts
+    from tokenswarm.collect.parquet_store import iter_records
+    from tokenswarm.collect.store import StoreFormatError, store_parts
 
     run_dir = Path(args.run)
     parts, notes = store_parts(run_dir) if run_dir.is_dir() else ([], [])

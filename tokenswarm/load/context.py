@@ -133,26 +133,25 @@ class RunContext:
 
     # -- requests -------------------------------------------------------------------------------
     def body(self, payload_key: str, payload: Any, max_tokens: int, sampling: dict[str, Any],
-             extra: dict[str, Any] | None = None) -> bytes:
-        body: dict[str, Any] = {"model": self.model, payload_key: payload, "max_tokens": max_tokens,
+             extra: dict[str, Any] | None = None, model: str | None = None) -> bytes:
+        """The request body; ``model``: the one drawn for this request (None: the run's model)."""
+        body: dict[str, Any] = {"model": model or self.model, payload_key: payload, "max_tokens": max_tokens,
                                 "stream": True, "stream_options": self.stream_options, **sampling}
         if extra:
             body.update(extra)
         return orjson.dumps(body)
 
-    def base(self, *, task: str, user_class: str, scheduled_s: float, sent_estimate_s: float, key: str,
+    def base(self, *, task: str, user_class: str, scheduled_s: float, key: str,
              session_id: str | None = None, turn: int | None = None, max_tokens: int | None = None,
-             temperature: float | None = None, extra: dict[str, Any] | None = None) -> RecordIdentity:
+             temperature: float | None = None, extra: dict[str, Any] | None = None,
+             model: str | None = None) -> RecordIdentity:
         """The record's identity (:class:`~tokenswarm.record.RecordIdentity`); ``seq`` is assigned
-        when the record is emitted.
-
-        ``schedule_lag_ms`` here is provisional (from ``sent_estimate_s``): the client replaces
-        it with the value from the send's own clock reading."""
-        lag = (sent_estimate_s - scheduled_s) * 1000.0
+        when the record is emitted. ``schedule_lag_ms`` is not known yet (``None``): the client
+        takes it from the send's own clock reading."""
         return RecordIdentity(run_id=self.run_id, worker_id=self.worker_id, task=task, user_class=user_class,
                               request_key=key, scheduled_at_s=self.anchor.epoch(scheduled_s),
-                              schedule_lag_ms=round(lag, 3), session_id=session_id, turn=turn,
-                              step=self.step_index, phase=self.phase, api=self.api, model=self.model,
+                              session_id=session_id, turn=turn,
+                              step=self.step_index, phase=self.phase, api=self.api, model=model or self.model,
                               max_tokens=max_tokens, temperature=temperature, extra=extra)
 
     def note_late(self, lag_ms: float) -> None:

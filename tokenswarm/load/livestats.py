@@ -15,6 +15,7 @@ from collections import deque
 from itertools import chain
 from typing import TYPE_CHECKING, Any, Iterable
 
+from tokenswarm.buckets import INV_LOG_BASE, ZERO_BUCKET, bucket_of_us, bucket_value_ms
 from tokenswarm.metrics import itl_samples, tpot_ms
 from tokenswarm.wire.native import native_function
 
@@ -22,17 +23,6 @@ from tokenswarm.wire.native import native_function
 _itl_buckets = native_function("itl_buckets")
 if _itl_buckets is None or TYPE_CHECKING:  # at import time: a first lazy import inside the event loop stalls it ~80 ms
     import numpy as np
-
-_BASE = 1.01
-_LOG_BASE = math.log(_BASE)
-_ZERO_BUCKET = -1  # values below 1 us
-#: Largest relative distance of a bucket's reported value (its geometric middle) from any value
-#: in the bucket: ``sqrt(1.01) - 1``, just under 0.5 % (values below 1 us are reported as 0).
-RELATIVE_PRECISION = math.sqrt(_BASE) - 1.0
-#: Ratio between consecutive bucket bounds (public for the analysis' histograms of the same buckets).
-BUCKET_BASE = _BASE
-_INV_LOG_BASE = 1.0 / _LOG_BASE
-
 
 def bucket_keys(values_ms: np.ndarray) -> np.ndarray:
     """Bucket key of every value (ms), computed in the array's float type (float32 halves the cost).
@@ -45,14 +35,9 @@ def bucket_keys(values_ms: np.ndarray) -> np.ndarray:
     if v.dtype != np.float32:
         v = v.astype(np.float64)
     us = v * v.dtype.type(1000.0)
-    keys = (np.log(np.maximum(us, v.dtype.type(1.0))) * v.dtype.type(1.0 / _LOG_BASE)).astype(np.int64)
-    keys[us < 1.0] = _ZERO_BUCKET
+    keys = (np.log(np.maximum(us, v.dtype.type(1.0))) * v.dtype.type(INV_LOG_BASE)).astype(np.int64)
+    keys[us < 1.0] = ZERO_BUCKET
     return keys
-
-
-def bucket_value_ms(key: int) -> float:
-    """The value a bucket reports (ms): its geometric middle, 0 for the below-1-us bucket."""
-    return 0.0 if key == _ZERO_BUCKET else (_BASE ** (key + 0.5)) / 1000.0
 
 
 #: Deferred chunk gaps are bucketed once this many are pending (or when anything reads the
@@ -98,7 +83,7 @@ class LogHistogram:
 
     def add(self, value_ms: float, n: int = 1) -> None:
         us = value_ms * 1000.0
-        key = int(math.log(us) / _LOG_BASE) if us >= 1.0 else _ZERO_BUCKET
+        key = bucket_of_us(us)
         self._buckets[key] = self._buckets.get(key, 0) + n
         self._count += n
         self._total += value_ms * n
@@ -116,7 +101,7 @@ class LogHistogram:
         samples of ``g / n``.
         """
         if len(offsets_ms) > 1 and _itl_buckets is not None:  # in C, now: a few µs per stream
-            n, total, lo, hi = _itl_buckets(offsets_ms, tokens, self._buckets, _INV_LOG_BASE)
+            n, total, lo, hi = _itl_buckets(offsets_ms, tokens, self._buckets, INV_LOG_BASE)
             if n:
                 self._count += n
                 self._total += total

@@ -6,7 +6,8 @@ One ``GET /v1/models`` (with the target's auth, see :mod:`tokenswarm.wire.auth`)
   seconds remain, then fail: a CI stage may start the server a moment before the run;
 * HTTP 401/403 -> fail at once with a message that says "authentication" and what the
   server said (a wrong key never becomes a run of 401s);
-* a model name the server does not list -> fail, naming the models it has;
+* a model name the server does not list (the target's, or any of a split over models or LoRA
+  adapters) -> fail, naming the models it has;
 * ``target.model: auto`` -> the first listed model.
 
 A failure is a :class:`PreflightError`; the caller prints it and exits with status 3. Only
@@ -22,7 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 from tokenswarm.redact import redact
@@ -89,11 +90,15 @@ def _server_message(status: int, raw: bytes) -> str:
     return error_from_body(status, raw)
 
 
-def preflight(base_url: str, target: Any, wait_s: float = 0.0, *,
+def preflight(base_url: str, target: Any, wait_s: float = 0.0, *, models: Sequence[str] = (),
               get: Callable[[str, dict[str, str], float, bool], Answer] = http_get,
               clock: Callable[[], float] = time.monotonic,
               sleep: Callable[[float], None] = time.sleep) -> Preflight:
-    """Probe the target until it answers (at most ``wait_s`` seconds); raise :class:`PreflightError`."""
+    """Probe the target until it answers (at most ``wait_s`` seconds); raise :class:`PreflightError`.
+
+    ``models``: every other model name the scenario asks for (a split over models or LoRA
+    adapters, :meth:`~tokenswarm.workload.scenario.Scenario.model_names`); each must be listed too.
+    """
     url = models_url(base_url)
     shown = redact(split_userinfo(base_url)[0])
     headers = target_headers(target, base_url)
@@ -110,7 +115,14 @@ def preflight(base_url: str, target: Any, wait_s: float = 0.0, *,
             raise PreflightError(redact(f"target {shown} does not answer GET /v1/models ({what}){after}; "
                                         f"is the server running and the URL right?{hint}"))
         sleep(RETRY_INTERVAL_S)
-    return _decide(answer, target, shown, waited)
+    found = _decide(answer, target, shown, waited)
+    listed = found.models.get("ids") if isinstance(found.models, dict) else None
+    missing = [m for m in models if m != found.model and listed and m not in listed]
+    if missing:
+        raise PreflightError(redact(f"model(s) {', '.join(map(repr, missing))} not served by {shown}; the server has: "
+                                    f"{', '.join(listed or ())} (check the scenario's model split and the "
+                                    "server's adapters, e.g. vLLM --lora-modules)"))
+    return found
 
 
 def _decide(answer: Answer, target: Any, shown: str, waited: float) -> Preflight:

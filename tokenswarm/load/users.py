@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import gevent
@@ -28,7 +29,7 @@ from tokenswarm.load.context import RunContext, request_key
 from tokenswarm.wire.client import StreamHooks, stream_call
 from tokenswarm.wire.pool import tune_pool
 from tokenswarm.workload import quality
-from tokenswarm.workload.arrivals import ArrivalProcess
+from tokenswarm.workload.arrivals import ArrivalProcess, schedule
 from tokenswarm.workload.prompts import ReplayPrompts
 from tokenswarm.workload.trace import load_trace
 
@@ -45,6 +46,19 @@ KIND_CLASSES: dict[str, str] = {
 def pick_task(tasks: list[Any], rng: random.Random) -> Any:
     weights = [max(t.weight, 0.0) for t in tasks]
     return rng.choices(tasks, weights=weights)[0]
+
+
+def pick_model(models: tuple[tuple[str, float], ...], rng: random.Random) -> str | None:
+    """The model of one request (or conversation) by weight; ``None``: the run's one model.
+
+    Draws from ``rng`` only when there is a choice, so a one-model scenario sends the same
+    prompts as before the split existed.
+    """
+    if not models:
+        return None
+    if len(models) == 1:
+        return models[0][0]
+    return rng.choices([m for m, _ in models], weights=[w for _, w in models])[0]
 
 
 class Conversationalist:
@@ -71,7 +85,7 @@ class Conversationalist:
     def send(self, task_cfg: Any, payload_key: str, payload: Any, max_tokens: int, scheduled_s: float,
              *, session_id: str | None = None, turn: int | None = None, extra: dict | None = None,
              abnormal: str | None = None, check_json: bool = False,
-             schema: dict | None = None) -> tuple[Any, str]:
+             schema: dict | None = None, model: str | None = None) -> tuple[Any, str]:
         ctx = self.ctx
         sampling = task_cfg.sampling.params()
         if task_cfg.extra_body:  # extra request-body fields: sent, and part of the request key
@@ -80,12 +94,10 @@ class Conversationalist:
             sampling = {**sampling, **{k: v for k, v in extra.items() if k != "max_tokens"}}
             max_tokens = extra.get("max_tokens", max_tokens)
         key = request_key(ctx.api, payload, max_tokens, sampling)
-        body = ctx.body(payload_key, payload, max_tokens, sampling)
-        now = ctx.clock()
-        base = ctx.base(task=task_cfg.name, user_class=self.user_class, scheduled_s=scheduled_s,
-                        sent_estimate_s=now, key=key, session_id=session_id, turn=turn, max_tokens=max_tokens,
-                        temperature=sampling.get("temperature"),
-                        extra={"abnormal": abnormal} if abnormal else None)
+        body = ctx.body(payload_key, payload, max_tokens, sampling, model=model)
+        base = ctx.base(task=task_cfg.name, user_class=self.user_class, scheduled_s=scheduled_s, key=key,
+                        session_id=session_id, turn=turn, max_tokens=max_tokens, temperature=sampling.get("temperature"),
+                        extra={"abnormal": abnormal} if abnormal else None, model=model)
         target = ctx.scenario.target
         ctx.requests_started += 1
         ctx.in_flight += 1
@@ -106,19 +118,22 @@ class Conversationalist:
 
     def single(self, task_cfg: Any, rng: random.Random, scheduled_s: float) -> None:
         prompt = self.ctx.prompt_sources[task_cfg.name].next_prompt(rng)
+        model = pick_model(self.ctx.scenario.models_of(task_cfg), rng)
         if prompt.messages is not None:
             payload_key, payload = "messages", list(prompt.messages)
         else:
             payload_key, payload = "prompt", prompt.text
         extra = dict(prompt.params) if prompt.params else None
         self.send(task_cfg, payload_key, payload, prompt.max_tokens, scheduled_s, extra=extra,
-                  abnormal=prompt.abnormal, check_json=task_cfg.kind == "extraction", schema=prompt.schema)
+                  abnormal=prompt.abnormal, check_json=task_cfg.kind == "extraction", schema=prompt.schema,
+                  model=model)
 
     def conversation(self, task_cfg: Any, rng: random.Random, scheduled_s: float) -> None:
         """All turns of one conversation; each turn re-sends the history with the real replies."""
         ctx = self.ctx
         conv = ctx.prompt_sources[task_cfg.name].conversation(rng)
         session_id = uuid.UUID(int=rng.getrandbits(128)).hex[:16]
+        model = pick_model(ctx.scenario.models_of(task_cfg), rng)  # a conversation stays with one model
         history: list[dict[str, str]] = [{"role": "system", "content": conv.system}] if conv.system else []
         prompt_text = f"{conv.system}\n\n" if conv.system else ""
         for turn in range(conv.turns):
@@ -133,7 +148,7 @@ class Conversationalist:
                 prompt_text += f"User: {msg}\nAssistant:"
                 payload_key, payload = "prompt", prompt_text
             record, text = self.send(task_cfg, payload_key, payload, conv.max_tokens(turn), scheduled_s,
-                                     session_id=session_id, turn=turn)
+                                     session_id=session_id, turn=turn, model=model)
             if record.outcome != "ok":
                 return  # a conversation cannot continue without the reply
             if ctx.api == "chat":
@@ -297,7 +312,7 @@ class OpenLoopUser(_TokenswarmUser):
             finally:
                 self.pool.kill(block=True, timeout=5)  # in-flight streams become 'cancelled' records
             return
-        process: ArrivalProcess | None = None
+        times: Iterator[float] | None = None
         rate_seen: float | None = None
         next_s = ctx.clock()
         try:
@@ -307,11 +322,11 @@ class OpenLoopUser(_TokenswarmUser):
                     gevent.sleep(0.05)
                     next_s = ctx.clock()
                     continue
-                if rate != rate_seen:
-                    process = ArrivalProcess(rate, load.arrival, load.burstiness, self.rng)
+                if rate != rate_seen:  # a new step's rate: a new schedule from the last send time
+                    times = schedule(next_s, ArrivalProcess(rate, load.arrival, load.burstiness, self.rng))
                     rate_seen = rate
-                assert process is not None
-                next_s += process.next_interval_s()
+                assert times is not None
+                next_s = next(times)
                 wait = next_s - ctx.clock()
                 if wait > 0:
                     gevent.sleep(wait)
@@ -373,7 +388,8 @@ class OpenLoopUser(_TokenswarmUser):
         # the recorded output length is asked for exactly, unless sampling.ignore_eos says otherwise
         extra = {"ignore_eos": True} if task_cfg.sampling.ignore_eos is None else None
         Conversationalist(self.ctx, self, self.http, "Replay").send(
-            task_cfg, payload_key, payload, entry.output_tokens, scheduled_s, extra=extra)
+            task_cfg, payload_key, payload, entry.output_tokens, scheduled_s, extra=extra,
+            model=pick_model(self.ctx.scenario.models_of(task_cfg), rng))
 
 
 CLOSED_LOOP_USERS = (QAUser, SummarizationUser, CodeUser, MultiTurnUser, AbnormalUser, ExtractionUser, MixedUser)

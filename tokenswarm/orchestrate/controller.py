@@ -26,7 +26,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import gevent
 from locust.runners import MasterRunner
@@ -101,6 +101,8 @@ class RunController:
         #: no-SLO verdict without reading the records back. Reset per run, not by a stats reset.
         self.outcomes_emitted: dict[str, int] = {}
         self.broken: str | None = None  # the circuit breaker's message, when it stopped the run
+        #: called with every generator health sample (the live metrics export keeps the last per worker)
+        self.health_listeners: list[Callable[[dict[str, Any]], None]] = []
         if hasattr(environment.events, "llm_request") and not self.is_master:
             environment.events.llm_request.add_listener(self._on_record)
 
@@ -159,7 +161,8 @@ class RunController:
         pf, self.preflight = self.preflight, None  # made at init (headless); a UI restart probes again
         try:
             if pf is None:
-                pf = preflight(base_url, sc.target, float(getattr(opts, "tokenswarm_wait_for_server", 0) or 0))
+                pf = preflight(base_url, sc.target, float(getattr(opts, "tokenswarm_wait_for_server", 0) or 0),
+                               models=sc.model_names())
         except PreflightError as exc:
             self._abort(str(exc), EXIT_RUN_BROKE)
             return
@@ -431,9 +434,11 @@ class RunController:
             self.ctx.live = self.live
 
     def on_health_sample(self, sample: dict[str, Any]) -> None:
-        """A generator health sample (own or a worker's): recorded with the run."""
+        """A generator health sample (own or a worker's): recorded with the run, and given to the listeners."""
         if self.recording is not None:
             self.recording.on_health_sample(sample)
+        for listener in self.health_listeners:
+            listener(sample)
 
     def _periodic(self) -> None:
         interval = self.scenario.load.report_interval_s or 60.0

@@ -94,6 +94,14 @@ def _add_options(parser: Any) -> None:
     group.add_argument("--wait-for-server", dest="tokenswarm_wait_for_server", type=float, default=0.0,
                        metavar="SECONDS", include_in_web_ui=False,
                        help="Wait up to SECONDS for the target to answer GET /v1/models before giving up (default 0)")
+    group.add_argument("--metrics-port", dest="tokenswarm_metrics_port", type=int, default=0, metavar="PORT",
+                       include_in_web_ui=False,
+                       help="Serve the live LLM statistics in Prometheus text format at http://HOST:PORT/metrics "
+                            "(master or local run; default 0 = off)")
+    group.add_argument("--metrics-host", dest="tokenswarm_metrics_host", default="127.0.0.1", metavar="HOST",
+                       include_in_web_ui=False,
+                       help="Address for --metrics-port (default 127.0.0.1; another address serves the statistics "
+                            "without authentication to whoever can reach it, and says so in a warning)")
     for hidden in ("tokenswarm_scenario_data", "tokenswarm_run_id", "tokenswarm_base_url", "tokenswarm_model"):
         group.add_argument("--" + hidden.replace("_", "-"), dest=hidden, default="", help=argparse.SUPPRESS,
                            include_in_web_ui=False)
@@ -136,7 +144,8 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     if opts.headless and target_url:
         # before any user exists: a failed preflight exits here, with no user tracebacks
         try:
-            first_preflight = preflight(target_url, sc.target, float(opts.tokenswarm_wait_for_server or 0))
+            first_preflight = preflight(target_url, sc.target, float(opts.tokenswarm_wait_for_server or 0),
+                                        models=sc.model_names())
         except PreflightError as exc:
             print(f"tokenswarm: {exc}", file=sys.stderr)
             sys.exit(EXIT_RUN_BROKE)
@@ -169,6 +178,20 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     environment.events.quitting.add_listener(lambda environment, **kw: ctl.stop())
     if environment.web_ui is not None:
         install_webui(environment, ctl)
+    if getattr(opts, "tokenswarm_metrics_port", 0):
+        _serve_live_metrics(ctl, int(opts.tokenswarm_metrics_port), str(opts.tokenswarm_metrics_host or "127.0.0.1"))
+
+
+def _serve_live_metrics(ctl: RunController, port: int, host: str) -> None:
+    """``--metrics-port``: the live statistics in Prometheus format (imported only then: prometheus_client)."""
+    from tokenswarm.orchestrate import export
+
+    try:
+        exporter = export.serve(ctl, port, host)
+    except OSError as exc:
+        print(f"tokenswarm: cannot serve --metrics-port {port} on {host}: {exc}", file=sys.stderr)
+        sys.exit(EXIT_BAD_CONFIG)
+    ctl.health_listeners.append(exporter.on_health_sample)
 
 
 class _CollectorProxy:

@@ -109,10 +109,11 @@ def evaluate_run(run_dir: str | Path, slos: dict[str, Any], *,
     if broken:
         status, reason = EXIT_RUN_BROKE, "; ".join(broken)
     elif failed:
-        status, reason = EXIT_SLO_MISSED, f"{len(failed)} of {len(results)} SLO checks missed"
         short = sum(1 for r in failed if r.get("not_enough_samples"))
-        if short:
-            reason += f" ({short} of them not judged: not enough samples)"
+        parts = [f"{len(failed) - short} of {len(results)} SLO checks missed"] if len(failed) > short else []
+        if short:  # a check its samples cannot support is not a miss; it still fails the gate
+            parts.append(f"{short} of {len(results)} not judged: not enough samples")
+        status, reason = EXIT_SLO_MISSED, ", ".join(parts)
     else:
         status, reason = EXIT_OK, (f"all {len(results)} SLO checks met" if results else "no SLOs given; the run worked")
     return {"run_dir": str(run_dir), "run_id": manifest.run_id, "exit_status": status,
@@ -147,10 +148,19 @@ def verdict_table(verdict: dict[str, Any]) -> str:
         obs = "-" if r["observed_value"] is None else f"{r['observed_value']:.4g}"
         lines.append(f"{r['slo_name']:<18} {str(r.get('step_name') or '-'):<8} {str(r.get('task')):<14} "
                      f"{obs:>12} {r['comparison']:>2} {r['threshold_value']:>10.4g}  "
-                     + ("ok" if r["passed"] else "NOT ENOUGH SAMPLES" if r.get("not_enough_samples") else "MISSED"))
+                     + ("ok" if r["passed"] else _not_judged(r) if r.get("not_enough_samples") else "MISSED"))
     word = {EXIT_OK: "PASS", EXIT_SLO_MISSED: "FAIL (SLO missed)", EXIT_RUN_BROKE: "FAIL (run broke)"}[verdict["exit_status"]]
+    checks = verdict["checks"]
+    if verdict["exit_status"] == EXIT_SLO_MISSED and all(r["passed"] or r.get("not_enough_samples") for r in checks):
+        word = "FAIL (SLO not judged: too few samples)"  # nothing was missed; the gate could not be judged
     lines.append(f"verdict: {word} - {verdict['reason']} (exit status {verdict['exit_status']})")
     return "\n".join(lines)
+
+
+def _not_judged(r: dict[str, Any]) -> str:
+    """The result word of a check its percentile's samples cannot support: not a miss."""
+    n, need = r.get("samples_count"), r.get("samples_needed_count")
+    return "NOT ENOUGH SAMPLES" + (f": not judged (n={n}, needs {need})" if n is not None and need else "")
 
 
 def conclude(run_dir: str | Path, slos: dict[str, Any], *, broken: str | None = None,

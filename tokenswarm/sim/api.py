@@ -61,7 +61,7 @@ class CompletionRequest:
     continuous_usage: bool
     thinking: bool = True  #: chat_template_kwargs.enable_thinking (reasoning mode only)
     prompt: list[str] | None = None  #: the prompt's tokens (as the chat template renders them)
-    guided: dict | None = None  #: response_format's JSON Schema (guided decoding), None = free text
+    guided: dict[str, Any] | None = None  #: response_format's JSON Schema (guided decoding), None = free text
 
 
 def parse_json_object(body: bytes) -> dict[str, Any]:
@@ -75,19 +75,19 @@ def parse_json_object(body: bytes) -> dict[str, Any]:
     return data
 
 
-def check_model(data: dict, served_model: str) -> str:
-    """The requested model (optional field) must be the served one (404 otherwise)."""
+def check_model(data: dict[str, Any], served_model: str, adapters: tuple[str, ...] = ()) -> str:
+    """The requested model (optional field) must be the served one or one of its LoRA adapters (404 otherwise)."""
     model = data.get("model")
     if model is None:
         return served_model
     if not isinstance(model, str):
         raise HttpError(400, "'model' must be a string", "model")
-    if model != served_model:
+    if model != served_model and model not in adapters:
         raise HttpError(404, f"The model `{model}` does not exist.", "model")
     return model
 
 
-def _number(data: dict, name: str, default: float, lo: float, hi: float, lo_open: bool = False) -> float:
+def _number(data: dict[str, Any], name: str, default: float, lo: float, hi: float, lo_open: bool = False) -> float:
     v = data.get(name)
     if v is None:
         return default
@@ -98,7 +98,7 @@ def _number(data: dict, name: str, default: float, lo: float, hi: float, lo_open
     return float(v)
 
 
-def _optional_int(data: dict, name: str, lo: int) -> int | None:
+def _optional_int(data: dict[str, Any], name: str, lo: int) -> int | None:
     v = data.get(name)
     if v is None:
         return None
@@ -109,7 +109,7 @@ def _optional_int(data: dict, name: str, lo: int) -> int | None:
     return v
 
 
-def prompt_tokens_of(data: dict, endpoint: str) -> tuple[list[str], list[str]]:
+def prompt_tokens_of(data: dict[str, Any], endpoint: str) -> tuple[list[str], list[str]]:
     """(prompt tokens, copyable source tokens) of a chat/completions/tokenize body."""
     if endpoint == "chat":
         messages = data.get("messages")
@@ -121,28 +121,28 @@ def prompt_tokens_of(data: dict, endpoint: str) -> tuple[list[str], list[str]]:
             raise HttpError(400, str(e), "messages") from None
         source: list[str] = []
         for m in messages:
-            c = m.get("content")
+            c: Any = m.get("content")
             if isinstance(c, list):
                 c = "".join(p.get("text", "") for p in c)
             if isinstance(c, str) and c:
                 source.extend(tokenize(c if c[:1].isspace() else " " + c))
         return tokenize(prompt), source
-    prompt = data.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if isinstance(prompt, list) and prompt and all(isinstance(x, int) and not isinstance(x, bool) for x in prompt):
-        toks = [f" <{x}>" for x in prompt]  # token ids: opaque tokens
+    given: Any = data.get("prompt")
+    if isinstance(given, list) and len(given) == 1 and isinstance(given[0], str):
+        given = given[0]
+    if isinstance(given, list) and given and all(isinstance(x, int) and not isinstance(x, bool) for x in given):
+        toks = [f" <{x}>" for x in given]  # token ids: opaque tokens
         return toks, toks
-    if not isinstance(prompt, str):
+    if not isinstance(given, str):
         raise HttpError(400, "'prompt' is required and must be a string (or one string, or a list of token ids)", "prompt")
-    toks = tokenize(prompt)
+    toks = tokenize(given)
     return toks, toks
 
 
 _JSON_OBJECT = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
 
 
-def guided_schema(response_format: Any) -> dict | None:
+def guided_schema(response_format: Any) -> dict[str, Any] | None:
     """The schema a request's ``response_format`` asks for (None: free text); 400 if malformed."""
     if response_format is None:
         return None
@@ -163,9 +163,10 @@ def guided_schema(response_format: Any) -> dict | None:
                     "response_format")
 
 
-def parse_completion(data: dict, endpoint: str, served_model: str, max_model_len: int) -> CompletionRequest:
-    """Validate a completion request against the served model and context window."""
-    model = check_model(data, served_model)
+def parse_completion(data: dict[str, Any], endpoint: str, served_model: str, max_model_len: int,
+                     adapters: tuple[str, ...] = ()) -> CompletionRequest:
+    """Validate a completion request against the served model (or an adapter) and context window."""
+    model = check_model(data, served_model, adapters)
     n = data.get("n", 1)
     if n != 1:
         raise HttpError(400, f"'n' must be 1 (the simulator returns one choice), got {n!r}", "n")

@@ -34,6 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", default="27b-1gpu", metavar="NAME_OR_YAML",
                         help="engine profile: a shipped name (27b-1gpu, tiny-fast, bench-10ms) or a YAML file")
     parser.add_argument("--served-model-name", default=None, help="model id to serve (default: the profile's)")
+    parser.add_argument("--lora-modules", nargs="+", default=[], metavar="NAME[=PATH]",
+                        help="LoRA adapter names to serve beside the model, as vLLM's --lora-modules: listed by "
+                             "/v1/models (parent: the model) and accepted as a request's model; they share the "
+                             "model's engine (PATH is ignored: no adapter is loaded or its cost modelled)")
     parser.add_argument("--spec-method", choices=("none", "draft", "ngram"), default="none",
                         help="speculative decoding: none, a draft model, or n-gram prompt lookup")
     parser.add_argument("--num-speculative-tokens", type=int, default=4, metavar="K",
@@ -108,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
                            reasoning_tokens=max(0, args.reasoning_tokens), prefix_cache=args.prefix_cache,
                            api_key=args.api_key or os.environ.get("TOKENSWARM_SIM_API_KEY") or None,
                            basic_auth=args.basic_auth,
+                           lora_modules=tuple(m.split("=", 1)[0] for m in args.lora_modules),
                            echo_headers=args.echo_headers_in_errors)
     except OSError as e:
         print(f"tokenswarm sim: cannot open --truth {args.truth}: {e}", file=sys.stderr)

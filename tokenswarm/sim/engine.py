@@ -73,7 +73,7 @@ class Sequence:
         stall_after: int | None = None,
         stall_s: float = 0.0,
         sink: Any = None,
-        guided: dict | None = None,
+        guided: dict[str, Any] | None = None,
     ) -> None:
         self.rid = rid
         self.prompt_len = prompt_len
@@ -117,7 +117,7 @@ class Sequence:
         """KV tokens actually held now (prompt computed so far + generated)."""
         return self.prefilled + self.n_out
 
-    def spec_summary(self) -> dict | None:
+    def spec_summary(self) -> dict[str, Any] | None:
         """vLLM-style per-request ``metrics.speculative_decoding`` summary (None if no drafts)."""
         if not self.spec_steps:
             return None

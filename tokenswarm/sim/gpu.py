@@ -73,7 +73,7 @@ class GpuModel:
     def memory_used_mib(self) -> float:
         c = self.card
         used = c.runtime_overhead_mib + self.weights_mib + self.draft_mib + self.kv_tokens() * self.kv_mib_per_token
-        return min(c.memory_mib, used)
+        return float(min(c.memory_mib, used))
 
     def power_w(self, busy: float, active: float) -> float:
         c = self.card

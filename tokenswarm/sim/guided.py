@@ -66,7 +66,7 @@ class GuidedText(TargetText):
 
     __slots__ = ()
 
-    def __init__(self, source: list[str], schema: dict, temperature: float = 0.0, top_p: float = 1.0,
+    def __init__(self, source: list[str], schema: dict[str, Any], temperature: float = 0.0, top_p: float = 1.0,
                  seed: int | None = None, natural_range: tuple[int, int] = (64, 512)) -> None:
         super().__init__(source, temperature, top_p, seed, natural_range)
         words = [w for w in "".join(source).split() if w[:1].isalpha()]

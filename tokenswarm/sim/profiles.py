@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import yaml
 
@@ -153,7 +153,12 @@ def profile_from_dict(data: Any, where: str) -> Profile:
     return prof
 
 
-def _number(value: Any, err, field: str, min_value: float) -> float:
+#: Builds the error for a field: ``err(field, message)``.
+_Err = Callable[[str, str], "ProfileError"]
+_T = TypeVar("_T")
+
+
+def _number(value: Any, err: _Err, field: str, min_value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         hint = ""
         if isinstance(value, str) and "e" in value.lower():
@@ -164,7 +169,7 @@ def _number(value: Any, err, field: str, min_value: float) -> float:
     return float(value)
 
 
-def _integer(value: Any, err, field: str, min_value: int) -> int:
+def _integer(value: Any, err: _Err, field: str, min_value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise err(field, f"expected an integer, got {value!r}")
     if value < min_value:
@@ -172,11 +177,11 @@ def _integer(value: Any, err, field: str, min_value: int) -> int:
     return value
 
 
-def _sub(cls, value: Any, err, field: str):
+def _sub(cls: type[_T], value: Any, err: _Err, field: str) -> _T:
     if not isinstance(value, dict):
         raise err(field, f"expected a mapping, got {value!r}")
-    names = {f.name: f for f in dataclasses.fields(cls)}
-    kw = {}
+    names = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]  # cls is a dataclass
+    kw: dict[str, float] = {}
     for k, v in value.items():
         if k not in names:
             raise err(f"{field}.{k}", f"unknown field (known: {', '.join(sorted(names))})")

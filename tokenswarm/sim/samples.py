@@ -7,6 +7,7 @@ open QA prompts are short questions (hard to draft). Generated, not downloaded.
 from __future__ import annotations
 
 import random
+from typing import Any
 
 _TOPICS = ["cache", "queue", "scheduler", "parser", "client", "server", "metrics", "buffer", "router", "index"]
 _QUESTIONS = [
@@ -61,6 +62,6 @@ def qa_prompt(i: int = 0) -> str:
 PROMPTS = {"code": code_prompt, "summarization": summarization_prompt, "qa": qa_prompt}
 
 
-def chat_messages(kind: str, i: int = 0) -> list[dict]:
+def chat_messages(kind: str, i: int = 0) -> list[dict[str, Any]]:
     """One user message of the given traffic type."""
     return [{"role": "user", "content": PROMPTS[kind](i)}]

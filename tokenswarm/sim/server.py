@@ -53,7 +53,7 @@ class Conn:
 
     __slots__ = ("sock", "raw", "backlog", "sending", "closed", "wake", "recv_s", "stamped")
 
-    def __init__(self, sock) -> None:
+    def __init__(self, sock: Any) -> None:  # gevent's socket
         self.sock = sock
         self.recv_s: float | None = None  # when the bytes completing the current request arrived
         self.stamped = kstamp.enable(sock)
@@ -67,10 +67,11 @@ class Conn:
         """Read (cooperatively) and set ``recv_s``: the kernel's arrival stamp when available,
         so a busy simulator's truth log does not move the request's arrival later."""
         if not self.stamped:
-            data = self.sock.recv(n)
+            data: bytes = self.sock.recv(n)
             self.recv_s = monotonic()
             return data
-        data, anc, _flags, _addr = self.sock.recvmsg(n, kstamp.ANC_BYTES)
+        msg: tuple[bytes, list[tuple[int, int, bytes]], int, Any] = self.sock.recvmsg(n, kstamp.ANC_BYTES)
+        data, anc, _flags, _addr = msg
         now = monotonic()
         self.recv_s = kstamp.stamp_of(anc, time.time() - now, now)
         return data
@@ -112,7 +113,8 @@ class Conn:
         if self.closed:
             return True
         try:
-            return self.raw.recv(1, socket.MSG_PEEK) == b""
+            peeked: bytes = self.raw.recv(1, socket.MSG_PEEK)
+            return peeked == b""
         except BlockingIOError:
             return False
         except OSError:
@@ -222,10 +224,12 @@ class Stream:
         srv.metrics.chunks_sent += len(pieces)
         self._observe(now, e)
         if not ok:
+            assert self.seq is not None  # set before the first frame is written
             self.srv.sched.abort(self.seq)
             self.finish("aborted")
         elif cutting:
             self.conn.cut()
+            assert self.seq is not None
             self.srv.sched.abort(self.seq)
             srv.metrics.fault("cut")
             self.finish("fault_cut")
@@ -277,7 +281,7 @@ class Stream:
             out["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
         return out
 
-    def _spec_metrics(self) -> dict | None:
+    def _spec_metrics(self) -> dict[str, Any] | None:
         if self.srv.per_request_spec_metrics == "none" or self.seq is None or not self.srv.spec.enabled:
             return None
         return self.seq.spec_summary() or {
@@ -341,6 +345,7 @@ class SimServer:
         api_key: str | None = None,
         echo_headers: bool = False,
         basic_auth: str | None = None,
+        lora_modules: tuple[str, ...] = (),
     ) -> None:
         import base64
 
@@ -361,6 +366,9 @@ class SimServer:
         self.spec = spec
         self.faults = faults
         self.model = served_model_name or profile.model_name
+        #: LoRA adapter names served beside the model (vLLM --lora-modules): listed by /v1/models
+        #: and accepted as ``model``; they share the base model's engine (no adapter cost is modelled)
+        self.adapters = tuple(lora_modules)
         self.per_request_spec_metrics = per_request_spec_metrics
         self.metrics = SimMetrics()
         has_draft_faults = faults.draft_unavailable > 0 or faults.draft_slow > 0
@@ -392,7 +400,8 @@ class SimServer:
 
     @property
     def port(self) -> int:
-        return self.server.server_port
+        port: int = self.server.server_port
+        return port
 
     def serve_forever(self) -> None:
         """Serve until SIGINT/SIGTERM, then stop cleanly."""
@@ -471,7 +480,7 @@ class SimServer:
                 self.truth.flush()
 
     def truth_record(self, rid: str, endpoint: str, status: int, received_s: float, prompt_tokens: int | None,
-                     output_tokens: int, finish_reason: str | None, outcome: str, chunks: list) -> None:
+                     output_tokens: int, finish_reason: str | None, outcome: str, chunks: list[Any]) -> None:
         """Queue one ground-truth line (CONTRACTS.md section 2)."""
         if self.truth is None or self.truth._f.closed:
             return
@@ -480,7 +489,7 @@ class SimServer:
                         "finish_reason": finish_reason, "outcome": outcome, "chunks": chunks})
 
     # ------------------------------------------------------------------ HTTP
-    def _handle(self, sock, _addr) -> None:
+    def _handle(self, sock: Any, _addr: Any) -> None:
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
@@ -651,11 +660,12 @@ class SimServer:
     def _models(self) -> bytes:
         card = {"id": self.model, "object": "model", "created": self.started, "owned_by": "tokenswarm-sim",
                 "root": self.model, "parent": None, "max_model_len": self.profile.max_model_len}
-        return orjson.dumps({"object": "list", "data": [card]})
+        cards = [card] + [{**card, "id": name, "root": name, "parent": self.model} for name in self.adapters]
+        return orjson.dumps({"object": "list", "data": cards})
 
     def _tokenize(self, body: bytes) -> bytes:
         data = api.parse_json_object(body)
-        api.check_model(data, self.model)
+        api.check_model(data, self.model, self.adapters)
         if "messages" in data:
             toks, _ = api.prompt_tokens_of(data, "chat")
         elif "prompt" in data:
@@ -680,7 +690,7 @@ class SimServer:
         e.counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
                   [(None, pc.hits_tokens)])
 
-    def stats(self, reset: bool = False) -> dict:
+    def stats(self, reset: bool = False) -> dict[str, Any]:
         """Simulator self-measurements for benchmarks (``GET /_tokenswarm/stats[?reset=1]``)."""
         self.metrics.flush()
         out = {"emission_lag": self.metrics.lags.summary(), "chunks_sent": self.metrics.chunks_sent,
@@ -707,7 +717,8 @@ class SimServer:
             self.truth_record(rid, endpoint, status, received, None, 0, None, "error", [])
             return keep
         try:
-            req = api.parse_completion(api.parse_json_object(body), endpoint, self.model, self.profile.max_model_len)
+            req = api.parse_completion(api.parse_json_object(body), endpoint, self.model, self.profile.max_model_len,
+                                       self.adapters)
         except HttpError as e:
             self._respond(conn, e.status, e.body(), keep)
             self.truth_record(rid, endpoint, e.status, received, None, 0, None, "error", [])

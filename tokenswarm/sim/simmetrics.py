@@ -9,9 +9,12 @@ series are emitted (consumers ignore them anyway).
 from __future__ import annotations
 
 from array import array
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
+
+if TYPE_CHECKING:  # the engine imports this module's metrics: the name only, for the annotation
+    from tokenswarm.sim.engine import EngineStats
 
 TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
                   7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -102,7 +105,7 @@ class LagReservoir:
         self.n = 0
         self.max_s = 0.0
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         """Count, p50/p90/p99/p99.9/max in ms of the retained samples (None when empty)."""
         k = min(self.n, self.size)
         if not k:
@@ -188,7 +191,7 @@ class SimMetrics:
 def render(
     model_name: str,
     m: SimMetrics,
-    stats,
+    stats: EngineStats,
     running: int,
     waiting: int,
     kv_usage: float,

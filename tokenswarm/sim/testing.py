@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any, Iterator
 
 from tokenswarm.sim.truth import read_truth
 
@@ -32,7 +32,8 @@ def free_port() -> int:
     """A currently free TCP port on 127.0.0.1."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 @dataclass
@@ -41,7 +42,7 @@ class SimHandle:
 
     base_url: str
     port: int
-    proc: subprocess.Popen
+    proc: subprocess.Popen[bytes]
     truth_path: str | None = None
     log_path: str | None = None
     _tmpdir: str | None = field(default=None, repr=False)
@@ -60,7 +61,7 @@ class SimHandle:
         if self.proc.poll() is None:
             self._request("POST", "/_tokenswarm/flush")
 
-    def read_truth(self) -> list[dict]:
+    def read_truth(self) -> list[dict[str, Any]]:
         """Truth records written so far (flushes a running server first)."""
         if self.truth_path is None:
             raise RuntimeError("start_sim(..., truth=True) is needed to read the truth log")
@@ -85,12 +86,13 @@ class SimHandle:
                 out[(s.name, tuple(sorted(s.labels.items())))] = s.value
         return out
 
-    def stats(self, reset: bool = False) -> dict:
+    def stats(self, reset: bool = False) -> dict[str, Any]:
         """Simulator self-measurements (emission lag percentiles etc.)."""
         import json
 
         status, body = self._request("GET", "/_tokenswarm/stats" + ("?reset=1" if reset else ""))
-        return json.loads(body)
+        stats: dict[str, Any] = json.loads(body)
+        return stats
 
     def log(self) -> str:
         """What the server printed (stdout+stderr)."""
@@ -114,7 +116,7 @@ class SimHandle:
 
 
 @contextlib.contextmanager
-def start_sim(*cli_args: str, truth: bool = False, env: dict | None = None, timeout_s: float = 20.0,
+def start_sim(*cli_args: str, truth: bool = False, env: dict[str, Any] | None = None, timeout_s: float = 20.0,
               cpus: str | None = None) -> Iterator[SimHandle]:
     """Run ``python -m tokenswarm sim --port P *cli_args`` until the block exits.
 

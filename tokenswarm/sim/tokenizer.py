@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import zlib
+from typing import Any
 
 VOCAB_SIZE = 128_000
 _TOKEN_RE = re.compile(r"\s*(?:\w{1,8}|[^\w\s])|\s+")
@@ -36,7 +37,7 @@ def detokenize(tokens: list[str]) -> str:
     return "".join(tokens)
 
 
-def chat_prompt(messages: list[dict]) -> str:
+def chat_prompt(messages: list[dict[str, Any]]) -> str:
     """Render chat messages with the simulator's fixed template.
 
     ``<|role|>\\n{content}\\n`` per message, then ``<|assistant|>\\n`` (the generation prompt).

@@ -7,6 +7,7 @@ the simulator should show.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from tokenswarm.sim.engine import Scheduler, Sequence, SpecConfig
 from tokenswarm.sim.profiles import Profile
@@ -23,7 +24,7 @@ class VirtualResult:
     chunks: int
 
 
-def make_sequence(rid: str, messages: list[dict], max_tokens: int, profile: Profile, temperature: float = 0.0,
+def make_sequence(rid: str, messages: list[dict[str, Any]], max_tokens: int, profile: Profile, temperature: float = 0.0,
                   ignore_eos: bool = True, seed: int | None = None) -> Sequence:
     """A sequence built the same way the HTTP server builds one for a chat request."""
     prompt = tokenize(chat_prompt(messages))
@@ -35,7 +36,7 @@ def make_sequence(rid: str, messages: list[dict], max_tokens: int, profile: Prof
                     ignore_eos=ignore_eos, natural_range=profile.natural_output_tokens)
 
 
-def closed_loop(profile: Profile, spec: SpecConfig, prompts: list[list[dict]], concurrency: int,
+def closed_loop(profile: Profile, spec: SpecConfig, prompts: list[list[dict[str, Any]]], concurrency: int,
                 requests_per_user: int, max_tokens: int, temperature: float = 0.0) -> tuple[list[VirtualResult], float]:
     """``concurrency`` users each send ``requests_per_user`` requests back to back.
 
@@ -46,7 +47,7 @@ def closed_loop(profile: Profile, spec: SpecConfig, prompts: list[list[dict]], c
     results: list[VirtualResult] = []
     remaining = [requests_per_user] * concurrency
     counter = 0
-    info: dict[int, list] = {}
+    info: dict[int, list[Any]] = {}
 
     def submit(user: int, t: float) -> None:
         nonlocal counter

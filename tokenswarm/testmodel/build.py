@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -74,7 +75,7 @@ class ModelSpec:
         )
 
 
-def llama_config(shape: Shape, spec: ModelSpec, *, bos_id: int, eos_id: int) -> dict:
+def llama_config(shape: Shape, spec: ModelSpec, *, bos_id: int, eos_id: int) -> dict[str, Any]:
     """``config.json`` contents for ``LlamaForCausalLM``."""
     return {
         "architectures": ["LlamaForCausalLM"],
@@ -105,7 +106,7 @@ def llama_config(shape: Shape, spec: ModelSpec, *, bos_id: int, eos_id: int) -> 
     }
 
 
-def build_test_model(out_dir: str | Path, spec: ModelSpec = ModelSpec(), *, overwrite: bool = False) -> dict:
+def build_test_model(out_dir: str | Path, spec: ModelSpec = ModelSpec(), *, overwrite: bool = False) -> dict[str, Any]:
     """Build the model into ``out_dir`` (created if missing) and return its manifest.
 
     Refuses to write into a directory that already holds a ``config.json`` unless
@@ -126,6 +127,7 @@ def build_test_model(out_dir: str | Path, spec: ModelSpec = ModelSpec(), *, over
     spec_used = ModelSpec(**{**asdict(spec), "vocab_size": vocab_size})
     shape = spec_used.shape()
     bos_id, eos_id = tok.token_to_id(tk.BOS), tok.token_to_id(tk.EOS)
+    assert bos_id is not None and eos_id is not None  # special tokens the tokenizer was trained with
 
     rng = np.random.default_rng(spec.seed)
     cycle_ids = tk.clean_token_ids(tok)
@@ -166,11 +168,11 @@ def build_test_model(out_dir: str | Path, spec: ModelSpec = ModelSpec(), *, over
     return manifest
 
 
-def load_manifest(model_dir: str | Path) -> dict:
+def load_manifest(model_dir: str | Path) -> dict[str, Any]:
     """Read the build manifest of a model directory made by :func:`build_test_model`."""
     path = Path(model_dir) / MANIFEST_NAME
     try:
-        manifest = json.loads(path.read_text())
+        manifest: dict[str, Any] = json.loads(path.read_text())
     except FileNotFoundError:
         raise FileNotFoundError(
             f"{path} not found: {model_dir} was not built by 'tokenswarm make-test-model'"
@@ -189,5 +191,5 @@ def greedy_chain(successor: list[int], last_prompt_token: int, max_tokens: int) 
     return out
 
 
-def _write_json(path: Path, obj: dict) -> None:
+def _write_json(path: Path, obj: dict[str, Any]) -> None:
     path.write_text(json.dumps(obj, indent=2) + "\n")

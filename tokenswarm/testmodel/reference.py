@@ -8,11 +8,14 @@ active, not only under the construction's approximation.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 
 def _rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
-    return x / np.sqrt(np.mean(x**2, axis=-1, keepdims=True) + eps) * weight
+    normed: np.ndarray = x / np.sqrt(np.mean(x**2, axis=-1, keepdims=True) + eps) * weight
+    return normed
 
 
 def _rope(x: np.ndarray, theta: float) -> np.ndarray:
@@ -24,10 +27,11 @@ def _rope(x: np.ndarray, theta: float) -> np.ndarray:
     sin = np.concatenate([np.sin(angles)] * 2, axis=-1)
     half = dim // 2
     rotated = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-    return x * cos + rotated * sin
+    out: np.ndarray = x * cos + rotated * sin
+    return out
 
 
-def logits(tensors: dict[str, np.ndarray], config: dict, token_ids: list[int]) -> np.ndarray:
+def logits(tensors: dict[str, np.ndarray], config: dict[str, Any], token_ids: list[int]) -> np.ndarray:
     """Next-token logits (seq, vocab) for every position of ``token_ids``."""
     t = {k: v.astype(np.float64) for k, v in tensors.items()}
     eps = float(config["rms_norm_eps"])
@@ -60,7 +64,7 @@ def logits(tensors: dict[str, np.ndarray], config: dict, token_ids: list[int]) -
 
 
 def greedy_generate(
-    tensors: dict[str, np.ndarray], config: dict, prompt_ids: list[int], max_tokens: int
+    tensors: dict[str, np.ndarray], config: dict[str, Any], prompt_ids: list[int], max_tokens: int
 ) -> list[int]:
     """Greedy continuation of ``prompt_ids`` (recomputes the whole sequence each step: test use only)."""
     ids = list(prompt_ids)

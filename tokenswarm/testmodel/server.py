@@ -25,6 +25,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 #: n-gram (prompt lookup) speculation, as used for the smoke tests.
 NGRAM_SPECULATIVE_CONFIG = {
@@ -116,13 +117,13 @@ def vllm_command(
 class EngineServer:
     """A running engine server (vLLM, llama.cpp); use as a context manager or call :meth:`stop`."""
 
-    process: subprocess.Popen
+    process: subprocess.Popen[bytes]
     port: int
     log_path: Path
     command: list[str]
     speculative: bool
     served_model_name: str
-    _log_file: object = field(default=None, repr=False)
+    _log_file: IO[bytes] | None = field(default=None, repr=False)
 
     @property
     def base_url(self) -> str:

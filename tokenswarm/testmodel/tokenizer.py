@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # an optional dependency (the testmodel extra), imported where it is used
+    from tokenizers import Tokenizer
 
 #: Special tokens, in id order (they get ids 0..n-1).
 BOS = "<s>"
@@ -29,7 +33,7 @@ def training_corpus() -> list[str]:
     return [topics[key] for key in sorted(topics)]
 
 
-def train_tokenizer(vocab_size: int):
+def train_tokenizer(vocab_size: int) -> Tokenizer:
     """Train a byte-level BPE tokenizer with ``vocab_size`` entries (special tokens included).
 
     Returns a ``tokenizers.Tokenizer``. Byte-level BPE can encode any text, so prompts from any
@@ -58,7 +62,7 @@ def train_tokenizer(vocab_size: int):
     return tok
 
 
-def save_tokenizer(tok, out_dir: Path, *, model_max_length: int) -> None:
+def save_tokenizer(tok: Tokenizer, out_dir: Path, *, model_max_length: int) -> None:
     """Write ``tokenizer.json``, ``tokenizer_config.json`` and ``special_tokens_map.json``."""
     tok.save(str(out_dir / "tokenizer.json"))
     added = {
@@ -85,7 +89,7 @@ def save_tokenizer(tok, out_dir: Path, *, model_max_length: int) -> None:
     (out_dir / "special_tokens_map.json").write_text(json.dumps(special_map, indent=2) + "\n")
 
 
-def clean_token_ids(tok) -> list[int]:
+def clean_token_ids(tok: Tokenizer) -> list[int]:
     """Ids of tokens that decode, on their own, to printable ASCII text.
 
     Only these take part in the successor cycles, so streamed text never contains half a UTF-8

@@ -122,4 +122,5 @@ def successor_probability(
     logits -= logits.max(axis=1, keepdims=True)
     probs = np.exp(logits)
     probs /= probs.sum(axis=1, keepdims=True)
-    return probs[np.arange(len(token_ids)), succ[token_ids]]
+    picked: np.ndarray = probs[np.arange(len(token_ids)), succ[token_ids]]
+    return picked

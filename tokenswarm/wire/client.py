@@ -149,6 +149,9 @@ def stream_call(
             on_chunks = hooks.on_chunks if hooks else None
 
             body_reader: BodyReader | None = None
+            # what the hooks are handed: the identity with the phase fields measured so far (the
+            # schedule lag from the send's own reading), made once, at the first token
+            hooked: dict[str, Any] = {}
 
             def on_events(now: float, events: list) -> bool:
                 """The events of one read, all arrived at ``now``; True = stop reading."""
@@ -158,15 +161,17 @@ def stream_call(
                 if added:
                     if not had_first:
                         first.cancel()
+                        if on_first is not None or on_chunks is not None:
+                            hooked.update(base, **phase_fields(timing, start, due))
                         if on_first is not None:
-                            on_first(base, (now - sent) * 1000.0)
+                            on_first(hooked, (now - sent) * 1000.0)
                         if cancel_after_first_token:  # a client that goes away mid-answer
                             outcome, error = Outcome.CANCELLED, "client disconnected after first token"
                             return True
                         if body_reader is not None and on_chunks is None:
                             body_reader.go_steady(state.on_events)  # nothing left to decide per read
                     if on_chunks is not None:
-                        on_chunks(base, (now - sent) * 1000.0, added)
+                        on_chunks(hooked, (now - sent) * 1000.0, added)
                 return False
 
             def process(now: float, data: bytes) -> bool:

@@ -9,7 +9,7 @@ and trailers are handled by the general path.
 
 from __future__ import annotations
 
-__all__ = ["ChunkedDecoder", "ChunkedError"]
+__all__ = ["ChunkedDecoder", "ChunkedError", "data_spans"]
 
 _SIZE, _DATA, _DATA_CRLF, _TRAILER, _DONE = range(5)
 _HEX = b"0123456789abcdefABCDEF"
@@ -49,7 +49,16 @@ class ChunkedDecoder:
                     if end + 2 == len(data) and end > eol + 2 and data[end:] == b"\r\n":
                         return data[eol + 2:end]
         buf = self._buf + data if self._buf else data
-        out: list[bytes] = []
+        spans = self._spans(buf)
+        if len(spans) == 1:
+            start, end = spans[0]
+            return buf[start:end]
+        return b"".join([buf[start:end] for start, end in spans])
+
+    def _spans(self, buf: bytes) -> list[tuple[int, int]]:
+        """Advance over ``buf`` (the unconsumed input plus a new read); the offsets
+        ``[start, end)`` of every piece of chunk data in it, in order. Keeps what is left."""
+        out: list[tuple[int, int]] = []
         pos, n = 0, len(buf)
         state = self._state
         while pos < n:
@@ -69,14 +78,14 @@ class ChunkedDecoder:
                     continue
                 end = pos + size
                 if end + 2 <= n and buf[end:end + 2] == b"\r\n":  # the whole chunk is here
-                    out.append(buf[pos:end])
+                    out.append((pos, end))
                     pos = end + 2
                     continue
                 self._need = size
                 state = _DATA
             elif state == _DATA:
                 take = min(self._need, n - pos)
-                out.append(buf[pos:pos + take])
+                out.append((pos, pos + take))
                 pos += take
                 self._need -= take
                 if self._need == 0:
@@ -101,6 +110,14 @@ class ChunkedDecoder:
                 break
         self._state = state
         self._buf = buf[pos:] if pos < n else b""
-        if len(out) == 1:
-            return out[0]
-        return b"".join(out)
+        return out
+
+
+def data_spans(raw: bytes) -> list[tuple[int, int]]:
+    """The offsets ``[start, end)`` in ``raw`` of every piece of chunk data of a chunked body
+    (whole, or cut short where the reads so far end): the framing parsed by the same decoder
+    that de-chunks the stream, so a raw byte offset maps onto the de-chunked body.
+
+    Raises :class:`ChunkedError` when the framing does not parse.
+    """
+    return ChunkedDecoder()._spans(raw)

@@ -86,7 +86,8 @@ def spec_decode_of(obj: dict[str, Any]) -> dict[str, Any] | None:
     """The per-request spec-decode object of one decoded SSE event or body, in any dialect."""
     metrics = obj.get("metrics")
     if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
-        return metrics["speculative_decoding"]
+        spec: dict[str, Any] = metrics["speculative_decoding"]
+        return spec
     if "timings" in obj:
         return llamacpp_spec_decode(obj["timings"])
     if "sglext" in obj:

@@ -14,7 +14,7 @@ import socket
 import struct
 import sys
 import time
-from typing import Callable
+from typing import Any, Callable
 
 #: Python does not export the constant; 35 is its value on the asm-generic architectures listed.
 _GENERIC_ARCH = platform.machine() in ("x86_64", "aarch64", "arm64", "i686", "i386", "armv7l", "riscv64",
@@ -41,6 +41,7 @@ def enable(sock: socket.socket) -> bool:
     if not ENABLED:
         return False
     try:
+        assert SO_TIMESTAMPNS is not None  # ENABLED says so
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         return True
     except OSError:
@@ -75,7 +76,7 @@ def real_minus_mono(clock: Callable[[], float] = time.perf_counter,
     return best
 
 
-def stamp_of(anc: list, real_minus_mono_s: float, now_s: float) -> float:
+def stamp_of(anc: list[Any], real_minus_mono_s: float, now_s: float) -> float:
     """The arrival time in ``recvmsg``'s ancillary data on the monotonic timeline, else ``now_s``.
 
     ``real_minus_mono_s`` is ``time.time() - monotonic()`` read close to ``now_s``.

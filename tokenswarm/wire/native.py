@@ -14,7 +14,7 @@ from typing import Any
 try:  # built by setup.py; optional
     from tokenswarm.wire import _fastread
 except ImportError:  # no compiler at install time: the Python paths do the same work
-    _fastread = None  # type: ignore[assignment]
+    _fastread = None
 
 #: The C paths are used (the extension is built and TOKENSWARM_NATIVE is not "0").
 ENABLED = _fastread is not None and os.environ.get("TOKENSWARM_NATIVE", "1") != "0"

@@ -45,6 +45,7 @@ from geventhttpclient.response import HTTPConnectionClosed, HTTPSocketPoolRespon
 from greenlet import getcurrent
 
 from tokenswarm.wire import kstamp, watch
+from tokenswarm.wire.dechunk import ChunkedError, data_spans
 
 _PEEK = socket.MSG_PEEK | getattr(socket, "MSG_DONTWAIT", 0)
 
@@ -398,23 +399,15 @@ def _body_cuts(raw_body: bytes, raw_start: int, marks: list) -> list[tuple[int, 
     """:func:`_cuts` for a chunked body: raw offsets map through the framing to de-chunked
     offsets of ``raw_body``'s data (``raw_start``: the stream offset of its first byte).
     None when the framing does not parse."""
-    spans = []  # (raw data start, raw data end, de-chunked start) of each chunk
-    pos = total = 0
-    while pos < len(raw_body):
-        eol = raw_body.find(b"\r\n", pos)
-        if eol < 0:
-            break
-        try:
-            size = int(raw_body[pos:eol].split(b";")[0], 16)
-        except ValueError:
-            return None
-        start = eol + 2
-        end = min(start + size, len(raw_body))
+    try:
+        pieces = data_spans(raw_body)
+    except ChunkedError:
+        return None
+    spans = []  # (raw data start, raw data end, de-chunked start) of each piece of chunk data
+    total = 0
+    for start, end in pieces:
         spans.append((start, end, total))
         total += end - start
-        if size == 0 or end < start + size:
-            break
-        pos = start + size + 2
 
     def dechunked(stream_off: int) -> int:
         raw_off, d = stream_off - raw_start, 0

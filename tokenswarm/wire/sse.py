@@ -17,7 +17,7 @@ from __future__ import annotations
 __all__ = ["SSEParser", "SSEEvent"]
 
 #: (event type or None, data payload bytes)
-SSEEvent = tuple
+SSEEvent = tuple[str | None, bytes]
 
 
 class SSEParser:

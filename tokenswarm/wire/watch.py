@@ -20,7 +20,7 @@ import os
 try:
     from tokenswarm.wire._fastread import alive, take_notes, unwatch, watch, watch_stats
 except ImportError:  # the C extension was not built: no watcher (reads keep one stamp each)
-    alive = take_notes = unwatch = watch = watch_stats = None  # type: ignore[assignment]
+    alive = take_notes = unwatch = watch = watch_stats = None
 
 #: The watcher is available and enabled (it needs kernel stamps too: callers check those).
 ENABLED = watch is not None and os.environ.get("TOKENSWARM_ARRIVAL_WATCH", "1") != "0"

@@ -10,6 +10,8 @@ follow the documented process.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from itertools import takewhile
 
 ARRIVAL_KINDS = ("poisson", "gamma", "constant")
 
@@ -40,12 +42,16 @@ class ArrivalProcess:
         return self.rng.gammavariate(self.burstiness, 1.0 / (self.rate_per_s * self.burstiness))
 
 
+def schedule(start_s: float, process: ArrivalProcess) -> Iterator[float]:
+    """The planned send times after ``start_s``, without end: the one schedule the open-loop
+    user dispatches by (it starts a new one from its last send time when the rate changes)."""
+    t = start_s
+    while True:
+        t += process.next_interval_s()
+        yield t
+
+
 def arrival_times(start_s: float, duration_s: float, process: ArrivalProcess) -> list[float]:
     """The planned send times in ``[start_s, start_s + duration_s)``."""
-    out: list[float] = []
-    t = start_s + process.next_interval_s()
     end = start_s + duration_s
-    while t < end:
-        out.append(t)
-        t += process.next_interval_s()
-    return out
+    return list(takewhile(lambda t: t < end, schedule(start_s, process)))

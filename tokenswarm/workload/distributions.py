@@ -51,7 +51,10 @@ class DistSpecError(ValueError):
 class Dist(Protocol):
     """A clipped one-dimensional distribution."""
 
-    spec: dict
+    @property
+    def spec(self) -> dict[str, Any]:
+        """The cleaned specification it was made from (what a scenario echo shows)."""
+        ...
 
     def sample(self, rng: random.Random) -> float:
         """One draw, clipped to ``[min, max]``."""
@@ -66,7 +69,7 @@ class Dist(Protocol):
 class _Base:
     lo: float | None
     hi: float | None
-    spec: dict = field(compare=False)
+    spec: dict[str, Any] = field(compare=False)
 
     def _clip(self, x: float) -> float:
         if self.lo is not None and x < self.lo:
@@ -110,6 +113,9 @@ class Fixed(_Base):
 
 @dataclass(frozen=True)
 class Uniform(_Base):
+    lo: float
+    hi: float
+
     def _draw(self, rng: random.Random) -> float:
         return rng.uniform(self.lo, self.hi)
 
@@ -149,7 +155,7 @@ class LogNormal(_Base):
         return self.mean_value
 
 
-def _num(spec: dict, key: str, where: str, *, positive: bool = False, nonneg: bool = False) -> float:
+def _num(spec: dict[str, Any], key: str, where: str, *, positive: bool = False, nonneg: bool = False) -> float:
     v = spec[key]
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         raise DistSpecError(f"{where}.{key}", "a finite number", v)
@@ -216,6 +222,7 @@ def make_dist(spec: Any, where: str, *, floor: float | None = None, integer: boo
             raise DistSpecError(f"{where}.value", "an integer", spec["value"])
         return Fixed(lo=None, hi=None, spec=clean, value=value)
     if kind == "uniform":
+        assert lo is not None and hi is not None  # both required for uniform, checked above
         if integer and math.ceil(lo) > math.floor(hi):
             raise DistSpecError(
                 f"{where}.max", "an integer range containing at least one integer", spec["max"]

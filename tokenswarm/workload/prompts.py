@@ -155,7 +155,7 @@ class PromptSource:
         self.pool_size = max(1, pool_size)
         self.items: tuple[DatasetItem, ...] | None = None
         if task.dataset is not None:
-            self.items = load_dataset(task.dataset.path, task.dataset.format)
+            self.items = load_dataset(task.dataset.path, task.dataset.format, task.dataset.category)
             self.corpus = "dataset"
         elif task.kind in ("code", "extraction"):
             self.code = code_corpus().subset(random.Random(f"{seed}:{task.name}:files"), code_files)
@@ -219,7 +219,8 @@ class PromptSource:
         system = None
         if self.items is not None:
             item = self.items[rng.randrange(len(self.items))]
-            n = max(1, min(n, len(item.user_turns)))
+            # no turns distribution (Spec-Bench): every turn of the question, as the benchmark sends it
+            n = len(item.user_turns) if turns_dist is None else max(1, min(n, len(item.user_turns)))
             messages = list(item.user_turns[:n])
             targets = [self._estimate(m) for m in messages]
             system = next((m["content"] for m in item.messages or () if m["role"] == "system"), None)

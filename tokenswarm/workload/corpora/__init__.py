@@ -16,6 +16,9 @@ User data:
   ``human``/``user`` map to the user role, ``gpt``/``assistant``/``chatgpt``/``bard``/``bing``/
   ``model`` to assistant, ``system`` to system. Conversations without a human turn are skipped
   (the public ShareGPT dumps contain many empty ones).
+* **spec_bench** - Spec-Bench's ``question.jsonl``: ``{"question_id", "category", "turns": [user
+  turns]}`` per line. Each item keeps its task category (MT-Bench's eight categories are
+  Spec-Bench's one ``mt_bench`` task, see ``SPEC_BENCH_TASKS``).
 
 Errors in user data name the file and the line (:class:`DatasetError`).
 
@@ -42,14 +45,18 @@ from tokenswarm.workload.corpora.builtin import (
     top_level_defs,
 )
 from tokenswarm.workload.corpora.datasets import (
+    SPEC_BENCH_TASKS,
     DatasetError,
     DatasetItem,
+    category_counts,
     detect_format,
+    file_format,
     load_dataset,
     render_messages_as_text,
 )
 
 __all__ = [
+    "SPEC_BENCH_TASKS",
     "CodeCorpus",
     "CorpusUnavailable",
     "DatasetError",
@@ -57,11 +64,13 @@ __all__ = [
     "FunctionInfo",
     "ProseCorpus",
     "Topic",
+    "category_counts",
     "code_corpus",
     "cut_at_line",
     "cut_at_space",
     "detect_format",
     "documented_functions",
+    "file_format",
     "load_dataset",
     "prose_corpus",
     "read_source",

@@ -1,8 +1,10 @@
-"""User datasets: ``jsonl`` prompt/messages files and ShareGPT conversation dumps.
+"""User datasets: ``jsonl`` prompt/messages files, ShareGPT conversation dumps and Spec-Bench questions.
 
 :func:`load_dataset` reads and validates a file (format given, or found by
 :func:`detect_format`) into :class:`DatasetItem` tuples, cached per path, format, mtime and
-size. Errors name the file and the line (:class:`DatasetError`, a ``ScenarioError``, so a bad
+size. Spec-Bench's ``question.jsonl`` (one ``{"question_id", "category", "turns"}`` object per
+line) reads as items carrying their task category (:data:`SPEC_BENCH_TASKS`), which the
+scenario turns into one traffic class per category. Errors name the file and the line (:class:`DatasetError`, a ``ScenarioError``, so a bad
 dataset named by a scenario fails like any other scenario field).
 """
 
@@ -12,8 +14,11 @@ import functools
 import json
 import logging
 import os
+import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterable, Iterator
 
 from tokenswarm.workload.scenario.errors import ScenarioError
 
@@ -29,12 +34,13 @@ class DatasetItem:
     """One prompt or conversation from a user dataset."""
 
     prompt: str | None  # plain prompt (jsonl ``prompt``)
-    messages: tuple[dict, ...] | None  # chat messages (jsonl ``messages`` / ShareGPT turns)
+    messages: tuple[dict[str, Any], ...] | None  # chat messages (jsonl ``messages`` / ShareGPT turns)
     user_turns: tuple[str, ...]  # user messages in order (multi-turn replay)
     max_tokens: int | None
     where: str  # "file.jsonl:12" for provenance
+    category: str | None = None  # spec_bench: the task category (SPEC_BENCH_TASKS applied)
 
-    def first_messages(self) -> tuple[dict, ...]:
+    def first_messages(self) -> tuple[dict[str, Any], ...]:
         """Chat messages for a single-shot request: everything up to the first user message."""
         if self.messages is None:
             return ({"role": "user", "content": self.prompt or ""},)
@@ -52,7 +58,7 @@ class DatasetItem:
         return render_messages_as_text(self.first_messages())
 
 
-def render_messages_as_text(messages) -> str:
+def render_messages_as_text(messages: Iterable[dict[str, Any]]) -> str:
     """Render chat messages for a completions endpoint: ``Role: content`` blocks, then ``Assistant:``."""
     parts = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
     return "\n\n".join(parts) + "\n\nAssistant:"
@@ -72,11 +78,28 @@ _SHAREGPT_ROLES = {
 _CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
-def _err(path: str, line: int | None, expected: str, got) -> DatasetError:
+#: Spec-Bench's categories -> its task names. Spec-Bench's first 80 questions are MT-Bench's, which
+#: keep MT-Bench's own eight categories in the file; Spec-Bench reports them together as one task,
+#: "multi-turn conversation" (``mt_bench``). The other five are their own task. A category not
+#: listed here (a newer or edited file) is its own task under its own name.
+SPEC_BENCH_TASKS: dict[str, str] = {
+    **{c: "mt_bench" for c in ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem",
+                               "humanities")},
+    "mt_bench": "mt_bench",
+    "translation": "translation",
+    "summarization": "summarization",
+    "qa": "qa",
+    "math_reasoning": "math_reasoning",
+    "rag": "rag",
+}
+_TASK_NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
+
+
+def _err(path: str, line: int | None, expected: str, got: Any) -> DatasetError:
     return DatasetError(path, f"line {line}" if line else "file", expected, got)
 
 
-def _jsonl_item(obj, path: str, line: int) -> DatasetItem:
+def _jsonl_item(obj: Any, path: str, line: int) -> DatasetItem:
     if not isinstance(obj, dict):
         raise _err(path, line, "a JSON object with 'prompt' or 'messages'", obj)
     max_tokens = obj.get("max_tokens")
@@ -114,7 +137,7 @@ def _jsonl_item(obj, path: str, line: int) -> DatasetItem:
     raise _err(path, line, "a 'prompt' string or a 'messages' list", sorted(obj))
 
 
-def _sharegpt_item(obj, path: str, line: int) -> DatasetItem | None:
+def _sharegpt_item(obj: Any, path: str, line: int) -> DatasetItem | None:
     if not isinstance(obj, dict) or not isinstance(obj.get("conversations"), list):
         raise _err(
             path,
@@ -141,7 +164,23 @@ def _sharegpt_item(obj, path: str, line: int) -> DatasetItem | None:
     return DatasetItem(None, tuple(msgs), users, None, f"{os.path.basename(path)}:{line}")
 
 
-def _iter_json_array(text: str, path: str):
+def _spec_bench_item(obj: Any, path: str, line: int) -> DatasetItem:
+    """One Spec-Bench question: its user turns, in order, and its task category."""
+    if not isinstance(obj, dict) or not {"question_id", "category", "turns"} <= set(obj):
+        raise _err(path, line, "a Spec-Bench question {'question_id', 'category', 'turns'}",
+                   sorted(obj) if isinstance(obj, dict) else obj)
+    category = obj["category"]
+    if not isinstance(category, str) or not _TASK_NAME.match(category):
+        raise _err(path, line, "'category' to be a name of letters, digits, '_' or '-'", category)
+    turns = obj["turns"]
+    if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t.strip() for t in turns):
+        raise _err(path, line, "'turns' to be a non-empty list of non-empty strings (the user turns)", turns)
+    where = f"{os.path.basename(path)}:{line}"
+    messages = tuple({"role": "user", "content": t} for t in turns)
+    return DatasetItem(None, messages, tuple(turns), None, where, SPEC_BENCH_TASKS.get(category, category))
+
+
+def _iter_json_array(text: str, path: str) -> Iterator[tuple[int, Any]]:
     """Yield ``(line, obj)`` for each element of a top-level JSON array, with its line number."""
     dec = json.JSONDecoder()
     i = text.index("[") + 1
@@ -171,7 +210,7 @@ def _iter_json_array(text: str, path: str):
         raise _err(path, text.count("\n", 0, i) + 1, "',' or ']' in the JSON array", text[i : i + 20])
 
 
-def _iter_jsonl(text: str, path: str):
+def _iter_jsonl(text: str, path: str) -> Iterator[tuple[int, Any]]:
     for lineno, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
@@ -182,7 +221,8 @@ def _iter_jsonl(text: str, path: str):
 
 
 def detect_format(path: str, text: str) -> str:
-    """``sharegpt`` for a JSON array or JSONL whose first object has ``conversations``, else ``jsonl``."""
+    """``sharegpt`` for a JSON array or JSONL whose first object has ``conversations``; ``spec_bench``
+    for JSONL whose first object has ``question_id``, ``category`` and ``turns``; else ``jsonl``."""
     head = text.lstrip()
     if head.startswith("["):
         return "sharegpt"
@@ -191,15 +231,30 @@ def detect_format(path: str, text: str) -> str:
         obj = json.loads(first)
     except json.JSONDecodeError:
         return "jsonl"
+    if isinstance(obj, dict) and {"question_id", "category", "turns"} <= set(obj):
+        return "spec_bench"
     return "sharegpt" if isinstance(obj, dict) and "conversations" in obj else "jsonl"
+
+
+def file_format(path: str, fmt: str = "auto") -> str:
+    """The format ``load_dataset`` reads ``path`` as: ``fmt``, or the detected one for ``auto``."""
+    if fmt != "auto":
+        return fmt
+    return detect_format(path, _read(path)[:65536])
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise _err(path, None, "UTF-8 text", str(exc)) from None
+    except OSError as exc:
+        raise _err(path, None, "an existing readable dataset file", exc.strerror or str(exc)) from None
 
 
 @functools.lru_cache(maxsize=8)
 def _load_cached(path: str, fmt: str, mtime_ns: int, size: int) -> tuple[DatasetItem, ...]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise _err(path, None, "UTF-8 text", str(exc)) from None
+    text = _read(path)
     if fmt == "auto":
         fmt = detect_format(path, text)
     items: list[DatasetItem] = []
@@ -215,8 +270,11 @@ def _load_cached(path: str, fmt: str, mtime_ns: int, size: int) -> tuple[Dataset
     elif fmt == "jsonl":
         for line, obj in _iter_jsonl(text, path):
             items.append(_jsonl_item(obj, path, line))
+    elif fmt == "spec_bench":
+        for line, obj in _iter_jsonl(text, path):
+            items.append(_spec_bench_item(obj, path, line))
     else:
-        raise _err(path, None, "format jsonl, sharegpt or auto", fmt)
+        raise _err(path, None, "format jsonl, sharegpt, spec_bench or auto", fmt)
     if skipped:
         log.info("%s: skipped %d conversations without a human turn", path, skipped)
     if not items:
@@ -224,10 +282,25 @@ def _load_cached(path: str, fmt: str, mtime_ns: int, size: int) -> tuple[Dataset
     return tuple(items)
 
 
-def load_dataset(path: str, fmt: str = "auto") -> tuple[DatasetItem, ...]:
-    """Load and validate a user dataset (cached per path, format, mtime and size)."""
+def load_dataset(path: str, fmt: str = "auto", category: str | None = None) -> tuple[DatasetItem, ...]:
+    """Load and validate a user dataset (cached per path, format, mtime and size).
+
+    ``category``: only the items of that task category (Spec-Bench); none of them is an error.
+    """
     try:
         st = os.stat(path)
     except OSError as exc:
         raise _err(path, None, "an existing readable dataset file", exc.strerror or str(exc)) from None
-    return _load_cached(os.path.abspath(path), fmt, st.st_mtime_ns, st.st_size)
+    items = _load_cached(os.path.abspath(path), fmt, st.st_mtime_ns, st.st_size)
+    if category is None:
+        return items
+    chosen = tuple(i for i in items if i.category == category)
+    if not chosen:
+        raise _err(path, None, f"questions of category {category!r}", sorted(category_counts(items)))
+    return chosen
+
+
+def category_counts(items: tuple[DatasetItem, ...]) -> dict[str, int]:
+    """Items per task category, in the order the categories first appear (uncategorised: none)."""
+    return dict(Counter(i.category for i in items if i.category is not None))
+

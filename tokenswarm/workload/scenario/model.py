@@ -25,7 +25,7 @@ LOAD_MODES = ("closed", "open", "replay", "search", "sweep")
 #: what a capacity search varies: the users of a closed loop or the rate of an open loop
 SEARCH_OVER = ("concurrency", "rate")
 ARRIVALS = ("poisson", "gamma", "constant")
-DATASET_FORMATS = ("auto", "jsonl", "sharegpt")
+DATASET_FORMATS = ("auto", "jsonl", "sharegpt", "spec_bench")
 #: abnormal request kinds an ``abnormal`` task can send (see the README)
 ABNORMAL_CASES = ("empty_prompt", "huge_max_tokens", "invalid_params", "cancel_early", "unicode")
 SLO_NAMES = tuple(SLO_METRICS)  # the glossary defines them (tokenswarm.metrics)
@@ -82,10 +82,15 @@ class Sampling:
 
 @dataclass(frozen=True)
 class DatasetConfig:
-    """A user dataset: absolute ``path`` and ``format`` (``auto``, ``jsonl`` or ``sharegpt``)."""
+    """A user dataset: absolute ``path`` and ``format`` (``auto``, ``jsonl``, ``sharegpt`` or ``spec_bench``).
+
+    ``category``: the one task category this class reads (a Spec-Bench class is split into one
+    class per category when the scenario is parsed, each with its ``category`` set).
+    """
 
     path: str
     format: str = "auto"
+    category: str | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,8 @@ class TaskConfig:
     class_extra_body: dict[str, Any] = field(default_factory=dict)  # this class's own level
     response_format: str = "none"  # extraction: json_schema, json_object or none
     shared_prefix: SharedPrefix | None = None
+    #: this class's own model split, (name, weight) pairs; empty: the target's (see ``Scenario.models_of``)
+    models: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -132,6 +139,9 @@ class TargetConfig:
     metrics_auto: bool = False  # metrics_url was 'auto': derive it from whatever base_url is used
     keep_alive: bool = True  # False: a new connection for every request (measure connection cost)
     extra_body: dict[str, Any] = field(default_factory=dict)  # request-body fields for every request
+    #: ``model: {name: weight, ...}``: every request draws its model by weight (LoRA adapters);
+    #: empty for one model (``model`` then names it, or is ``auto``). ``model`` is the first name.
+    models: tuple[tuple[str, float], ...] = ()
 
     def api_key(self) -> str | None:
         """The API key from the environment (read now, never stored); ``None`` if unset/empty."""
@@ -264,6 +274,18 @@ class Scenario:
     slo: SloConfig
     cost: CostConfig | None
 
+    def models_of(self, task: TaskConfig) -> tuple[tuple[str, float], ...]:
+        """The (model, weight) split of ``task``'s requests: its own, else the target's; empty: one model."""
+        return task.models or self.target.models
+
+    def model_names(self) -> tuple[str, ...]:
+        """Every model name the scenario asks for by name, target's first (``auto`` is not a name)."""
+        names = [self.target.model] if self.target.model != "auto" else []
+        names += [n for n, _ in self.target.models]
+        for task in self.traffic.classes:
+            names += [n for n, _ in task.models]
+        return tuple(dict.fromkeys(names))
+
     def resolved(self) -> dict:
         """JSON-able resolved configuration for the manifest; secret-looking header values are ``***``."""
         t = self.target
@@ -274,7 +296,7 @@ class Scenario:
             "target": {
                 "base_url": t.base_url,
                 "api": t.api,
-                "model": t.model,
+                "model": dict(t.models) if t.models else t.model,
                 "api_key_env": t.api_key_env,
                 "headers": mask_headers(t.headers),
                 "timeouts": {
@@ -335,6 +357,8 @@ def _task_dict(task: TaskConfig) -> dict:
     d["sampling"] = task.sampling.params()
     if task.dataset is not None:
         d["dataset"] = {"path": task.dataset.path, "format": task.dataset.format}
+        if task.dataset.category is not None:
+            d["dataset"]["category"] = task.dataset.category
     if task.kind == "code":
         d["completion_share"] = task.completion_share
     if task.kind == "abnormal":
@@ -343,6 +367,8 @@ def _task_dict(task: TaskConfig) -> dict:
         d["response_format"] = task.response_format
     if task.shared_prefix is not None:
         d["shared_prefix"] = task.shared_prefix.to_dict()
+    if task.models:
+        d["model"] = dict(task.models)
     d["extra_body"] = dict(task.class_extra_body)
     d["extra_body_sent"] = dict(task.extra_body)  # what every request of this class carries
     return d

@@ -93,7 +93,7 @@ def _check_datasets(scenario: Scenario) -> None:
 
     for task in scenario.traffic.classes:
         if task.dataset is not None:
-            load_dataset(task.dataset.path, task.dataset.format)
+            load_dataset(task.dataset.path, task.dataset.format, task.dataset.category)
 
 
 def _with_replay_class(data: dict) -> dict:

@@ -8,6 +8,7 @@ per-kind length/time distributions that the README documents.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -66,16 +67,16 @@ _TIMEOUTS = ("connect_s", "first_token_s", "total_s")
 _TRAFFIC = ("seed", "keep_outputs", "tokenizer", "sampling", "classes", "task_draw", "extra_body")
 _SAMPLING = ("temperature", "top_p", "seed", "stop", "ignore_eos")
 _TASK_COMMON = ("kind", "weight", "output_tokens", "think_time_s", "sampling", "dataset", "extra_body",
-                "shared_prefix")
+                "shared_prefix", "model")
 _TASK_FIELDS = {
     "qa": _TASK_COMMON + ("prompt_tokens",),
     "summarization": _TASK_COMMON + ("document_tokens",),
     "code": _TASK_COMMON + ("prompt_tokens", "completion_share"),
     "multi_turn": _TASK_COMMON + ("prompt_tokens", "followup_tokens", "turns"),
     "abnormal": ("kind", "weight", "prompt_tokens", "output_tokens", "think_time_s", "sampling", "cases",
-                 "extra_body"),
+                 "extra_body", "model"),
     "extraction": ("kind", "weight", "output_tokens", "think_time_s", "sampling", "extra_body", "shared_prefix",
-                   "document_tokens", "response_format"),
+                   "document_tokens", "response_format", "model"),
 }
 _SHARED_PREFIX = ("tokens", "count", "popularity", "zipf_s")
 _LOAD = (
@@ -185,9 +186,10 @@ def _parse_target(top: _Section, file: str) -> TargetConfig:
             raise t.err("base_url", "an http:// or https:// URL")
         base_url = _strip_v1(base_url)
     api = t.str_("api", "chat", APIS)
-    model = t.str_("model", "auto")
+    models = _parse_models(t)
+    model = models[0][0] if models else t.str_("model", "auto")
     if not model:
-        raise t.err("model", "a model name or 'auto'")
+        raise t.err("model", "a model name, 'auto' or a mapping of model name to weight")
     key_env = t.str_("api_key_env", None)
     if key_env is not None:
         if _KEY_LIKE.search(key_env):
@@ -259,7 +261,35 @@ def _parse_target(top: _Section, file: str) -> TargetConfig:
         metrics_auto=metrics_auto,
         keep_alive=t.bool_("keep_alive", True),
         extra_body=_parse_extra_body(t),
+        models=models,
     )
+
+
+def _parse_models(sec: _Section, one_name: bool = False) -> tuple[tuple[str, float], ...]:
+    """``model`` as a mapping ``{name: weight}`` (a split over models/adapters); ``()`` when it is not one.
+
+    A class's ``model`` may also be one name (all its requests ask for it): ``((name, 1.0),)``.
+    """
+    raw = sec.raw("model", None)
+    if isinstance(raw, str) and one_name:
+        if not raw or raw == "auto":
+            raise sec.err("model", "a model name (auto is for target.model) or a mapping of model name to weight")
+        return ((raw, 1.0),)
+    if not isinstance(raw, dict):
+        if one_name:
+            raise sec.err("model", "a model name or a mapping of model name to weight", raw)
+        return ()
+    out = []
+    for name in raw:
+        if not isinstance(name, str) or not name or name == "auto":
+            raise sec.err("model", "model names (not auto) mapped to weights >= 0", name)
+        w = raw[name]
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+            raise ScenarioError(sec.file, sec.at(f"model.{name}"), "a weight >= 0", w)
+        out.append((name, float(w)))
+    if not out or sum(w for _, w in out) <= 0:
+        raise sec.err("model", "at least one model with weight > 0", raw)
+    return tuple(out)
 
 
 def _parse_sampling(s: _Section, base: Sampling) -> Sampling:
@@ -322,10 +352,14 @@ def _parse_traffic(top: _Section, file: str, base_dir: Path,
     classes_raw = tr.data.get("classes")
     if not isinstance(classes_raw, dict) or not classes_raw:
         raise tr.err("classes", "a mapping of task name -> task config (at least one)")
-    classes = []
+    classes: list[TaskConfig] = []
     for cname, cfg in classes_raw.items():
-        classes.append(_parse_task(str(cname), cfg, tr.at(f"classes.{cname}"), file, base_dir, base_sampling,
-                                   inherited))
+        for task in _parse_task(str(cname), cfg, tr.at(f"classes.{cname}"), file, base_dir, base_sampling,
+                                inherited):
+            if any(c.name == task.name for c in classes):
+                raise tr.err(f"classes.{cname}", "class names unique after Spec-Bench classes are split into "
+                             f"their categories ({task.name!r} twice)")
+            classes.append(task)
     if sum(c.weight for c in classes) <= 0:
         raise ScenarioError(
             file, tr.at("classes"), "at least one class with weight > 0", {c.name: c.weight for c in classes}
@@ -340,12 +374,15 @@ def _parse_traffic(top: _Section, file: str, base_dir: Path,
 def _parse_task(
     name: str, cfg: Any, path: str, file: str, base_dir: Path, base_sampling: Sampling,
     inherited_extra: dict[str, Any] | None = None,
-) -> TaskConfig:
+) -> list[TaskConfig]:
+    """One class, or for a Spec-Bench dataset one class per task category (see :func:`_spec_bench_split`)."""
     if not _CLASS_NAME.match(name):
         raise ScenarioError(file, path, "a class name of letters, digits, '_' or '-'", name)
     if not isinstance(cfg, dict):
         raise ScenarioError(file, path, "a mapping (kind, weight, prompt_tokens, ...)", cfg)
-    kind = cfg.get("kind", name if name in KINDS else None)
+    spec_bench = _spec_bench_source(cfg, path, file, base_dir)
+    # Spec-Bench questions are conversations (MT-Bench's have two turns): multi_turn unless told
+    kind = cfg.get("kind", name if name in KINDS else ("multi_turn" if spec_bench else None))
     if kind not in KINDS:
         raise ScenarioError(
             file,
@@ -376,15 +413,31 @@ def _parse_task(
     think = s.dist("think_time_s", d.get("think_time_s", 0), floor=0, integer=False)
     sampling = _parse_sampling(s.section("sampling", _SAMPLING + ("max_tokens",)), base_sampling)
     dataset = None
+    categories: tuple[str, ...] | None = None
     if s.has("dataset"):
-        ds = s.section("dataset", ("path", "format"))
+        ds = s.section("dataset", ("path", "format", "category", "categories"))
         raw_path = ds.str_("path")
         resolved = _resolve_file(raw_path, base_dir)
         if resolved is None:
             raise ds.err(
                 "path", f"an existing dataset file (relative to {base_dir} or the working directory)"
             )
-        dataset = DatasetConfig(resolved, ds.str_("format", "auto", DATASET_FORMATS))
+        fmt = ds.str_("format", "auto", DATASET_FORMATS)
+        if spec_bench:
+            fmt = "spec_bench"
+            if kind != "multi_turn":
+                raise s.err("kind", "multi_turn for a Spec-Bench dataset (its questions can have several turns, "
+                            "sent as one conversation)", kind)
+            if s.has("turns"):
+                raise s.err("turns", "no turns for a Spec-Bench dataset (every turn of a question is sent)")
+            turns = None
+            if not s.has("think_time_s"):
+                think = s.dist("think_time_s", 0, floor=0, integer=False)  # Spec-Bench: turns back to back
+            categories = _categories(ds)
+        elif ds.has("category") or ds.has("categories"):
+            raise ds.err("category" if ds.has("category") else "categories",
+                         "no category: only a spec_bench dataset has categories")
+        dataset = DatasetConfig(resolved, fmt, ds.str_("category") if ds.has("category") else None)
     completion_share = s.num("completion_share", 0.5, ge=0, le=1)
     class_extra = _parse_extra_body(s)
     if kind == "extraction" and s.str_("response_format", "json_schema", RESPONSE_FORMATS) != "none":
@@ -401,7 +454,7 @@ def _parse_task(
         cases = tuple((c, cs.num(c, 0.0, ge=0)) for c in ABNORMAL_CASES if cs.has(c))
         if not cases or sum(w for _, w in cases) <= 0:
             raise s.err("cases", "at least one of " + ", ".join(ABNORMAL_CASES) + " with weight > 0")
-    return TaskConfig(
+    task = TaskConfig(
         name=name,
         kind=kind,
         weight=weight,
@@ -419,7 +472,63 @@ def _parse_task(
         class_extra_body=class_extra,
         response_format=s.str_("response_format", "json_schema", RESPONSE_FORMATS) if kind == "extraction" else "none",
         shared_prefix=_parse_shared_prefix(s),
+        models=_parse_models(s, one_name=True) if s.has("model") else (),
     )
+    if dataset is None or dataset.format != "spec_bench" or dataset.category is not None:
+        return [task]
+    return _spec_bench_split(task, categories, s)
+
+
+def _spec_bench_source(cfg: dict[str, Any], path: str, file: str, base_dir: Path) -> bool:
+    """Whether the class reads a Spec-Bench question file (``format: spec_bench``, or detected by ``auto``)."""
+    from tokenswarm.workload.corpora.datasets import file_format  # here: corpora imports this package
+
+    ds = cfg.get("dataset")
+    if not isinstance(ds, dict) or not isinstance(ds.get("path"), str):
+        return False
+    fmt = ds.get("format", "auto")
+    if fmt != "auto":
+        return fmt == "spec_bench"
+    resolved = _resolve_file(ds["path"], base_dir)
+    if resolved is None:
+        return False  # the dataset section reports the missing file
+    return file_format(resolved) == "spec_bench"
+
+
+def _categories(ds: _Section) -> tuple[str, ...] | None:
+    """``dataset.categories``: the Spec-Bench task categories to send (None: all of the file's)."""
+    if not ds.has("categories"):
+        return None
+    raw = ds.raw("categories", None)
+    if not isinstance(raw, list) or not raw or not all(isinstance(c, str) and _CLASS_NAME.match(c) for c in raw):
+        raise ds.err("categories", "a non-empty list of category names (e.g. [translation, rag])")
+    if ds.has("category"):
+        raise ds.err("categories", "category or categories, not both")
+    return tuple(dict.fromkeys(raw))
+
+
+def _spec_bench_split(task: TaskConfig, categories: tuple[str, ...] | None, s: _Section) -> list[TaskConfig]:
+    """One class per Spec-Bench task category, named by it, so every table splits by category.
+
+    The class's weight is shared out in proportion to the questions of each category, so the mix
+    is the file's (a uniform draw over its questions); ``categories`` keeps only those named.
+    """
+    from tokenswarm.workload.corpora.datasets import DatasetError, category_counts, load_dataset
+
+    assert task.dataset is not None
+    try:
+        counts = category_counts(load_dataset(task.dataset.path, "spec_bench"))
+    except DatasetError as exc:
+        raise s.err("dataset", "a valid Spec-Bench question file", str(exc)) from None
+    if categories is not None:
+        missing = [c for c in categories if c not in counts]
+        if missing:
+            raise s.err("dataset", f"categories the file has ({', '.join(counts)})", missing)
+        counts = {c: counts[c] for c in categories}
+    total = sum(counts.values())
+    return [dataclasses.replace(task, name=cat, weight=task.weight * n / total,
+                                dataset=dataclasses.replace(task.dataset, category=cat))
+            for cat, n in counts.items()]
 
 
 def _parse_replay(ld: _Section, base_dir: Path) -> LoadConfig:
