@@ -67,6 +67,8 @@ def study_capacity(runs: Mapping[tuple[str, int], Run], arms: list[str], baselin
             "per_round_capacity_value": values,
             "per_round_first_failing_value": [c.first_failing_value for c in caps.values()],
             "per_round_limited_by": [None if c.limiting_probe is None else c.limiting_probe.reason() for c in caps.values()],
+            #: found / at_least / below_lowest / none (no step judged: too few samples in every step)
+            "per_round_status": [c.status for c in caps.values()],
             # the load carried in every round; None when some round passed nothing
             "capacity_value": None if any(v is None for v in values) else min(v for v in values if v is not None),
             "first_failing_value": min(fails) if fails else None,
@@ -101,7 +103,9 @@ def sentence(entry: Mapping[str, Any], slos: Mapping[str, Any]) -> str:
     ratio = entry.get("capacity_ratio")
     what = "concurrency" if entry["kind"] == "concurrency" else "request rate"
     if ratio is None:
-        return f"the {entry['arm']} arm: no capacity ratio (a capacity below the lowest step)"
+        why = ("no step judged: too few samples" if "none" in entry.get("per_round_status", ())
+               else "a capacity below the lowest step")
+        return f"the {entry['arm']} arm: no capacity ratio ({why})"
     bound = {"at least": "at least ", "at most": "at most "}.get(entry.get("ratio_bound") or "", "")
     return f"the {entry['arm']} arm carries {bound}{ratio:.2f}x the {what} of the baseline at {slo_text(slos)}"
 
@@ -113,8 +117,12 @@ def capacity_lines(cap: Mapping[str, Any] | None) -> list[str]:
     lines = [f"Capacity under SLO ({cap['slo_text']}), the load each arm carried in every round:"]
     for e in cap["arms"]:
         top = "" if e["first_failing_value"] is None else f", fails at {e['first_failing_value']:g}"
-        val = "below the lowest step" if e["capacity_value"] is None else (
-            f"{'>= ' if e['at_least'] else ''}{e['capacity_value']:g} {e['unit']}")
+        if e["capacity_value"] is not None:
+            val = f"{'>= ' if e['at_least'] else ''}{e['capacity_value']:g} {e['unit']}"
+        elif "none" in e.get("per_round_status", ()):
+            val = "no step judged (too few samples for a percentile in every step)"
+        else:
+            val = "below the lowest step"
         rounds = ", ".join("-" if v is None else f"{v:g}" for v in e["per_round_capacity_value"])
         lim = next((x for x in e["per_round_limited_by"] if x), None)
         line = f"  {e['arm']}: {val}{top} (rounds: {rounds})"

@@ -137,3 +137,13 @@ def test_a_fixed_step_short_of_samples_is_listed_but_not_judged_either_way():
     # a search decided on the short probe (failed at its cap): it counts there
     assert capacity_of(probes, "concurrency", source="search").status == "below_lowest"
     assert capacity_of(probes[:1], "concurrency").status == "none"
+
+
+def test_a_study_whose_steps_are_all_short_of_samples_says_no_step_was_judged(tmp_path):
+    runs = {(arm, 0): load_run(stepped_run(tmp_path / arm, {1: 5.0, 8: 12.0}, slo={"tpot_p95_ms": 60}))
+            for arm in ("baseline", "draft")}
+    cap = study_capacity(runs, ["baseline", "draft"], "baseline")
+    assert [a["per_round_status"] for a in cap["arms"]] == [["none"], ["none"]]
+    text = "\n".join(capacity_lines(cap))
+    assert "baseline: no step judged (too few samples" in text and "below the lowest" not in text
+    assert "no capacity ratio (no step judged: too few samples)" in text
