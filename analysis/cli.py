@@ -67,8 +67,8 @@ def _report(args: argparse.Namespace) -> int:
 
         files, text = write_study_report(Path(args.run_dir))
         if not args.quiet:
-            print(text)
-            print(f"study report: {files['report.md']} (summary {files['summary.json']})")
+            print(redact(text))
+            print(redact(f"study report: {files['report.md']} (summary {files['summary.json']})"))
         return 0
     run = load_run(args.run_dir)
     summary = analyse(run, slo=_load_slo(args.slo), gpu_hour_usd=args.gpu_hour_usd, gpus=args.gpus,
@@ -110,5 +110,5 @@ def run(args: argparse.Namespace) -> int:
         print(redact(f"tokenswarm {args.command}: error: {exc}"), file=sys.stderr)
         return exc.exit_code
     except ValueError as exc:  # bad --slo / SLO block
-        print(f"tokenswarm {args.command}: error: {exc}", file=sys.stderr)
+        print(redact(f"tokenswarm {args.command}: error: {exc}"), file=sys.stderr)
         return 2

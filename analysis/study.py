@@ -49,6 +49,7 @@ from tokenswarm.analysis.stats import bootstrap_percentiles, min_samples_for, pe
 from tokenswarm.analysis.study_capacity import study_capacity
 from tokenswarm.analysis.study_runs import RunExtras, arm_observability, cell_resources, run_extras
 from tokenswarm.analysis.tables import Window, derived, good_mask, windows
+from tokenswarm.redact import redact
 
 N_BOOT = 1000
 LEVEL = 0.95
@@ -639,7 +640,7 @@ def write_study_report(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 
     out = study_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
     files = {"summary.json": out / "summary.json", "report.md": out / "report.md"}
-    files["summary.json"].write_bytes(orjson.dumps(clean(summary), option=orjson.OPT_INDENT_2))
+    files["summary.json"].write_bytes(redact(orjson.dumps(clean(summary), option=orjson.OPT_INDENT_2)))
     images = []
     try:
         from tokenswarm.analysis.verdict_table import speedup_curves_png
@@ -651,5 +652,5 @@ def write_study_report(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 
             images.append("speedup_curves.png")
     except ImportError:
         pass
-    files["report.md"].write_text(report_markdown(summary, images), encoding="utf-8")
+    files["report.md"].write_text(redact(report_markdown(summary, images)), encoding="utf-8")
     return files, verdict_text(summary)

@@ -211,10 +211,14 @@ def windows(run: Run) -> tuple[list[Window], list[str]]:
             start, end = _span(run, mask)
             source = "span of requests (sent_at_s .. end)"
             notes.append(f"step {index}: manifest lacks a valid steady window; duration from the span of its requests")
+        if s.partial:  # the run stopped while it ran: shorter than planned, its figures say so by name
+            why = run.manifest.stop_reason or "the run stopped"
+            notes.append(f"step {s.name} is partial: the run stopped ({why}) before the step's planned end; "
+                         "its requests in flight were cancelled")
         out.append(
             Window(
                 index=index,
-                name=s.name,
+                name=f"{s.name} (partial)" if s.partial else s.name,
                 kind=s.kind,
                 target=s.target,
                 start_s=start,

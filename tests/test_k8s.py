@@ -42,7 +42,7 @@ def container(deployment: dict) -> dict:
 
 def k8s_argv(c: dict) -> list[str]:
     """command + args with $(VAR) replaced from the container's env, as the kubelet does."""
-    env = {e["name"]: e["value"] for e in c.get("env", [])}
+    env = {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
     return [re.sub(r"\$\(([A-Z_]+)\)", lambda m: env[m.group(1)], a) for a in c["command"] + c["args"]]
 
 
@@ -118,3 +118,36 @@ def test_the_scenario_configmap_is_generated_from_a_shipped_scenario_and_mounted
     from tokenswarm.workload.scenario import load_scenario
 
     load_scenario(str((K8S / src).resolve()))  # the shipped file is a valid scenario
+
+
+def secret_env(c: dict) -> dict[str, tuple[str, str]]:
+    """The container's variables taken from a Secret: name -> (secret, key)."""
+    out = {}
+    for e in c.get("env", []):
+        ref = (e.get("valueFrom") or {}).get("secretKeyRef")
+        if ref:
+            out[e["name"]] = (ref["name"], ref["key"])
+    return out
+
+
+def test_the_web_ui_and_the_worker_port_ship_closed_with_secrets_from_one_secret():
+    master = container(one("Deployment", "tokenswarm-master"))
+    worker = container(one("Deployment", "tokenswarm-worker"))
+    assert "--web-login" in k8s_argv(master), "the web UI behind the Service asks for a password"
+    m, w = secret_env(master), secret_env(worker)
+    assert set(m) == {"TOKENSWARM_WEB_PASSWORD", "TOKENSWARM_WORKER_TOKEN"}
+    assert w == {"TOKENSWARM_WORKER_TOKEN": m["TOKENSWARM_WORKER_TOKEN"]}, "workers present the master's token"
+    assert not any(e["name"].startswith("TOKENSWARM_") and "value" in e for e in master.get("env", []) + worker.get("env", [])), \
+        "no secret value ships in the manifests"
+    kust = (K8S / "kustomization.yaml").read_text()
+    assert f"kubectl create secret generic {m['TOKENSWARM_WORKER_TOKEN'][0]}" in kust, "the manifests say how to make it"
+
+
+def test_the_compose_master_asks_for_a_password_and_workers_present_the_token():
+    services = compose()["services"]
+    assert "--web-login" in expand(services["master"]["command"])
+    for name in ("master", "worker"):
+        assert ":?" in services[name]["environment"]["TOKENSWARM_WORKER_TOKEN"], "compose refuses to start without it"
+    assert ":?" in services["master"]["environment"]["TOKENSWARM_WEB_PASSWORD"]
+    for name in ("sim", "master"):
+        assert all(p.startswith("127.0.0.1:") for p in services[name]["ports"]), "published on loopback only"

@@ -104,3 +104,14 @@ def test_the_manifest_value_is_frozen():
         m.run_id = "other"  # type: ignore[misc]
     with pytest.raises(AttributeError):
         m.steps[0].ended_at = 0.0  # type: ignore[misc]
+
+
+def test_refused_workers_round_trip_and_a_manifest_without_them_writes_no_key():
+    refused = ({"worker": "rogue-1", "reason": "wrong worker token", "messages_dropped": 7,
+                "record_batches_dropped": 3},)
+    m = RunManifest(run_id="r1", workers_refused=refused)
+    assert RunManifest.from_json(json.loads(json.dumps(m.to_json()))) == m
+    plain = RunManifest(run_id="r2").to_json()
+    assert "workers_refused" not in plain and RunManifest.from_json(plain).workers_refused == ()
+    with pytest.raises(ManifestError, match=r"workers_refused\[0\]"):
+        RunManifest.from_json({**plain, "workers_refused": ["rogue"]})

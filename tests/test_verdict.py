@@ -64,3 +64,12 @@ def test_a_jsonl_run_and_its_no_slo_verdict_import_neither_pyarrow_nor_numpy_nor
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"
+
+
+def test_records_lost_fail_the_run_even_when_every_written_request_succeeded(tmp_path):
+    run = write_run(tmp_path / "run", [record(i) for i in range(3)],
+                    totals={"requests_started": 4, "records_received": 3, "records_lost": 1,
+                            "records_missing_seqs": 1, "in_flight_lost": 0})
+    v = evaluate_run(run, {}, outcomes={"ok": 3})
+    assert v["exit_status"] == EXIT_RUN_BROKE
+    assert v["reason"] == "1 record(s) lost (the manifest's warnings name them)"

@@ -89,10 +89,13 @@ class LoadStep:
     started_at: float | None = None  # warm-up began
     steady_at: float | None = None  # measurement window began
     ended_at: float | None = None  # measurement window ended
+    #: the run stopped while this step ran (interrupted, or a guard): it is shorter than planned
+    partial: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"index": self.index, "name": self.name, "kind": self.kind, "target": self.target,
-                "started_at": self.started_at, "steady_at": self.steady_at, "ended_at": self.ended_at}
+                "started_at": self.started_at, "steady_at": self.steady_at, "ended_at": self.ended_at,
+                "partial": self.partial}
 
     @classmethod
     def from_json(cls, data: Any, where: str = "step", *, position: int = 0) -> LoadStep:
@@ -105,10 +108,13 @@ class LoadStep:
         target = _num(data.get("target"), f"{where}.target", optional=False)
         assert target is not None
         name = data.get("name")
+        partial = data.get("partial", False)
+        if not isinstance(partial, bool):
+            raise ManifestError(f"{where}.partial: expected true or false, got {partial!r}")
         return cls(index=index, name=str(index) if name is None else str(name), kind=kind, target=target,
                    started_at=_num(data.get("started_at"), f"{where}.started_at"),
                    steady_at=_num(data.get("steady_at"), f"{where}.steady_at"),
-                   ended_at=_num(data.get("ended_at"), f"{where}.ended_at"))
+                   ended_at=_num(data.get("ended_at"), f"{where}.ended_at"), partial=partial)
 
 
 @dataclass(frozen=True)
@@ -180,7 +186,8 @@ _TOTALS_KEYS = ("requests_started", "records_received", "records_lost", "records
 #: Keys of manifest.json this module reads into fields (everything else goes to ``extra``).
 _KNOWN = ("format_version", "run_id", "tokenswarm_version", "locust_version", "python_version", "host",
           "command", "scenario_name", "scenario", "target", "records_store", "load_mode", "started_at",
-          "ended_at", "steps", "workers", "totals", "generator_health", "warnings", "complete")
+          "ended_at", "stop_reason", "steps", "workers", "totals", "generator_health", "warnings", "complete",
+          "workers_refused")
 
 
 @dataclass(frozen=True)
@@ -190,7 +197,9 @@ class RunManifest:
     ``scenario`` is the resolved scenario as written (its schema is the scenario model's, see
     :mod:`tokenswarm.workload.scenario`); ``workers`` are the collector's per-worker accounts and
     ``generator_health`` the health summary, kept as JSON objects because their producers own
-    their shape. ``complete`` is true once the run ended normally and every record was flushed.
+    their shape. ``complete`` is true once the run ended and every record was flushed, unless it
+    was interrupted (Ctrl-C, SIGTERM, the web UI's stop); ``stop_reason`` says why it ended
+    (:class:`tokenswarm.orchestrate.ending.StopReason`'s values; ``None`` while it runs).
     """
 
     run_id: str
@@ -207,8 +216,12 @@ class RunManifest:
     load_mode: str | None = None
     started_at: float | None = None
     ended_at: float | None = None
+    stop_reason: str | None = None
     steps: tuple[LoadStep, ...] = ()
     workers: tuple[Mapping[str, Any], ...] = ()
+    #: worker connections the master did not admit (no or wrong worker token, forged sender):
+    #: ``{"worker", "reason", "messages_dropped", "record_batches_dropped"}``; absent = none
+    workers_refused: tuple[Mapping[str, Any], ...] = ()
     totals: Totals = field(default_factory=Totals)
     generator_health: Mapping[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
@@ -245,12 +258,14 @@ class RunManifest:
             "load_mode": self.load_mode,
             "started_at": self.started_at,
             "ended_at": self.ended_at,
+            "stop_reason": self.stop_reason,
             "steps": [s.to_json() for s in self.steps],
             "workers": [dict(w) for w in self.workers],
             "totals": self.totals.to_json(),
             "generator_health": dict(self.generator_health),
             "warnings": list(self.warnings),
             "complete": self.complete,
+            **({"workers_refused": [dict(w) for w in self.workers_refused]} if self.workers_refused else {}),
         }
 
     @classmethod
@@ -280,6 +295,10 @@ class RunManifest:
         for i, wk in enumerate(workers):
             if not isinstance(wk, Mapping):
                 raise ManifestError(f"{w(f'workers[{i}]')}: expected an object, got {type(wk).__name__}")
+        refused = _list(data.get("workers_refused"), w("workers_refused"))
+        for i, wk in enumerate(refused):
+            if not isinstance(wk, Mapping):
+                raise ManifestError(f"{w(f'workers_refused[{i}]')}: expected an object, got {type(wk).__name__}")
         warnings = _list(data.get("warnings"), w("warnings"))
         complete = data.get("complete", False)
         if not isinstance(complete, bool):
@@ -299,8 +318,10 @@ class RunManifest:
             load_mode=_str(data.get("load_mode"), w("load_mode")),
             started_at=_num(data.get("started_at"), w("started_at")),
             ended_at=_num(data.get("ended_at"), w("ended_at")),
+            stop_reason=_str(data.get("stop_reason"), w("stop_reason")),
             steps=steps,
             workers=tuple(dict(wk) for wk in workers),
+            workers_refused=tuple(dict(wk) for wk in refused),
             totals=Totals.from_json(data.get("totals"), w("totals")),
             generator_health=_obj(data.get("generator_health"), w("generator_health")),
             warnings=tuple(str(x) for x in warnings),

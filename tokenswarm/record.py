@@ -51,6 +51,11 @@ def upgrade_v1(obj: dict[str, Any]) -> dict[str, Any]:
 #: ``seq`` of a record built but not yet emitted (emit gives it its number).
 UNNUMBERED = -1
 
+#: The most tokens one request can plausibly count (prompt or output). The generator refuses a
+#: server's larger number as a stream error, the analysis refuses a record holding one: no model
+#: has a context near it, and every count must fit the record's 64-bit integers with room.
+MAX_PLAUSIBLE_TOKENS = 100_000_000
+
 
 class Outcome(str, enum.Enum):
     """How a request ended. Low-cardinality on purpose: it is a grouping key."""

@@ -15,6 +15,12 @@ batches between workers and the master, error messages. Two kinds of secret are 
   user info of any URL.
 
 A masked value becomes ``***``. Redaction is idempotent and never raises.
+
+Redacted text is also made **inert** (:func:`inert`): control characters a server may put in
+its text (ESC of terminal escapes, OSC titles, carriage returns that overwrite a line, the C1
+range) are written as visible ``\\xNN`` escapes, so what reaches a terminal, ``report.md``,
+``errors.csv`` or a log is read, never executed. Tab and newline stay. Encoded JSON lines
+(:func:`redact_bytes`) need no such step: JSON escapes control characters itself.
 """
 
 from __future__ import annotations
@@ -40,9 +46,10 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)(?!\*\*\*@)[^/\s@'\"<>]+@"), r"\1" + MASK + "@"),
     # provider key shapes (OpenAI sk-, Hugging Face hf_, Groq gsk_, xAI xai-, GitHub ghp_ ...)
     (re.compile(r"\b(?:sk|pk|rk|hf|gsk|xai|ghp|gho|glpat)[-_][A-Za-z0-9_\-]{8,}"), MASK),
-    # key=value / "key": "value" forms naming a secret (not "is_secret": false: JSON must stay valid)
+    # key=value / "key": "value" forms naming a secret (not "is_secret": false: JSON must stay valid;
+    # not the bracket of a list, 'api_key': [...]: a known value inside it is masked, the words stay)
     (re.compile(r"(\b(?:api[_-]?key|access[_-]?token|password|secret)[\"']?\s*[:=]\s*[\"']?)"
-                r"(?![\s\"']*\*\*\*)(?!(?:true|false|null)\b)[^\s\"',;&}]+",
+                r"(?![\s\"']*\*\*\*)(?!(?:true|false|null)\b)[^\s\"',;&}[\]]+",
                 re.IGNORECASE), r"\1" + MASK),
 )
 
@@ -127,14 +134,33 @@ def remember_target(target: Any, base_url: str | None = None) -> None:
     remember(*values)
 
 
+#: Control characters that act on a terminal: C0 but tab and newline, DEL, and C1.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    return f"\\x{ord(m.group()):02x}"
+
+
+def inert(text: str) -> str:
+    r"""``text`` with every control character but tab and newline written as ``\xNN``.
+
+    ``"\x1b[2J"`` (clear screen) becomes the visible text ``\x1b[2J``; idempotent.
+    """
+    if _CONTROL.search(text) is None:  # the common case: one scan, no copy
+        return text
+    return _CONTROL.sub(_escape, text)
+
+
 def redact_text(text: str) -> str:
-    """``text`` with known secrets and secret-looking patterns replaced by ``***``."""
+    """``text`` with known secrets and secret-looking patterns replaced by ``***``, made
+    :func:`inert`."""
     known = _known_re
     if known is not None:
         text = known.sub(MASK, text)
     for pattern, repl in _PATTERNS:
         text = pattern.sub(repl, text)
-    return text
+    return inert(text)
 
 
 def redact_bytes(data: bytes) -> bytes:

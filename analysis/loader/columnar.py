@@ -22,10 +22,17 @@ import pyarrow.parquet as pq
 
 from tokenswarm.analysis.chunkhist import ChunkAccumulator, ChunkHistograms
 from tokenswarm.analysis.errors import RunInputError
-from tokenswarm.analysis.loader.records import CATEGORICAL_FIELDS, FLOAT_FIELDS, SPEC_FIELDS, _spec_fields, chunk_bounds
+from tokenswarm.analysis.loader.records import (
+    CATEGORICAL_FIELDS,
+    FLOAT_FIELDS,
+    SPEC_FIELDS,
+    TOKEN_COUNT_FIELDS,
+    _spec_fields,
+    chunk_bounds,
+)
 from tokenswarm.collect.parquet_store import check_part, current_names, stored_names
 from tokenswarm.collect.store import REJECTED_NAME, StoreFormatError, store_parts
-from tokenswarm.record import OUTCOMES
+from tokenswarm.record import MAX_PLAUSIBLE_TOKENS, OUTCOMES
 
 #: Per-request columns read from every row group (chunk lists are handled apart).
 _SCALARS: tuple[str, ...] = FLOAT_FIELDS + CATEGORICAL_FIELDS + ("step", "seq", "tokens_estimated", "spec_decode")
@@ -166,6 +173,7 @@ def read_store(run_dir: Path, keep_text: bool = False) -> tuple[LazyColumns, dic
         for rg in range(pf.num_row_groups):
             t = current_names(pf.read_row_group(rg, columns=present, use_threads=False).combine_chunks())
             cols = _batch(t, cats)
+            _check_token_counts(cols, path, rg)
             if texts is not None and "output_text" in t.column_names:
                 texts.extend(t.column("output_text").to_pylist())
             if "chunk_offsets_ms" not in t.column_names:
@@ -186,6 +194,17 @@ def read_store(run_dir: Path, keep_text: bool = False) -> tuple[LazyColumns, dic
     if bad:
         raise RunInputError(f"{run_dir}: records have unknown outcome(s) {bad}; expected one of {OUTCOMES}")
     return LazyColumns(out, parts), categories, warnings, texts, acc.finish(), parts
+
+
+def _check_token_counts(cols: dict[str, np.ndarray], path: Path, row_group: int) -> None:
+    """Refuse a token count outside 0..MAX_PLAUSIBLE_TOKENS, naming the part, row group and row."""
+    for name in TOKEN_COUNT_FIELDS:
+        col = cols[name]
+        bad = np.flatnonzero((col < 0) | (col > MAX_PLAUSIBLE_TOKENS))  # NaN (not observed) passes
+        if bad.size:
+            i = int(bad[0])
+            raise RunInputError(f"{path}: row group {row_group}, row {i}: field {name!r} is {col[i]:g}, not a "
+                                f"plausible token count (0 to {MAX_PLAUSIBLE_TOKENS})")
 
 
 def _batch(t: pa.Table, cats: _Categories) -> dict[str, np.ndarray]:

@@ -21,7 +21,7 @@ import orjson
 from tokenswarm.analysis.errors import RunInputError
 from tokenswarm.analysis.fastnum import parse_ints
 from tokenswarm.analysis.loader.lines import _iter_lines, _tolerate_bad_line
-from tokenswarm.record import OUTCOMES, upgrade_v1
+from tokenswarm.record import MAX_PLAUSIBLE_TOKENS, OUTCOMES, upgrade_v1
 
 #: Compact-JSON key of the per-chunk token list (what orjson and RequestRecord.to_json write).
 _TOKENS_KEY = b'"chunk_tokens":['
@@ -54,6 +54,9 @@ FLOAT_FIELDS: tuple[str, ...] = (
     "reasoning_chunks",
     "reasoning_tokens",
 )
+#: Token counts a record may hold: 0..MAX_PLAUSIBLE_TOKENS (tokenswarm.record). Anything else is
+#: refused with the file and line, never turned into an absurd rate in a report.
+TOKEN_COUNT_FIELDS: tuple[str, ...] = ("prompt_tokens", "output_tokens", "reasoning_tokens")
 #: Low-cardinality string fields, dictionary-encoded as int32 codes (-1 = null).
 CATEGORICAL_FIELDS: tuple[str, ...] = (
     "task",
@@ -172,6 +175,7 @@ class _Columns:
         self.tok_segs: list[bytes | None] = []
         self.off_buf = array("d")
         self.n_list: list[int] = []
+        self.wheres: list[str] = []  # "file:line" of each record of the batch (errors name it)
         self.count = 0
 
     def add(self, d: dict[str, Any], where: str, tok_seg: bytes | None = None) -> None:
@@ -200,6 +204,7 @@ class _Columns:
             self.rows.append(tuple(d.get(name) for name in _READ_FIELDS))
         if self.keep_text:
             self.texts.append(d.get("output_text"))
+        self.wheres.append(where)
         self.count += 1
 
     def _put(self, name: str, arr: np.ndarray) -> None:
@@ -213,6 +218,8 @@ class _Columns:
         segs = self.tok_segs
         off = np.frombuffer(self.off_buf, dtype=np.float64) if len(self.off_buf) else np.empty(0)
         n = np.array(self.n_list, dtype=np.int64)
+        wheres = self.wheres
+        self.wheres = []
         self.rows = []
         self.tok_segs = []
         self.off_buf = array("d")
@@ -223,8 +230,15 @@ class _Columns:
             try:
                 self._put(name, np.array(lst, dtype=np.float64))  # None -> NaN
             except (TypeError, ValueError):
-                bad = next(v for v in lst if v is not None and not isinstance(v, (int, float)))
-                raise RunInputError(f"records: field {name!r} has non-numeric value {bad!r}") from None
+                i, bad = next((i, v) for i, v in enumerate(lst) if v is not None and not isinstance(v, (int, float)))
+                raise RunInputError(f"{wheres[i]}: field {name!r} has non-numeric value {bad!r}") from None
+        for name in TOKEN_COUNT_FIELDS:
+            col = self.parts[name][-1]
+            bad_rows = np.flatnonzero((col < 0) | (col > MAX_PLAUSIBLE_TOKENS))  # NaN (not observed) passes
+            if bad_rows.size:
+                i = int(bad_rows[0])
+                raise RunInputError(f"{wheres[i]}: field {name!r} is {cols[_IDX[name]][i]!r}, not a plausible "
+                                    f"token count (0 to {MAX_PLAUSIBLE_TOKENS})")
         for name in CATEGORICAL_FIELDS:
             m = self.cat_maps[name]
             for v in set(cols[_IDX[name]]):
@@ -246,7 +260,12 @@ class _Columns:
         # Chunk lists -> per-request first/last offsets and CSR gaps (float64 diff, then float32).
         toks_col = cols[_IDX["chunk_tokens"]]
         total = int(n.sum())
-        tok, has_tok_list = self._tokens(n.tolist(), toks_col, segs, n, total)
+        try:
+            tok, has_tok_list = self._tokens(n.tolist(), toks_col, segs, n, total)
+        except _ImplausibleChunk as exc:
+            i = int(np.searchsorted(np.cumsum(n), exc.position, side="right"))  # the record holding it
+            raise RunInputError(f"{wheres[i]}: field 'chunk_tokens' holds {exc.value}, not a plausible "
+                                f"token count (0 to {MAX_PLAUSIBLE_TOKENS})") from None
         del cols, toks_col
         has_tok = np.array(has_tok_list, dtype=bool)
         ptr, first, last, first_tok = chunk_bounds(n, off, tok, has_tok)
@@ -278,11 +297,12 @@ class _Columns:
             toks_col = tuple(orjson.loads(b"[" + g + b"]") if t is True else t for t, g in zip(toks_col, segs))
             has = [t is not None and len(t) == o for o, t in zip(lens, toks_col)]
             self.n_bad_chunk_tokens += sum(1 for o, t, h in zip(lens, toks_col, has) if t is not None and not h and o)
-            tok = np.fromiter(
+            wide = np.fromiter(
                 chain.from_iterable(t if h else repeat(0, o) for o, t, h in zip(lens, toks_col, has)),
-                dtype=np.int32, count=total,
+                dtype=np.float64, count=total,
             )
-            return tok, has
+            _check_chunk_tokens(wide, np.arange(total))
+            return wide.astype(np.int32), has
         # Fast path: count the commas of each raw segment, parse all exact ones in one C call.
         counts = [(g.count(b",") + 1 if g.strip() else 0) if t is True else -1 for t, g in zip(toks_col, segs)]
         has = [c == o for c, o in zip(counts, lens)]
@@ -294,6 +314,7 @@ class _Columns:
             exact_vals = parse_ints(joined, expected)
         except ValueError as exc:
             raise RunInputError(f"records: malformed chunk_tokens list in a batch ({exc})") from None
+        _check_chunk_tokens(exact_vals, lambda: np.flatnonzero(np.repeat(has_arr, n)))
         # int16 unless a chunk carries more tokens than that (then int32; batches are promoted on concat)
         dtype = np.int16 if exact_vals.size == 0 or exact_vals.max() <= np.iinfo(np.int16).max else np.int32
         tok = np.zeros(total, dtype=dtype)
@@ -323,6 +344,26 @@ class _Columns:
             cols[name] = out
         cats = {name: list(m) for name, m in self.cat_maps.items()}
         return cols, cats
+
+
+class _ImplausibleChunk(Exception):
+    """A per-chunk token count outside 0..MAX_PLAUSIBLE_TOKENS at ``position`` of the batch's chunks."""
+
+    def __init__(self, position: int, value: Any) -> None:
+        super().__init__(position, value)
+        self.position, self.value = position, value
+
+
+def _check_chunk_tokens(values: np.ndarray, positions: Any) -> None:
+    """Refuse a batch's per-chunk counts outside the plausible range (before they are narrowed to
+    int16/int32, where they would wrap). ``positions``: each value's index among the batch's
+    chunks (an array, or a function computing it, only on failure)."""
+    if not values.size or (values.min() >= 0 and values.max() <= MAX_PLAUSIBLE_TOKENS):
+        return
+    j = int(np.flatnonzero((values < 0) | (values > MAX_PLAUSIBLE_TOKENS))[0])
+    where = positions() if callable(positions) else positions
+    v = values[j]
+    raise _ImplausibleChunk(int(where[j]), int(v) if float(v).is_integer() else float(v))
 
 
 def read_records(files: list[Path], keep_text: bool = False, v1: bool = False) -> tuple[dict[str, np.ndarray], dict[str, list[str]], list[str], list[str | None] | None]:

@@ -148,6 +148,10 @@ def scenario_page() -> str:
         _table("target", sections._TARGET, base["target"]),
         "\n### `target.timeouts`\n\n",
         _table("target.timeouts", sections._TIMEOUTS, base["target"]["timeouts"]),
+        "\n### `target.limits`\n\n",
+        "What one response may carry before it is cut as a protocol error "
+        "([Security](../security.md#bounded-responses)).\n\n",
+        _table("target.limits", sections._LIMITS, base["target"]["limits"]),
         "\n## `traffic`\n\n",
         _table("traffic", sections._TRAFFIC, base["traffic"]),
         "\n### `traffic.sampling` (and `traffic.classes.<name>.sampling`)\n\n",

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from tests.analysis.runfactory import T0, failed, manifest, record, step, write_run
-from tokenswarm.analysis import analyse, load_run
+from tokenswarm.analysis import RunInputError, analyse, load_run
 from tokenswarm.analysis.chunkhist import PRECISION_SHARE, _positions
 from tokenswarm.analysis.stats import PERCENTILE_KEYS
 from tokenswarm.buckets import bucket_value_ms
@@ -236,3 +236,12 @@ def test_per_request_percentiles_at_soak_scale_equal_numpys_on_the_raw_values():
         assert out[f"ttft_{k}_failed_as_inf_ms"] == (None if not np.isfinite(with_inf) else with_inf)
     assert (out["ttft_min_ms"], out["ttft_max_ms"]) == (v.min(), v.max())
     assert out["ttft_mean_ms"] == pytest.approx(v.mean(), rel=1e-12)
+
+
+def test_a_store_with_an_implausible_token_count_is_refused_naming_the_part_and_row(tmp_path):
+    recs = _records(300)
+    recs[123]["output_tokens"] = -4
+    _, store_dir = _both(tmp_path, recs, row_group_records=100)
+    with pytest.raises(RunInputError, match=r"records-\d+\.parquet: row group \d+, row 23: field 'output_tokens' "
+                                            r"is -4, not a plausible token count"):
+        load_run(store_dir)

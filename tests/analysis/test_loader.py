@@ -1,6 +1,7 @@
 """Reading run directories: formats, truncation and error messages."""
 
 import gzip
+import json
 
 import numpy as np
 import orjson
@@ -108,3 +109,28 @@ def test_mismatched_chunk_tokens_are_treated_as_unknown(tmp_path):
 def test_gzip_helper_really_wrote_gzip(tmp_path):
     path = write_run(tmp_path / "gz", _recs(2), gz=True)
     assert gzip.decompress((path / "records.jsonl.gz").read_bytes()).count(b"\n") == 2
+
+
+@pytest.mark.parametrize("field, value, shown", [
+    ("output_tokens", 10**30, "1e+30"),  # what a server's 10**30 once became: 1.7e32 tok/s in a report
+    ("output_tokens", -4, "-4"),
+    ("prompt_tokens", 2**53, str(2**53)),
+])
+def test_an_implausible_token_count_is_refused_naming_the_file_and_line(tmp_path, field, value, shown):
+    records = [record(0), record(1), record(2)]
+    records[1][field] = value
+    run = tmp_path / "run"
+    run.mkdir()
+    write_run(run, [])
+    (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    with pytest.raises(RunInputError) as err:
+        load_run(run)
+    assert str(err.value).startswith(f"{run / 'records.jsonl'}:2: field {field!r} is ")
+    assert "not a plausible token count" in str(err.value)
+
+
+@pytest.mark.parametrize("toks", [[1, -3, 1, 1], [1, 1, 1, 10**12]])
+def test_an_implausible_chunk_token_count_is_refused_naming_the_file_and_line(tmp_path, toks):
+    run = write_run(tmp_path / "run", [record(0), record(1), record(2, chunk_tokens=toks, output_tokens=4)])
+    with pytest.raises(RunInputError, match=r"records\.jsonl:3: field 'chunk_tokens' holds -?\d+, not a plausible"):
+        load_run(run)

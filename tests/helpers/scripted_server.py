@@ -33,6 +33,31 @@ TRAILER = b'data: {"id":"chatcmpl-scripted","choices":[],"usage":{"prompt_tokens
 DONE = b"data: [DONE]\n\n"
 
 
+def flood_events():
+    """``flood``: one-token content events without end or pause (a runaway server)."""
+    yield ROLE
+    while True:
+        yield chunk(0, "x", None)
+
+
+def usage_events(name: str, n: int, q: dict[str, str]) -> list[bytes | float | str]:
+    """``usage_value``: n content chunks, then a usage trailer whose completion_tokens is the raw
+    text ``q["value"]``; ``cum_values``: one content chunk per raw cumulative value in
+    ``q["cums"]`` (comma-separated), each with that usage."""
+    ev: list[bytes | float | str] = [ROLE]
+    if name == "cum_values":
+        for i, raw in enumerate(q["cums"].split(",")):
+            ev.append(b'data: {"id":"chatcmpl-scripted","choices":[{"index":0,"delta":{"content":"w%d "},'
+                      b'"finish_reason":null}],"usage":{"prompt_tokens":7,"completion_tokens":%s}}\n\n'
+                      % (i, raw.encode()))
+    else:
+        ev.extend(chunk(i, f"w{i} ", None, "length" if i == n - 1 else None) for i in range(n))
+        ev.append(b'data: {"id":"chatcmpl-scripted","choices":[],"usage":{"prompt_tokens":7,'
+                  b'"completion_tokens":%s}}\n\n' % q["value"].encode())
+    ev.append(DONE)
+    return ev
+
+
 def script_events(name: str, n: int, per_chunk: int) -> list[bytes | float | str]:
     """Bytes to write, floats are extra sleeps (s), 'CUT' closes the socket, 'STALL' sleeps 60 s."""
     ev: list[bytes | float | str] = [ROLE]
@@ -131,7 +156,13 @@ def handle(sock, _addr) -> None:
             # together=k: every k content events in one write (llama.cpp's server writes a
             # speculative step's accepted tokens so), with the gap after each write.
             together, pending, written = int(q.get("together", "1")), b"", 0
-            for item in script_events(name, n, per_chunk):
+            if name in ("usage_value", "cum_values"):
+                events = usage_events(name, n, q)
+            elif name == "flood":
+                events, gap = flood_events(), 0.0
+            else:
+                events = script_events(name, n, per_chunk)
+            for item in events:
                 if together > 1 and isinstance(item, bytes):
                     pending += b"%x\r\n%s\r\n" % (len(item), item)
                     if item.startswith(b"data: {") and b'"content": "' in item:
@@ -159,7 +190,7 @@ def handle(sock, _addr) -> None:
                     gevent.sleep(0.002)
                     data = data[len(data) // 2:]
                 sock.sendall(data)
-                if item.startswith(b"data: {") and b'"content": "' in item:
+                if gap and item.startswith(b"data: {") and b'"content": "' in item:
                     gevent.sleep(gap)
             if close_delimited:
                 sock.close()

@@ -21,8 +21,9 @@ class _Sink:
         self.lines: list[bytes] = []
 
     def add(self, record) -> None:  # serialised when handed over, as FileSink and RelaySink do
+        line = record.to_json()
         self.records.append(record)
-        self.lines.append(record.to_json())
+        self.lines.append(line)
 
 
 def _ctx(sink, events):
@@ -59,3 +60,18 @@ def test_emitting_an_already_numbered_record_numbers_a_copy_and_leaves_the_first
     second = ctx.emit(first)
     assert (first.seq, second.seq) == (0, 1) and second is not first
     assert [orjson.loads(line)["seq"] for line in sink.lines] == [0, 1]
+
+
+def test_a_record_the_sink_cannot_write_is_counted_lost_and_named_never_raised(caplog):
+    sink, events = _Sink(), []
+    ctx = _ctx(sink, events)
+    good = _built(ctx, 0)
+    # what a server's 10**30 once made of a record: orjson refuses it ("Integer exceeds 64-bit range")
+    bad = dataclasses.replace(_built(ctx, 1), output_tokens=10**30)
+    ctx.emit(good)
+    ctx.emit(bad)  # no exception: the user's task goes on
+    ctx.emit(good)
+    assert [r.seq for r in sink.records] == [0, 2]  # the spent seq leaves the gap that shows the loss
+    assert ctx.records_unwritable == 1 and ctx.unwritable[0].startswith("seq 1 (qa): TypeError")
+    assert len(events) == 2 and ctx.live.total().requests == 2  # a lost record is not counted as sent
+    assert "could not be written and is LOST" in caplog.text

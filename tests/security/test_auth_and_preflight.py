@@ -7,7 +7,7 @@ import base64
 import pytest
 
 from tokenswarm import redact
-from tokenswarm.load.preflight import Answer, PreflightError, preflight
+from tokenswarm.load.preflight import Answer, PreflightError, PromptTooLongError, check_prompt_lengths, preflight
 from tokenswarm.wire.auth import split_userinfo, target_headers, url_headers
 from tokenswarm.workload.scenario import parse_scenario
 
@@ -129,3 +129,26 @@ def test_the_password_of_the_url_is_never_in_a_preflight_message():
     with pytest.raises(PreflightError) as e:
         run(FakeServer(DOWN), target(), base="http://u:pw-secret-55@127.0.0.1:9/v1")
     assert "pw-secret-55" not in str(e.value) and "http://127.0.0.1:9/v1" in str(e.value)
+
+
+def _scenario(**classes):
+    return parse_scenario({"name": "t", "target": {"base_url": "http://127.0.0.1:9/v1"},
+                           "traffic": {"classes": classes}}, "<t>")
+
+
+def test_a_task_whose_prompts_exceed_max_model_len_is_refused_naming_it():
+    sc = _scenario(qa={"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 100}},
+                   long={"kind": "qa", "weight": 1, "prompt_tokens": {"dist": "uniform", "min": 10, "max": 5000}})
+    pf = run(FakeServer(MODELS), sc.target)
+    with pytest.raises(PromptTooLongError) as e:
+        check_prompt_lengths(sc, pf)
+    assert str(e.value).startswith("task 'long': prompts of up to 5000 tokens (traffic.classes.long.prompt_tokens) "
+                                   "do not fit model 'm-a', whose max_model_len is 4096 tokens")
+
+
+def test_prompts_within_max_model_len_or_an_unknown_length_pass():
+    sc = _scenario(qa={"weight": 1, "prompt_tokens": {"dist": "uniform", "min": 10, "max": 4000}},
+                   off={"kind": "qa", "weight": 0, "prompt_tokens": {"dist": "fixed", "value": 99999}})
+    check_prompt_lengths(sc, run(FakeServer(MODELS), sc.target))
+    big = _scenario(qa={"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 99999}})
+    check_prompt_lengths(big, run(FakeServer(MODELS), target(model="m-b")))  # m-b: no max_model_len given

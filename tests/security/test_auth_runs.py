@@ -176,3 +176,16 @@ def test_a_failed_preflight_started_from_the_web_ui_prints_no_user_traceback(tmp
     text = log.read_text()
     assert "does not answer GET /v1/models" in text, text[-2000:]
     assert "Traceback" not in text and "StopUser" not in text, text[-3000:]
+
+
+def test_a_prompt_longer_than_max_model_len_is_refused_before_any_request_naming_the_task(tmp_path):
+    qa = {**QA, "prompt_tokens": {"dist": "fixed", "value": 100000}}  # tiny-fast serves 4096 tokens
+    sc = scenario_file(tmp_path, traffic={"seed": 1, "classes": {"qa": qa}},
+                       load={"mode": "closed", "steps": [2], "warmup_s": 0, "step_duration_s": 2, "stop_timeout_s": 2},
+                       target={"api_key_env": None})
+    with start_sim("--profile", "tiny-fast") as sim:
+        res = run_locust(sc, sim.base_url, tmp_path / "run", timeout_s=60)
+        served = sim.stats()["requests"]
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert "task 'qa': prompts of up to 100000 tokens" in res.stderr and "max_model_len is 4096" in res.stderr
+    assert served == 0 and "Traceback" not in res.stderr

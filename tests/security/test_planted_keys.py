@@ -116,3 +116,49 @@ def _print_matrix(mode: str, sinks: dict[str, str]) -> None:
           f"{', '.join(ECHOED)}) x {len(sinks)} sinks, all searched for all {len(SECRETS)} secrets:")
     for s in sinks:
         print(f"  {mode:9s} {s}: {len(sinks[s])} chars, clean")
+
+
+STUDY_KEY = "Zq9plantedStudyKey77xY"  # no provider shape: only the study knowing it can mask it
+ARM_SCRIPT = """#!/bin/sh
+# An arm server that, like vLLM, logs its arguments (the key is positional, $2) and environment.
+echo "arm server args: $*"
+echo "engine args: {{'api_key': ['$2'], 'model': 'sim-tiny'}}"
+env | grep I18_STUDY_KEY
+exec {python} -m tokenswarm sim --port "$1" --profile tiny-fast --api-key "$I18_STUDY_KEY"
+"""
+STUDY_SCENARIO = """name: planted-study
+target: {{base_url: "http://127.0.0.1:8000", api: chat, model: auto, api_key_env: I18_STUDY_KEY}}
+traffic:
+  seed: 3
+  classes:
+    qa: {{weight: 1, prompt_tokens: {{dist: fixed, value: 20}}, output_tokens: {{dist: fixed, value: 8}},
+          sampling: {{ignore_eos: true}}}}
+load: {{mode: closed, steps: [1], warmup_s: 0, step_duration_s: 2, stop_timeout_s: 5}}
+"""
+
+
+def test_a_study_masks_the_key_it_knows_in_commands_manifest_report_prints_and_server_logs(tmp_path):
+    script = tmp_path / "arm.sh"
+    script.write_text(ARM_SCRIPT.format(python=sys.executable))
+    scenario = tmp_path / "planted-study.yaml"
+    scenario.write_text(STUDY_SCENARIO.format())
+    out = tmp_path / "study"
+    arm = f"sh {script} {{port}} {STUDY_KEY} --token-cache --spec-method ngram"
+    res = subprocess.run([sys.executable, "-m", "tokenswarm", "study", str(scenario), "--rounds", "1", "--out", str(out),
+                          "--ready-timeout", "60", "--arm", f"base={arm}", "--arm", f"cand={arm}"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=400,
+                         env={**os.environ, "I18_STUDY_KEY": STUDY_KEY})
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    server_logs = sorted((out / "logs").glob("*-server.log"))
+    assert len(server_logs) == 2
+    log_text = server_logs[0].read_text()
+    # the server did print the key three ways (positional argument, engine args, environment): masked, words kept
+    assert "engine args: {'api_key': ['***'], 'model': 'sim-tiny'}" in log_text and "I18_STUDY_KEY=***" in log_text
+    study = json.loads((out / "study.json").read_text())
+    command = next(a["command"] for a in study["arms"] if a["name"] == "base")
+    assert command == f"sh {script} {{port}} *** --token-cache --spec-method ngram"  # the secret, not its neighbours
+    sinks = {f"file {p.relative_to(tmp_path)}": p.read_text(errors="replace")
+             for p in out.rglob("*") if p.is_file() and p.suffix != ".png"}
+    sinks["study stdout"], sinks["study stderr"] = res.stdout, res.stderr
+    assert any(k.endswith("report/report.md") for k in sinks)
+    assert [s for s, text in sinks.items() if STUDY_KEY in text] == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import http.cookiejar
 import json
 import math
 import os
@@ -83,8 +84,13 @@ def get_json(url: str) -> Any:
 
 
 def post_form(url: str, fields: dict[str, Any]) -> Any:
+    """POST a form as a script may: with the session's token from ``tokenswarm/csrf.json`` (see webui/guard.py)."""
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+    with opener.open(urllib.parse.urljoin(url, "tokenswarm/csrf.json"), timeout=10) as resp:
+        token = json.loads(resp.read())["token"]
     data = urllib.parse.urlencode(fields, doseq=True).encode()
-    with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=10) as resp:
+    req = urllib.request.Request(url, data=data, headers={"X-Tokenswarm-Csrf": token})
+    with opener.open(req, timeout=10) as resp:
         return json.loads(resp.read())
 
 

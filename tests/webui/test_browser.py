@@ -212,3 +212,33 @@ def test_llm_tab_in_a_real_browser_with_workers(browser_page, tmp_path, mode):
                                                             if r["task"] == task)
         manifest = read_manifest(run_dir)
         assert manifest["complete"] and len(manifest["workers"]) == 2 and manifest["totals"]["records_lost"] == 0
+
+
+def test_another_web_sites_form_post_cannot_start_a_run(browser_page, tmp_path):
+    """The user has the UI open; a page of another origin in the same browser posts Locust's start form."""
+    import time
+
+    sc = short_scenario(tmp_path, steps=[1], step_duration_s=5)
+    with start_sim("--profile", "tiny-fast") as sim, \
+            locust_web_ui(sc, sim.base_url, tmp_path / "run", log_dir=tmp_path) as base:
+        ui = browser_page.new_page()
+        ui.goto(base)  # the user's session: its cookie is in this browser
+        ui.get_by_role("button", name="Start").wait_for(timeout=20_000)
+        # the LLM bar says which host gets the target's credentials: the configured target only
+        wait_for(lambda: ui.locator("#tokenswarm-credentials").inner_text() == f"credentials to: {sim.base_url}",
+                 20, "the credentials host in the LLM bar")
+        # another origin on this machine (a page on another port); Playwright serves it, nothing listens there
+        evil_origin = "http://127.0.0.1:9"
+        form = (f'<form id="f" method="POST" action="{base}swarm">'
+                '<input name="user_count" value="1"><input name="spawn_rate" value="1">'
+                f'<input name="host" value="{sim.base_url}"></form>')
+        browser_page.route(evil_origin + "/**", lambda route: route.fulfill(
+            status=200, content_type="text/html", body=f"<html><body>{form}</body></html>"))
+        evil = browser_page.new_page()
+        evil.goto(evil_origin + "/page.html")
+        with evil.expect_navigation():
+            evil.evaluate("document.getElementById('f').submit()")
+        assert "refused" in evil.content()
+        time.sleep(1.5)
+        assert get_json(base + "tokenswarm/status.json")["state"] != "running"
+        assert sim.stats()["requests"] == 0, "nothing reached the target"

@@ -372,3 +372,17 @@ def test_the_old_slo_key_min_output_tps_still_loads_with_a_warning_naming_the_fi
     with pytest.warns(FutureWarning, match=rf"{f}: slo.min_output_tps: .*write 'min_output_tokens_per_s'"):
         s = load_scenario(f)
     assert s.slo.overall == {"min_output_tokens_per_s": 100}
+
+
+def test_target_limits_default_bound_each_response_and_can_be_set():
+    from tokenswarm.workload.scenario import ScenarioError, parse_scenario
+
+    classes = {"traffic": {"classes": {"qa": {}}}}
+    t = parse_scenario(classes).target
+    assert (t.output_tokens_factor, t.max_response_bytes) == (4.0, 32 * 1024 * 1024)
+    sc = parse_scenario({"target": {"limits": {"output_tokens_factor": 1.5, "response_bytes": 4096}}, **classes})
+    assert sc.resolved()["target"]["limits"] == {"output_tokens_factor": 1.5, "response_bytes": 4096}
+    with pytest.raises(ScenarioError, match=r"target\.limits\.response_bytes: expected an integer >= 1024, got 10"):
+        parse_scenario({"target": {"limits": {"response_bytes": 10}}, **classes})
+    with pytest.raises(ScenarioError, match=r"target\.limits\.output_tokens_factor: expected a number >= 1"):
+        parse_scenario({"target": {"limits": {"output_tokens_factor": 0.5}}, **classes})

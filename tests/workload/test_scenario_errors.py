@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tokenswarm import cli
-from tokenswarm.workload.scenario import ScenarioError, ScenarioErrors, parse_scenario
+from tokenswarm.workload.scenario import ScenarioError, ScenarioErrors, load_scenario, parse_scenario
 
 BROKEN = {
     "target": {"timeouts": {"conect_s": 3}},
@@ -67,3 +67,40 @@ def test_run_prints_every_problem_and_exits_2_before_sending_anything(tmp_path, 
     err = capsys.readouterr().err
     assert "traffic.clases: unknown field" in err and "(did you mean 'classes'?)" in err
     assert "load.stepz: unknown field" in err and "(did you mean 'steps'?)" in err
+
+
+def _alias_bomb(levels: int = 9) -> str:
+    """~1.3 KB of nested aliases under extra_body standing for 10**levels values."""
+    lines = ["name: bomb", "target:", "  base_url: http://127.0.0.1:9", "  extra_body:",
+             "    l0: &l0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, levels):
+        lines.append(f"    l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once_naming_its_line(tmp_path):
+    import time
+
+    path = tmp_path / "bomb.yaml"
+    path.write_text(_alias_bomb())
+    assert len(path.read_bytes()) < 1500
+    t0 = time.monotonic()
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert time.monotonic() - t0 < 5.0  # once: 51 s and 6.1 GB; now milliseconds (generous bound)
+    # the first value past the limit (100000): level 4, on line 9, stands for 10**5 scalars and its lists
+    assert str(err.value).startswith(f"{path}: line 9, column 9: YAML aliases expand too far")
+
+
+def test_a_recursive_alias_is_refused_naming_its_line(tmp_path):
+    path = tmp_path / "loop.yaml"
+    path.write_text("name: loop\ntarget:\n  extra_body:\n    a: &a [1, *a]\n")
+    with pytest.raises(ScenarioError, match=r"line 4, column 8: an alias refers to the value that contains it"):
+        load_scenario(path)
+
+
+def test_aliases_that_expand_modestly_still_load():
+    from tokenswarm.workload.scenario.yamlsafe import load_bounded
+
+    data = load_bounded(_alias_bomb(levels=3))
+    assert data["target"]["extra_body"]["l1"] == [["x"] * 10] * 10

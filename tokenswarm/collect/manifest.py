@@ -78,9 +78,10 @@ class ManifestFile:
         self.update(steps=tuple(steps))
         return steps[-1]
 
-    def close_open_steps(self, at: float) -> None:
-        """Every step without an end ends at ``at`` (the run's end)."""
-        self.update(steps=tuple(s if s.ended_at is not None else replace(s, ended_at=at)
+    def close_open_steps(self, at: float, *, partial: bool = False) -> None:
+        """Every step without an end ends at ``at`` (the run's end); ``partial``: the run was cut
+        short, so such a step did not run its planned length."""
+        self.update(steps=tuple(s if s.ended_at is not None else replace(s, ended_at=at, partial=partial)
                                 for s in self.current.steps))
 
     def write(self) -> None:

@@ -2,7 +2,9 @@
 
 Parsing uses prometheus_client's text parser. ``_created`` series are dropped (they are
 timestamps, not counters). Each line is one scrape of one endpoint, tagged with the load
-step current at scrape time; see the README.
+step current at scrape time; see the README. A malformed line in an exposition (the parser
+refuses the whole text for one) is skipped and counted (``malformed_lines`` on that scrape's
+line), never the whole scrape.
 """
 
 from __future__ import annotations
@@ -30,15 +32,51 @@ def _metric_families() -> Callable[[str], Any]:
     return text_string_to_metric_families
 
 
-def parse_metrics(text: str) -> list[dict[str, Any]]:
-    """Samples of a Prometheus text exposition as ``{"name", "labels", "value"}`` dicts."""
-    out = []
+def _samples(text: str, out: list[dict[str, Any]]) -> None:
     for family in _metric_families()(text):
         for s in family.samples:
             if s.name.endswith("_created"):
                 continue
             out.append({"name": s.name, "labels": dict(s.labels), "value": float(s.value)})
-    return out
+
+
+def parse_metrics_lenient(text: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """``(samples, malformed lines)`` of a Prometheus text exposition.
+
+    The whole text in one parse when it is well formed (the common case); else line by line,
+    each sample line with the ``# TYPE`` line of its family, so that one bad line costs only
+    itself. A sample's name, labels and value are the same either way.
+    """
+    out: list[dict[str, Any]] = []
+    try:
+        _samples(text, out)
+        return out, []
+    except Exception:  # the parser raises ValueError, and others on odd input: fall back
+        out = []
+    bad: list[str] = []
+    type_line = ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("#"):
+            if stripped.startswith("# TYPE "):
+                type_line = stripped + "\n"
+            continue
+        try:
+            _samples(type_line + line + "\n", out)
+        except Exception:
+            try:  # a sample outside its family's TYPE (e.g. an untyped line after a histogram)
+                _samples(line + "\n", out)
+            except Exception:
+                bad.append(line)
+    return out, bad
+
+
+def parse_metrics(text: str) -> list[dict[str, Any]]:
+    """Samples of a Prometheus text exposition as ``{"name", "labels", "value"}`` dicts
+    (malformed lines skipped: :func:`parse_metrics_lenient` counts them)."""
+    return parse_metrics_lenient(text)[0]
 
 
 def fetch(url: str, timeout_s: float = 5.0, headers: dict[str, str] | None = None, verify_tls: bool = True) -> str:
@@ -49,7 +87,8 @@ def fetch(url: str, timeout_s: float = 5.0, headers: dict[str, str] | None = Non
 
         context = ssl._create_unverified_context()  # the scenario said verify_tls: false
     with urllib.request.urlopen(req, timeout=timeout_s, context=context) as resp:
-        return resp.read().decode("utf-8", "replace")
+        body: bytes = resp.read()
+    return body.decode("utf-8", "replace")
 
 
 class Scraper:
@@ -64,6 +103,8 @@ class Scraper:
         self.headers = headers
         self.scrapes = 0
         self.failures = 0
+        self.malformed_lines = 0  # skipped over all scrapes (each scrape's line has its own count)
+        self._warned_malformed = False
         self._greenlet: gevent.Greenlet | None = None
         self._warned = False
         self.last: dict[str, Any] | None = None  # the latest successful scrape (live UI charts)
@@ -73,7 +114,16 @@ class Scraper:
         line: dict[str, Any] = {"scraped_at": round(time.time(), 6), "source": self.source, "url": self.url,
                                 "step": self.step(), "error": None, "samples": []}
         try:
-            line["samples"] = parse_metrics(fetch(self.url, min(5.0, self.interval_s * 2), self.headers, self.verify_tls))
+            samples, bad = parse_metrics_lenient(
+                fetch(self.url, min(5.0, self.interval_s * 2), self.headers, self.verify_tls))
+            line["samples"] = samples
+            if bad:
+                line["malformed_lines"] = len(bad)
+                self.malformed_lines += len(bad)
+                if not self._warned_malformed:
+                    self._warned_malformed = True
+                    log.warning("tokenswarm: %s metrics at %s: skipped %d malformed line(s), e.g. %r",
+                                self.source, self.url, len(bad), bad[0][:120])
             self.scrapes += 1
             self.last = line
         except (urllib.error.URLError, OSError, ValueError) as exc:

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import sys
 from pathlib import Path
 from typing import Any
 
 PASSTHROUGH = True
+#: the worker token's variable (tokenswarm.orchestrate.admission.TOKEN_VAR; not imported: Locust loads late)
+TOKEN_VAR = "TOKENSWARM_WORKER_TOKEN"
 
 
 def locustfile_path() -> str:
@@ -56,6 +59,9 @@ class _OptionRecorder:
 
     def add_argument(self, *flags: str, **kwargs: Any) -> None:
         self.options.append((flags, kwargs))
+
+    def set_defaults(self, **_defaults: Any) -> None:
+        """Locust's own options' defaults (bind addresses): Locust's parser applies them, not ``run``."""
 
 
 #: options this command defines itself (the plugin has them too, under the same flags)
@@ -125,7 +131,9 @@ def run(args: argparse.Namespace) -> int:
         args.overrides.append("target.verify_tls=false")
     try:
         overrides = dict(parse_override(o) for o in args.overrides)
-        scenario = load_scenario(path, overrides or None)
+        load_scenario(path, overrides or None)  # the file's own errors first, then the flags'
+        flags = run_flags(args)
+        scenario = flags.check(path, overrides)
         slos = merge_slos(scenario_slos(scenario), parse_slo_args(args.slo))
     except (ScenarioError, ValueError) as exc:
         from tokenswarm.redact import redact
@@ -137,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
 
         remember_target(scenario.target, args.host)
         try:
-            print(redact(plan_text(scenario, slos, args.host)), flush=True)
+            print(redact(plan_text(scenario, slos, args.host, users=flags.users_count(), run_time_s=flags.run_time_s(),
+                                   max_run_time_s=flags.max_run_time)), flush=True)
         except BrokenPipeError:  # `tokenswarm run qa --dry-run | head`: the reader had enough
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
         return 0
@@ -148,21 +157,47 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"tokenswarm: {exc}", file=sys.stderr)
         return 2
+    if args.workers and not os.environ.get(TOKEN_VAR):
+        # local workers are forked by Locust and inherit this: the master admits only them
+        os.environ[TOKEN_VAR] = secrets.token_urlsafe(32)
     argv = [sys.executable, "-m", "locust"] + build_locust_argv(args, path)
     sys.stdout.flush()
     os.execv(sys.executable, argv)  # Locust owns the process from here (signals, exit status)
     return 0  # not reached
 
 
-def plan_text(scenario, slos: dict, host: str | None) -> str:
-    """The load plan as a person reads it: steps, windows, expected requests, SLOs."""
+def run_flags(args: argparse.Namespace) -> Any:
+    """The plan-shaping flags of this command line: the plugin's own, and -u/-t from Locust's."""
+    from tokenswarm.orchestrate.runflags import RunFlags
+
+    locust_flags = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    locust_flags.add_argument("-u", "--users", dest="users")
+    locust_flags.add_argument("-t", "--run-time", dest="run_time")
+    known, _ = locust_flags.parse_known_args(list(args.passthrough))
+    return RunFlags(steps=args.tokenswarm_steps, step_duration=args.tokenswarm_step_duration, warmup=args.tokenswarm_warmup,
+                    users=known.users, run_time=known.run_time, max_run_time=args.tokenswarm_max_run_time)
+
+
+def plan_text(scenario, slos: dict, host: str | None, *, users: int | None = None, run_time_s: float | None = None,
+              max_run_time_s: float | None = None) -> str:
+    """The load plan as a person reads it: steps, windows, expected requests, SLOs.
+
+    ``users`` (-u) replaces the steps by one fixed concurrency; ``run_time_s`` (-t) caps the
+    run; ``max_run_time_s`` is the hard stop (0/None: the default guard).
+    """
     from tokenswarm.load.setup import planned_duration_s
 
     load = scenario.load
     lines = [f"scenario {scenario.name} ({scenario.path}) -> {host or scenario.target.base_url} [{scenario.target.api}]",
              "traffic: " + ", ".join(f"{t.name} ({t.kind}) weight {t.weight:g}" for t in scenario.traffic.classes
-                                      if t.weight > 0),
-             f"load: {load.mode if load.mode == load.loop else f'{load.mode} ({load.loop})'} loop, warm-up {load.warmup_s:g} s + steady {load.step_duration_s:g} s per step"]
+                                      if t.weight > 0)]
+    if users is not None:  # -u: what the plugin runs instead of the scenario's steps
+        lines.append(f"load: fixed concurrency of {users} users (-u), closed loop; the scenario's steps are not used")
+        lines.append(f"  step 0 u{users}: " + (f"{run_time_s:g} s (-t)" if run_time_s else "until stopped (no -t)"))
+        lines.append(f"planned duration ~{run_time_s:.0f} s" if run_time_s else "planned duration: until stopped")
+        return "\n".join(lines + _plan_tail(slos, max_run_time_s))
+    lines.append(f"load: {load.mode if load.mode == load.loop else f'{load.mode} ({load.loop})'} loop, warm-up "
+                 f"{load.warmup_s:g} s + steady {load.step_duration_s:g} s per step")
     mean_out = _mean_output_tokens(scenario)
     if load.search is not None:
         se = load.search
@@ -189,11 +224,21 @@ def plan_text(scenario, slos: dict, host: str | None) -> str:
             expected = f"~{target * load.step_duration_s / per_req_s:.0f} requests if a stream decodes 40 tok/s"
             name = f"c{int(target)}"
         lines.append(f"  step {i} {name}: {expected}")
-    lines.append(f"planned duration ~{planned_duration_s(scenario):.0f} s")
+    planned = planned_duration_s(scenario)
+    lines.append(f"planned duration ~{planned:.0f} s"
+                 + (f", cut at {run_time_s:g} s by -t (the steps after it do not run)" if run_time_s and run_time_s < planned
+                    else ""))
+    return "\n".join(lines + _plan_tail(slos, max_run_time_s))
+
+
+def _plan_tail(slos: dict, max_run_time_s: float | None) -> list[str]:
+    lines = []
+    if max_run_time_s:
+        lines.append(f"hard stop: --max-run-time {max_run_time_s:g} s (requests in flight are cancelled)")
     lines.append("SLOs: " + (", ".join(f"{k}={v}" for k, v in slos.items() if k != "per_task") or "none")
                  + (f"; per task {slos['per_task']}" if slos.get("per_task") else ""))
     lines.append("dry run: nothing was sent")
-    return "\n".join(lines)
+    return lines
 
 
 def _mean_output_tokens(scenario) -> float:

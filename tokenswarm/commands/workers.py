@@ -79,6 +79,6 @@ def preflight(argv: list[str], local_workers: int) -> list[str]:
     """Check the master's port and return the options to add; raises ValueError/PortInUse."""
     if not is_master(argv, local_workers):
         return []
-    host = option_value(argv, "--master-bind-host") or "*"
+    host = option_value(argv, "--master-bind-host") or "127.0.0.1"  # tokenswarm's default (orchestrate.exposure)
     check_port_free("" if host == "*" else host, master_port(argv))
     return distributed_argv(argv, local_workers)

@@ -27,6 +27,8 @@ log = logging.getLogger("tokenswarm")
 
 #: A dispatch later than this versus its schedule counts as "late" (generator behind).
 LATE_THRESHOLD_MS = 10.0
+#: Unwritable records named one by one (in the log and the manifest); the rest are counted.
+UNWRITABLE_NAMED = 10
 
 
 def request_key(api: str, payload: Any, max_tokens: int | None, sampling: dict[str, Any]) -> str:
@@ -96,6 +98,10 @@ class RunContext:
             self.stream_options["continuous_usage_stats"] = True
         self._warned_late = False
         self._user_ordinals: dict[str, int] = {}
+        #: records that could not be written (their seq is spent: the gap shows they are lost)
+        self.records_unwritable = 0
+        self._warned_live = False
+        self.unwritable: list[str] = []  # the first UNWRITABLE_NAMED, "seq N (task): why"
 
     # -- identity -------------------------------------------------------------------------------
     def next_seq(self) -> int:
@@ -154,6 +160,15 @@ class RunContext:
                               step=self.step_index, phase=self.phase, api=self.api, model=model or self.model,
                               max_tokens=max_tokens, temperature=temperature, extra=extra)
 
+    def _unwritable(self, record: RequestRecord, exc: BaseException) -> None:
+        """Count (and name the first few of) the records the sink refused: they are lost, and
+        the manifest and the verdict say so."""
+        self.records_unwritable += 1
+        if len(self.unwritable) < UNWRITABLE_NAMED:
+            note = f"seq {record.seq} ({record.task}): {type(exc).__name__}: {str(exc)[:160]}"
+            self.unwritable.append(note)
+            log.error("tokenswarm: a record could not be written and is LOST: %s", note)
+
     def note_late(self, lag_ms: float) -> None:
         """Count a dispatch that left later than planned; warn loudly the first time."""
         if lag_ms > LATE_THRESHOLD_MS:
@@ -170,14 +185,24 @@ class RunContext:
         lag = record.schedule_lag_ms
         if lag is not None and lag > self.max_schedule_lag_ms:
             self.max_schedule_lag_ms = lag
-        self.sink.add(record)
-        self.live.observe(record)
+        try:
+            self.sink.add(record)
+        except Exception as exc:  # the stream's values are checked when read: this is the last resort
+            self._unwritable(record, exc)
+            return record
+        try:
+            self.live.observe(record)
+        except Exception:  # live figures are a view: a record they cannot take stays written
+            if not self._warned_live:
+                self._warned_live = True
+                log.exception("tokenswarm: live statistics could not take record seq %s (kept in the records)",
+                              record.seq)
         if self.events is not None:
             self.events.llm_request.fire(record=record, user=user)
         if self.request_event is not None and record.outcome != "cancelled":
-            exc = None if record.outcome == "ok" else _LLMFailure(_locust_error(record))
+            failure = None if record.outcome == "ok" else _LLMFailure(_locust_error(record))
             self.request_event(request_type="POST", name=record.task, response_time=record.e2e_ms,
-                               response_length=record.output_tokens or 0, exception=exc, context={},
+                               response_length=record.output_tokens or 0, exception=failure, context={},
                                url=self.path, response=None, start_time=record.sent_at_s)
         return record
 

@@ -150,3 +150,51 @@ def _decide(answer: Answer, target: Any, shown: str, waited: float) -> Preflight
         raise PreflightError(redact(f"model {target.model!r} is not served by {shown}; the server has: "
                                     f"{', '.join(ids)} (set target.model, e.g. --set target.model={ids[0]})"))
     return Preflight(target.model, models, answer.headers, waited)
+
+
+class PromptTooLongError(ValueError):
+    """A task's prompts are longer than the server's context: a configuration error (exit 2)."""
+
+
+def _longest(dist: Any) -> float | None:
+    """The longest value a length distribution can draw: its ``max``, a fixed value, else (an
+    unbounded distribution) its mean, which half of the draws exceed."""
+    spec = getattr(dist, "spec", None) or {}
+    for key in ("max", "value"):
+        if isinstance(spec.get(key), (int, float)):
+            return float(spec[key])
+    return float(dist.mean()) if hasattr(dist, "mean") else None
+
+
+def prompt_tokens_bound(task: Any) -> float | None:
+    """The longest prompt a task's configuration asks for, in tokens (``None``: from a dataset or
+    a trace, not known before it is drawn). Summarization and extraction prompts are their
+    document; a shared prefix comes on top."""
+    if getattr(task, "dataset", None) is not None:
+        return None
+    dist = task.document_tokens if task.kind in ("summarization", "extraction") and task.document_tokens \
+        else task.prompt_tokens
+    longest = _longest(dist) if dist is not None else None
+    if longest is None:
+        return None
+    prefix = getattr(task, "shared_prefix", None)
+    return longest + (prefix.tokens if prefix is not None else 0)
+
+
+def check_prompt_lengths(scenario: Any, pf: Preflight) -> None:
+    """Refuse, before the first request, a task whose prompts cannot fit the served model's
+    ``max_model_len`` (from ``/v1/models``; nothing is checked when the server does not say)."""
+    limits = pf.models.get("max_model_len") if isinstance(pf.models, dict) else None
+    limit = limits.get(pf.model) if isinstance(limits, dict) else None
+    if type(limit) is not int or limit <= 0:
+        return
+    for task in scenario.traffic.classes:
+        if task.weight <= 0:
+            continue
+        longest = prompt_tokens_bound(task)
+        if longest is not None and longest > limit:
+            field = "document_tokens" if task.kind in ("summarization", "extraction") else "prompt_tokens"
+            raise PromptTooLongError(redact(
+                f"task {task.name!r}: prompts of up to {longest:.0f} tokens (traffic.classes.{task.name}.{field}) "
+                f"do not fit model {pf.model!r}, whose max_model_len is {limit} tokens (GET /v1/models); "
+                f"lower the prompt lengths (or their max) below {limit}"))

@@ -28,6 +28,7 @@ from tokenswarm.load import runtime
 from tokenswarm.load.context import RunContext, request_key
 from tokenswarm.wire.client import StreamHooks, stream_call
 from tokenswarm.wire.pool import tune_pool
+from tokenswarm.wire.stream import StreamLimits
 from tokenswarm.workload import quality
 from tokenswarm.workload.arrivals import ArrivalProcess, schedule
 from tokenswarm.workload.prompts import ReplayPrompts
@@ -108,6 +109,8 @@ class Conversationalist:
                 keep_output=ctx.keep_outputs, hooks=self.hooks, clock=ctx.clock,
                 on_cancel=lambda rec, _text: ctx.emit(rec, self.user),
                 cancel_after_first_token=abnormal == "cancel_early", scheduled_s=scheduled_s,
+                limits=StreamLimits.for_request(max_tokens if type(max_tokens) is int else None,
+                                                target.output_tokens_factor, target.max_response_bytes),
             )
         finally:
             ctx.in_flight -= 1

@@ -39,7 +39,7 @@ from tokenswarm.load.breaker import CircuitBreaker
 from tokenswarm.load.context import RunContext
 from tokenswarm.load.health import HealthMonitor
 from tokenswarm.load.livestats import LiveStats
-from tokenswarm.load.preflight import Preflight, PreflightError, preflight
+from tokenswarm.load.preflight import Preflight, PreflightError, PromptTooLongError, check_prompt_lengths, preflight
 from tokenswarm.load.setup import (
     build_worker_context,
     planned_duration_s,
@@ -48,7 +48,9 @@ from tokenswarm.load.setup import (
 )
 from tokenswarm.manifest import RunTarget, Totals
 from tokenswarm.orchestrate import progress
+from tokenswarm.orchestrate.ending import EXIT_INTERRUPTED, StopReason, cut_stop_timeout, install_signal_handlers
 from tokenswarm.orchestrate.recording import RunRecording
+from tokenswarm.orchestrate.runflags import RunFlagError, RunFlags
 from tokenswarm.orchestrate.verdict import EXIT_BAD_CONFIG, EXIT_OK, EXIT_RUN_BROKE, EXIT_SLO_MISSED, conclude
 from tokenswarm.orchestrate.workers import WorkerReports, stop_workers, workers_settled
 from tokenswarm.redact import redact, remember_target
@@ -103,6 +105,13 @@ class RunController:
         self.broken: str | None = None  # the circuit breaker's message, when it stopped the run
         #: called with every generator health sample (the live metrics export keeps the last per worker)
         self.health_listeners: list[Callable[[dict[str, Any]], None]] = []
+        #: why the run stopped (None while it runs); the manifest's stop_reason
+        self.stop_reason: StopReason | None = None
+        self.finalised = False  # the final manifest is written
+        self._stop_timeout_s = environment.stop_timeout  # restored for a new run after a hard stop
+        self._signals_installed = False
+        self._signalled = False  # a signal is being handled: a second one leaves at once
+        self.admission: Any = None  # master: the WorkerGate (admission.py); its refusals go to the manifest
         if hasattr(environment.events, "llm_request") and not self.is_master:
             environment.events.llm_request.add_listener(self._on_record)
 
@@ -123,8 +132,9 @@ class RunController:
         m = self.recording.manifest.current
         ctx = self.ctx
         scrape = next((s.last for s in reversed(self.scrapers) if s.source == "target"), None)
+        # complete (the view's word): the manifest is final -- also an interrupted run's, whose says false
         return RunSnapshot(run_id=m.run_id, run_dir=self.recording.run_dir, started_at=m.started_at,
-                           ended_at=m.ended_at, finished=self.finished, complete=m.complete,
+                           ended_at=m.ended_at, finished=self.finished, complete=self.finalised or m.complete,
                            in_flight=self._in_flight(), step_name=getattr(ctx, "step_name", None),
                            phase=getattr(ctx, "phase", None), target_scrape=scrape)
 
@@ -142,6 +152,9 @@ class RunController:
         opts = self.env.parsed_options
         self.runs += 1
         self.force_end = False
+        self.stop_reason, self.finalised, self._signalled = None, False, False
+        self.env.stop_timeout = self._stop_timeout_s  # a hard stop of the previous run set it to 0
+        self._started_mono = time.monotonic()
         if self.machine is None:  # no shape tick made the plan (fixed -u mode)
             self._apply_option_overrides(opts)
         sc = self.scenario
@@ -165,6 +178,11 @@ class RunController:
                                models=sc.model_names())
         except PreflightError as exc:
             self._abort(str(exc), EXIT_RUN_BROKE)
+            return
+        try:
+            check_prompt_lengths(sc, pf)
+        except PromptTooLongError as exc:
+            self._abort(str(exc), EXIT_BAD_CONFIG)
             return
         model = pf.model
         self.breaker, self.broken = CircuitBreaker(), None
@@ -211,9 +229,19 @@ class RunController:
                                     extra=lambda: {"in_flight": ctx.in_flight, "late_dispatches": ctx.late_dispatches,
                                                    "role": ctx.role})
         self.health.start()
-        if opts.headless and not opts.run_time:
-            cap = opts.tokenswarm_max_run_time or (planned_duration_s(sc) * 1.5 + 120.0)
+        cap = float(opts.tokenswarm_max_run_time or 0)
+        if not cap and opts.headless:  # the default guard: a run that overstays its plan by far is stopped
+            planned = planned_duration_s(sc) if not opts.run_time else float(opts.run_time) + sc.load.stop_timeout_s
+            cap = planned * 1.5 + 120.0
+        if cap:
             self._greenlets.append(gevent.spawn_later(cap, self._max_run_time_reached, cap))
+        if opts.run_time and not self.fixed_users:
+            # Locust applies -t to a shape only after the shape ended: the controller caps the plan
+            self._greenlets.append(gevent.spawn_later(float(opts.run_time), self._run_time_reached,
+                                                      float(opts.run_time)))
+        if not self._signals_installed:
+            install_signal_handlers(self.interrupt)
+            self._signals_installed = True
         self._greenlets.append(gevent.spawn(self._periodic))
         log.info("tokenswarm: run %s -> %s (target %s, model %s)", run_id, out, base_url, model)
 
@@ -221,15 +249,9 @@ class RunController:
         """--steps/--step-duration/--warmup (e.g. edited in the web UI) override the scenario."""
         from tokenswarm.workload.scenario import ScenarioError, load_scenario
 
-        extra: dict[str, Any] = {}
-        try:
-            if (getattr(opts, "tokenswarm_steps", "") or "").strip():
-                extra["load.steps"] = [float(x) for x in str(opts.tokenswarm_steps).replace(";", ",").split(",") if x.strip()]
-            if str(getattr(opts, "tokenswarm_step_duration", "") or "").strip():
-                extra["load.step_duration_s"] = float(opts.tokenswarm_step_duration)
-            if str(getattr(opts, "tokenswarm_warmup", "") or "").strip():
-                extra["load.warmup_s"] = float(opts.tokenswarm_warmup)
-        except ValueError as exc:
+        try:  # the command line's were checked at start-up (exit 2); these may come from the UI's form
+            extra = RunFlags.from_options(opts).plan_overrides()
+        except RunFlagError as exc:
             log.error("tokenswarm: ignoring an invalid step option: %s", exc)
             return
         if not extra or self.scenario.path is None:
@@ -275,6 +297,7 @@ class RunController:
         if message is None or self.finished:
             return
         self.broken = message
+        self.stop_reason = self.stop_reason or StopReason.CIRCUIT_BREAKER
         print(f"tokenswarm: {redact(message)}", file=sys.stderr, flush=True)
         self._warn(message)
         if self.ctx is not None:
@@ -282,9 +305,73 @@ class RunController:
         self._end_run()
 
     def _max_run_time_reached(self, cap: float) -> None:
-        log.error("tokenswarm: maximum run time (%.0f s) reached; stopping the run", cap)
-        self._warn(f"stopped by the maximum run time guard after {cap:.0f} s")
+        if self.finished or self.stop_reason is not None:
+            return
+        log.error("tokenswarm: maximum run time (%g s) reached; cancelling the requests in flight", cap)
+        self._warn(f"stopped by the maximum run time guard (--max-run-time) after {cap:g} s: "
+                   "requests in flight were cancelled")
+        self.stop_reason = StopReason.MAX_RUN_TIME
+        cut_stop_timeout(self.env, is_master=self.is_master)
         self._end_run()
+
+    def _run_time_reached(self, run_time_s: float) -> None:
+        if self.finished or self.stop_reason is not None:
+            return
+        log.info("tokenswarm: run time (-t %g s) reached; stopping the run", run_time_s)
+        self._warn(f"stopped by the run time limit (-t) after {run_time_s:g} s")
+        self.stop_reason = StopReason.RUN_TIME
+        self._end_run()
+
+    def interrupt(self, reason: StopReason) -> None:
+        """Ctrl-C or SIGTERM: cancel what is in flight, finalise the run, exit with status 130.
+
+        A second signal, or one while no run is going, leaves the way Locust's Ctrl-C does. A
+        signal while the run is already ending (its plan, ``-t``, a guard) keeps that reason and
+        only stops waiting for the streams in flight.
+        """
+        if self.recording is None or self.finished or self._signalled:
+            gevent.get_hub().parent.throw(KeyboardInterrupt())  # Locust's own way out (its shutdown)
+            return
+        self._signalled = True
+        log.warning("tokenswarm: %s: cancelling the requests in flight and finalising the run", reason.name)
+        cut_stop_timeout(self.env, is_master=self.is_master)
+        if self.stop_reason is None:
+            self._warn(f"interrupted by {reason.name}: requests in flight were cancelled")
+            self.stop_reason = reason
+            self._end_run()
+        if self.env.web_ui is not None and not getattr(self.env.parsed_options, "headless", False):
+            deadline = time.monotonic() + 30.0
+            while not self.finalised and time.monotonic() < deadline:
+                gevent.sleep(0.1)
+            self.env.web_ui.stop()  # the process exits: Locust's shutdown, with our exit status
+
+    def on_stopping(self) -> None:
+        """Locust is stopping the run: know why (a stop tokenswarm did not ask for is the web UI's
+        stop button or Locust's own quit, a hard stop), and tell the users to stop."""
+        if self.recording is not None and not self.finished and self.stop_reason is None:
+            opts = self.env.parsed_options
+            run_time = float(getattr(opts, "run_time", 0) or 0)
+            if self.machine is not None and self.machine.done:
+                self.stop_reason = StopReason.PLAN_DONE
+            elif self.fixed_users and run_time and time.monotonic() - self._started_mono >= run_time - 1.0:
+                self.stop_reason = StopReason.RUN_TIME
+            else:
+                web = self.env.web_ui is not None and not getattr(opts, "headless", False)
+                self.stop_reason = StopReason.WEB_UI_STOP if web else StopReason.LOCUST_QUIT
+                self._warn(f"stopped by {'the web UI' if web else 'Locust'} before the plan ended: "
+                           "requests in flight were cancelled")
+                cut_stop_timeout(self.env, is_master=self.is_master)
+        if self.ctx is not None:
+            self.ctx.stopping = True
+
+    def on_quitting(self) -> None:
+        """Locust is quitting: a run still going is stopped as an interruption, then finalised."""
+        if self.recording is not None and not self.finished and self.stop_reason is None:
+            self.stop_reason = StopReason.LOCUST_QUIT
+            self._warn("Locust quit before the plan ended: requests in flight were cancelled")
+            cut_stop_timeout(self.env, is_master=self.is_master)
+            self.env.runner.stop()  # cancels the users' streams (records kept), then test_stop
+        self.stop()
 
     def _end_run(self) -> None:
         if self.fixed_users:
@@ -364,6 +451,7 @@ class RunController:
             else:
                 self._record_transition(tr)
         if machine.done:
+            self.stop_reason = self.stop_reason or StopReason.PLAN_DONE
             return None
         step = machine.current
         assert step is not None
@@ -476,6 +564,8 @@ class RunController:
         if rec is None or self.finished:
             return
         self.finished = True
+        if self.stop_reason is None:  # stopped without Locust's stop event (a direct call)
+            self.stop_reason = StopReason.PLAN_DONE
         if self.ctx is not None:
             self.ctx.stopping = True
         collector = rec.collector
@@ -498,6 +588,7 @@ class RunController:
         self.write_live_summary()
         self.finalize_manifest()
         rec.close()
+        self.finalised = True
         print(f"tokenswarm: records and manifest written to {rec.run_dir}", flush=True)
         if self.probing is not None:
             from tokenswarm.orchestrate.probing import write_capacity
@@ -508,6 +599,13 @@ class RunController:
         if self.probing is not None and code == EXIT_SLO_MISSED:
             code = EXIT_OK  # a search's (or sweep's) failing probes are what it measures, not a missed gate
             print("tokenswarm: the failing probes are the search's findings (capacity.json); exit status 0", flush=True)
+        reason = self.stop_reason
+        if reason.interrupted:
+            partial = [s.name for s in rec.manifest.current.steps if s.partial]
+            print(f"tokenswarm: the run was interrupted ({reason.value}); the manifest says complete: false"
+                  + (f", partial step(s): {', '.join(partial)}" if partial else "")
+                  + f"; exit status {EXIT_INTERRUPTED}", file=sys.stderr, flush=True)
+            code = EXIT_INTERRUPTED
         self.env.process_exit_code = code
         print(
             f"tokenswarm: report: tokenswarm report {rec.run_dir}  (writes {os.path.join(str(rec.run_dir), 'report', 'report.html')})",
@@ -529,6 +627,8 @@ class RunController:
             for a in collector.workers.values():
                 if a.lost_reason:
                     rec.manifest.warn(f"worker {a.worker_id}: {a.lost_reason}; missing seqs {a.missing}")
+                elif a.missing:  # e.g. records the worker could not write (its log names them)
+                    rec.manifest.warn(f"worker {a.worker_id}: records never arrived, missing seqs {a.missing}")
             health = self.workers.health()
         elif self.ctx is not None:
             ctx = self.ctx
@@ -536,9 +636,23 @@ class RunController:
                         "clock_offset_s": 0.0, "records_received": ctx._next_seq,
                         "last_seq": ctx.last_seq, "missing_seqs": [], "lost_reason": None,
                         "timing": timing_provenance()}]
-            totals = Totals(requests_started=ctx.requests_started, records_received=ctx._next_seq, records_lost=0)
+            lost = ctx.records_unwritable
+            totals = Totals(requests_started=ctx.requests_started, records_received=ctx._next_seq - lost,
+                            records_lost=lost, records_missing_seqs=lost)
+            if lost:
+                rec.manifest.warn(f"{lost} record(s) could not be written and are lost: " + "; ".join(ctx.unwritable)
+                                  + ("; ..." if lost > len(ctx.unwritable) else ""))
             health = {"late_dispatches": ctx.late_dispatches, "max_schedule_lag_ms": round(ctx.max_schedule_lag_ms, 3)}
         else:
             workers, totals, health = list(rec.manifest.current.workers), rec.manifest.current.totals, {}
+        if self.admission is not None and self.admission.refusals():
+            refused = self.admission.refusals()
+            rec.manifest.update(workers_refused=tuple(refused))
+            rec.manifest.warn(f"{len(refused)} worker connection(s) refused, their messages dropped: "
+                              + ", ".join(f"{r['worker']} ({r['reason']})" for r in refused))
+        reason = self.stop_reason or StopReason.PLAN_DONE
         rec.finalize(workers=workers, totals=totals, health=health,
-                     cpu_warning_emitted=bool(getattr(self.env.runner, "cpu_warning_emitted", False)))
+                     cpu_warning_emitted=bool(getattr(self.env.runner, "cpu_warning_emitted", False)),
+                     stop_reason=reason.value, complete=not reason.interrupted,
+                     # -t is the plan of a fixed -u run; it cuts a shaped plan short
+                     cut=reason.cuts_plan or (reason is StopReason.RUN_TIME and not self.fixed_users))

@@ -4,8 +4,13 @@ Imported by the locustfile (``locustfiles/llm.py`` -> ``tokenswarm.locustfile``)
 
 * local (no ``--master``/``--worker``): loads the scenario, runs users, writes the run dir.
 * master: loads the scenario, runs the shape, scrapes metrics, collects worker records.
-* worker: gets the resolved scenario, run id and target through the spawn message (Locust
-  forwards custom options only then), runs users and relays records.
+* worker: presents the worker token (:mod:`~tokenswarm.orchestrate.admission`), gets the
+  resolved scenario, run id and target through the spawn message (Locust forwards custom
+  options only then), runs users and relays records.
+
+The web UI and the master port bind 127.0.0.1 unless told otherwise
+(:mod:`~tokenswarm.orchestrate.exposure`), and the target's credentials go only to the target
+the process was started for (:func:`tokenswarm.wire.auth.set_credentials_scope`).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from tokenswarm.load import runtime
 from tokenswarm.load.context import make_worker_id
 from tokenswarm.load.health import HealthMonitor
 from tokenswarm.load.lifecycle import is_local_worker, watch_parent
-from tokenswarm.load.preflight import PreflightError, preflight
+from tokenswarm.load.preflight import PreflightError, PromptTooLongError, check_prompt_lengths, preflight
 from tokenswarm.load.setup import (  # noqa: F401  (planned_duration_s, scenario_slos: part of this module's API)
     apply_user_settings,
     build_worker_context,
@@ -37,10 +42,16 @@ from tokenswarm.load.setup import (  # noqa: F401  (planned_duration_s, scenario
     scenario_slos,
     set_class_weights,
 )
+from tokenswarm.orchestrate import exposure
+from tokenswarm.orchestrate.admission import MSG_REFUSED, WorkerGate, send_hello, token_from
 from tokenswarm.orchestrate.controller import MSG_LIVE, MSG_STEP, RunController
+from tokenswarm.orchestrate.ending import MSG_HARD_STOP
+from tokenswarm.orchestrate.outputs import html_refusal, redact_exceptions, redact_locust_outputs
+from tokenswarm.orchestrate.runflags import RunFlags
 from tokenswarm.orchestrate.verdict import EXIT_BAD_CONFIG, EXIT_RUN_BROKE, merge_slos, parse_slo_args
-from tokenswarm.redact import install_log_redaction, remember_target
+from tokenswarm.redact import install_log_redaction, remember, remember_target
 from tokenswarm.webui import install as install_webui
+from tokenswarm.wire.auth import set_credentials_scope
 from tokenswarm.wire.timing import provenance as timing_provenance
 
 log = logging.getLogger("tokenswarm")
@@ -102,7 +113,19 @@ def _add_options(parser: Any) -> None:
                        include_in_web_ui=False,
                        help="Address for --metrics-port (default 127.0.0.1; another address serves the statistics "
                             "without authentication to whoever can reach it, and says so in a warning)")
-    for hidden in ("tokenswarm_scenario_data", "tokenswarm_run_id", "tokenswarm_base_url", "tokenswarm_model"):
+    group.add_argument("--credentials-to-any-host", dest="tokenswarm_credentials_to_any_host", action="store_true",
+                       default=False, include_in_web_ui=False,
+                       help="Send the target's credentials (key, headers, URL password) to any host, also one "
+                            "typed into the web UI's start form (default: only to --host / target.base_url)")
+    group.add_argument("--worker-token", dest="tokenswarm_worker_token", default="", include_in_web_ui=False,
+                       help="Shared secret every worker presents to the master (default: $TOKENSWARM_WORKER_TOKEN; "
+                            "required for a master port bound beyond 127.0.0.1; prefer the variable, a command "
+                            "line is visible to other users)")
+    # Locust binds its web UI and master port to every interface; tokenswarm's default is this machine.
+    if hasattr(group, "set_defaults"):
+        group.set_defaults(web_host=exposure.LOCAL_BIND, master_bind_host=exposure.LOCAL_BIND)
+    for hidden in ("tokenswarm_scenario_data", "tokenswarm_run_id", "tokenswarm_base_url", "tokenswarm_model",
+                   "tokenswarm_credentials_url"):
         group.add_argument("--" + hidden.replace("_", "-"), dest=hidden, default="", help=argparse.SUPPRESS,
                            include_in_web_ui=False)
 
@@ -127,18 +150,29 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         # Quiet terminal: the progress lines and the verdict, without Locust's periodic stats
         # tables between them (Locust reads this flag after init; --print-stats brings them back).
         opts.only_summary = True
+    token = token_from(getattr(opts, "tokenswarm_worker_token", ""))
+    if token:
+        remember(token)  # never printed, logged or stored
+    opts.tokenswarm_worker_token = ""  # parsed options travel in the spawn message: not the token
     if isinstance(runner, WorkerRunner):
-        _init_worker(environment)
+        _init_worker(environment, token)
         return
+    gate = _close_the_doors(environment, token)
     from tokenswarm.workload.scenario import ScenarioError
 
     try:
         sc, overrides = load_scenario_from_options(opts)
+        sc = RunFlags.from_options(opts).check(sc.path, overrides)  # bad --steps/-u/-t...: exit 2 here
         slos = merge_slos(scenario_slos(sc), parse_slo_args(list(opts.tokenswarm_slo or [])))
     except (ScenarioError, ValueError) as exc:
         print(f"tokenswarm: {exc}", file=sys.stderr)
         sys.exit(EXIT_BAD_CONFIG)
     remember_target(sc.target, environment.host)
+    # The target's credentials go to the target this process was started for, and nowhere else
+    # (a host typed into the web UI's form gets none unless --credentials-to-any-host).
+    opts.tokenswarm_credentials_url = environment.host or sc.target.base_url or ""
+    set_credentials_scope(opts.tokenswarm_credentials_url or None,
+                          any_host=bool(getattr(opts, "tokenswarm_credentials_to_any_host", False)))
     first_preflight = None
     target_url = (environment.host or sc.target.base_url or "").rstrip("/")
     if opts.headless and target_url:
@@ -149,6 +183,11 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         except PreflightError as exc:
             print(f"tokenswarm: {exc}", file=sys.stderr)
             sys.exit(EXIT_RUN_BROKE)
+        try:
+            check_prompt_lengths(sc, first_preflight)
+        except PromptTooLongError as exc:
+            print(f"tokenswarm: {exc}", file=sys.stderr)
+            sys.exit(EXIT_BAD_CONFIG)
     fixed = opts.num_users is not None
     if fixed:
         environment.shape_class = None  # -u/--users: a fixed concurrency for -t, as Locust users expect
@@ -163,6 +202,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     ctl.slos = slos
     ctl.preflight = first_preflight
     runtime.set_run(ctl)
+    ctl.admission = gate
     if isinstance(runner, MasterRunner):
         collector_proxy = _CollectorProxy(ctl)
         runner.register_message(MSG_RECORDS, collector_proxy.on_records)
@@ -172,10 +212,10 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     else:
         runner.register_message(MSG_STEP, lambda environment, msg, **kw: None)  # local: ctx updated directly
     environment.events.test_start.add_listener(lambda environment, **kw: ctl.start())
-    environment.events.test_stopping.add_listener(lambda environment, **kw: _set_stopping())
+    environment.events.test_stopping.add_listener(lambda environment, **kw: ctl.on_stopping())
     environment.events.test_stop.add_listener(lambda environment, **kw: ctl.stop())
     environment.events.reset_stats.add_listener(lambda **kw: ctl.reset_live())
-    environment.events.quitting.add_listener(lambda environment, **kw: ctl.stop())
+    environment.events.quitting.add_listener(lambda environment, **kw: ctl.on_quitting())
     if environment.web_ui is not None:
         install_webui(environment, ctl)
     if getattr(opts, "tokenswarm_metrics_port", 0):
@@ -194,6 +234,34 @@ def _serve_live_metrics(ctl: RunController, port: int, host: str) -> None:
     ctl.health_listeners.append(exporter.on_health_sample)
 
 
+def _close_the_doors(environment: Any, token: str | None) -> WorkerGate | None:
+    """Master/local, before anything is served: the worker gate, Locust's files, the web UI's exposure.
+
+    Runs in ``init``, before Locust's web server starts and before this greenlet first yields,
+    so no worker connection reaches Locust's handler ungated. Exits with status 2 for a master
+    port open beyond this machine without a token, or an ``--html`` that cannot be redacted.
+    """
+    runner, opts = environment.runner, environment.parsed_options
+    gate = None
+    if isinstance(runner, MasterRunner):
+        refusal = exposure.master_refusal(getattr(opts, "master_bind_host", None), token)
+        if refusal:
+            print(f"tokenswarm: {refusal}", file=sys.stderr)
+            sys.exit(EXIT_BAD_CONFIG)
+        gate = WorkerGate(runner, token).install()
+    refusal = html_refusal(getattr(opts, "html_file", None), redact_locust_outputs())
+    if refusal:
+        print(f"tokenswarm: {refusal}", file=sys.stderr)
+        sys.exit(EXIT_BAD_CONFIG)
+    redact_exceptions(runner)
+    if environment.web_ui is not None:
+        warning = exposure.web_ui_warning(getattr(opts, "web_host", None), bool(getattr(opts, "web_login", False)),
+                                          getattr(opts, "web_port", None))
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
+    return gate
+
+
 class _CollectorProxy:
     def __init__(self, ctl: RunController) -> None:
         self.ctl = ctl
@@ -208,16 +276,15 @@ class _CollectorProxy:
             self.ctl.collector.on_final(msg.data, client_id=msg.node_id)
 
 
-def _set_stopping() -> None:
-    try:
-        runtime.context().stopping = True
-    except RuntimeError:
-        pass
-
-
-def _init_worker(environment: Any) -> None:
+def _init_worker(environment: Any, token: str | None) -> None:
     runner = environment.runner
     state: dict[str, Any] = {"ctx": None}
+
+    def on_refused(environment: Any, msg: Any, **_kw: Any) -> None:
+        log.error("tokenswarm: the master refused this worker: %s", msg.data)
+
+    runner.register_message(MSG_REFUSED, on_refused)
+    send_hello(runner, token)  # Locust's connection is acked by now; the master admits us on this
 
     def on_step(environment: Any, msg: Any, **_kw: Any) -> None:
         ctx = state["ctx"]
@@ -227,6 +294,8 @@ def _init_worker(environment: Any) -> None:
             state["pending_step"] = msg.data
 
     runner.register_message(MSG_STEP, on_step)
+    # the master's hard stop: read before its stop/quit message, so users are killed, not waited for
+    runner.register_message(MSG_HARD_STOP, lambda environment, msg, **kw: setattr(environment, "stop_timeout", 0))
     if is_local_worker(environment.parsed_options):
         gevent.spawn(watch_parent, runner.quit)
 
@@ -242,6 +311,8 @@ def _init_worker(environment: Any) -> None:
             return
         from tokenswarm.workload.scenario import apply_overrides
 
+        set_credentials_scope(opts.tokenswarm_credentials_url or None,
+                              any_host=bool(getattr(opts, "tokenswarm_credentials_to_any_host", False)))
         raw = apply_overrides(raw, data.get("overrides"), data.get("path") or "<scenario>")
         sc = parse_scenario(raw, data.get("path") or "<scenario>")
         index = max(0, runner.worker_index)

@@ -107,12 +107,18 @@ class RunRecording:
 
     # -- the end -----------------------------------------------------------------------------
     def finalize(self, *, workers: list[dict[str, Any]], totals: Totals, health: dict[str, Any],
-                 cpu_warning_emitted: bool) -> None:
-        """Write the final manifest: end time, workers, totals, generator health, warnings, complete."""
+                 cpu_warning_emitted: bool, stop_reason: str = "plan_done", cut: bool = False,
+                 complete: bool = True) -> None:
+        """Write the final manifest: end time, why the run stopped, workers, totals, generator
+        health, warnings, complete.
+
+        ``cut``: the run stopped before its plan ended, so a step still open is ``partial``;
+        ``complete`` is false for an interrupted run (its records are all written all the same).
+        """
         m = self.manifest
         ended_at = time.time()
-        m.update(ended_at=ended_at)
-        m.close_open_steps(ended_at)
+        m.update(ended_at=ended_at, stop_reason=stop_reason)
+        m.close_open_steps(ended_at, partial=cut)
         health = dict(health)
         health["cpu_warning"] = cpu_warning_emitted or bool(health.get("cpu_warning", False))
         for key, name in _PEAK_KEYS.items():
@@ -128,7 +134,7 @@ class RunRecording:
         if health.get("cpu_warning"):
             m.warn("a load generator process used more than 90% CPU: timings may be inflated")
         m.update(workers=tuple(workers), totals=totals,
-                 generator_health={**m.current.generator_health, **health}, complete=True)
+                 generator_health={**m.current.generator_health, **health}, complete=complete)
         m.write()
 
     def close_records(self) -> None:

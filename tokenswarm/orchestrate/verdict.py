@@ -6,7 +6,7 @@ Exit statuses (documented in the README):
 * 1 -- at least one SLO missed, or not judged because its percentile rests on too few samples
   ("not enough samples": fewer than 10 / (1 - q) requests in the row; a gate never passes by chance)
 * 2 -- bad configuration or usage (raised earlier, before any traffic)
-* 3 -- the run itself broke: no successful request, no records, or a worker lost
+* 3 -- the run itself broke: no successful request, no records, a worker lost, or records lost
 
 Files written next to the records: ``slo.json`` (machine-readable verdict) and
 ``junit.xml`` (one test case per SLO and step/task row, so CI systems show it natively).
@@ -85,6 +85,8 @@ def evaluate_run(run_dir: str | Path, slos: dict[str, Any], *,
     lost = [w for w in manifest.workers if w.get("lost_reason")]
     if lost:
         broken.append(f"{len(lost)} worker(s) lost: " + "; ".join(f"{w['worker_id']} ({w['lost_reason']})" for w in lost))
+    if manifest.totals.records_lost:
+        broken.append(f"{manifest.totals.records_lost} record(s) lost (the manifest's warnings name them)")
     results: list[dict[str, Any]] = []
     if not slos and outcomes is not None:
         if not outcomes.get("ok"):  # the run broke: only then the analysis' wording of it

@@ -76,6 +76,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="share of 64-step windows with a slow draft model")
     g.add_argument("--draft-slow-factor", type=_positive, default=5.0, metavar="F",
                    help="draft cost multiplier in slow windows (default 5)")
+    g.add_argument("--fault-bad-usage", type=_rate, default=0.0, metavar="RATE",
+                   help="report an impossible usage.completion_tokens in the final usage object")
+    g.add_argument("--bad-usage-value", default="99999999999999999999999999999", metavar="JSON",
+                   help="the raw JSON number (or value) --fault-bad-usage reports (default 10**29-1)")
     g.add_argument("--spec-divergence", type=_rate, default=0.0, metavar="RATE",
                    help="broken verifier: a speculative step emits a wrong token with this probability")
 
@@ -101,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
         http_500=args.fault_http_500, http_503=args.fault_http_503, http_429=args.fault_http_429,
         cut=args.fault_cut, stall=args.fault_stall, stall_s=args.stall_seconds,
         draft_unavailable=args.fault_draft_unavailable, draft_slow=args.fault_draft_slow,
-        draft_slow_factor=args.draft_slow_factor, seed=args.seed,
+        draft_slow_factor=args.draft_slow_factor, bad_usage=args.fault_bad_usage,
+        bad_usage_value=args.bad_usage_value, seed=args.seed,
     )
     _raise_fd_limit()
     from tokenswarm.sim.server import SimServer, serve

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from tokenswarm.sim.textgen import unit_hash
 
 _HTTP = {"http_500": 1, "http_503": 2, "http_429": 3}
-_CUT, _STALL, _STALL_AT, _CUT_AT, _DRAFT_DOWN, _DRAFT_SLOW = 11, 12, 13, 14, 15, 16
+_CUT, _STALL, _STALL_AT, _CUT_AT, _DRAFT_DOWN, _DRAFT_SLOW, _BAD_USAGE = 11, 12, 13, 14, 15, 16, 17
 DRAFT_WINDOW_STEPS = 64
 
 
@@ -29,6 +29,10 @@ class FaultConfig:
     draft_unavailable: float = 0.0  #: share of step windows without a draft model
     draft_slow: float = 0.0  #: share of step windows with a slow draft model
     draft_slow_factor: float = 5.0
+    #: the final usage object reports ``completion_tokens`` as ``bad_usage_value`` (raw JSON text):
+    #: a server whose count no stream could carry (the client must keep the record, see security.md)
+    bad_usage: float = 0.0
+    bad_usage_value: str = "99999999999999999999999999999"
     seed: int = 0
 
     def http_fault(self, index: int) -> int | None:
@@ -49,6 +53,12 @@ class FaultConfig:
         """Pause the sequence once it has this many tokens (1..8), or None."""
         if self.stall > 0.0 and unit_hash(self.seed, _STALL, index) < self.stall:
             return 1 + int(unit_hash(self.seed, _STALL_AT, index) * 8)
+        return None
+
+    def bad_usage_of(self, index: int) -> bytes | None:
+        """The raw ``completion_tokens`` JSON text to report for request ``index``, or None."""
+        if self.bad_usage > 0.0 and unit_hash(self.seed, _BAD_USAGE, index) < self.bad_usage:
+            return self.bad_usage_value.encode()
         return None
 
     def draft_state(self, step_index: int, _now_s: float) -> tuple[bool, float]:

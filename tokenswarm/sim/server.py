@@ -265,7 +265,12 @@ class Stream:
         return self.usage_tail % (self.req.prompt_len + completion, completion)
 
     def _final_usage(self) -> bytes:
-        out = b',"usage":' + orjson.dumps(self._usage_dict())
+        usage = orjson.dumps(self._usage_dict())
+        bad = self.srv.faults.bad_usage_of(self.index)
+        if bad is not None:  # the fault: a count no stream could carry (the truth log keeps the real one)
+            self.srv.metrics.fault("bad_usage")
+            usage = usage.replace(b'"completion_tokens":%d' % self.n_tokens, b'"completion_tokens":' + bad)
+        out = b',"usage":' + usage
         spec = self._spec_metrics()
         if spec is not None:
             out += b',"metrics":' + orjson.dumps({"speculative_decoding": spec})

@@ -38,22 +38,26 @@ def checkable(override: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tokenswarm.redact import install_log_redaction, redact
     from tokenswarm.study.runner import run_study
-    from tokenswarm.study.spec import StudyError, study_from_args
+    from tokenswarm.study.spec import StudyError, remember_study_secrets, study_from_args
     from tokenswarm.workload.scenario import ScenarioError, load_scenario, parse_override
 
+    install_log_redaction()
     try:
         study = study_from_args(args)
         overrides = dict(parse_override(checkable(o)) for o in study.overrides)
-        load_scenario(study.scenario, overrides or None)  # a bad scenario fails now, before any server starts
+        # a bad scenario fails now, before any server starts
+        scenarios = [load_scenario(study.scenario, overrides or None)]
         for arm in study.arms:
-            load_scenario(study.scenario,
-                          {**overrides, **dict(parse_override(checkable(o)) for o in arm.overrides)} or None)
+            scenarios.append(load_scenario(
+                study.scenario, {**overrides, **dict(parse_override(checkable(o)) for o in arm.overrides)} or None))
+        remember_study_secrets(study, scenarios)  # before anything is printed or written
     except (StudyError, ScenarioError, ValueError) as exc:
-        print(f"tokenswarm study: {exc}", file=sys.stderr)
+        print(redact(f"tokenswarm study: {exc}"), file=sys.stderr)
         return 2
     out = Path(study.out or f"studies/{Path(study.scenario).stem}-{time.strftime('%Y%m%d-%H%M%S')}")
-    code = run_study(study, out)
+    code = run_study(study, out, say=lambda text: print(redact(text), flush=True))
     if code != 0 or args.no_report:
         return code
     return write_study_report(out)
@@ -67,12 +71,14 @@ def write_study_report(out: Path, quiet: bool = False) -> int:
     except ImportError as e:  # analysis extra not installed
         print(f"tokenswarm study: the study ran; no report ({e})", file=sys.stderr)
         return 0
+    from tokenswarm.redact import redact
+
     try:
         files, text = write(out)
     except AnalysisError as exc:
-        print(f"tokenswarm study: report: {exc}", file=sys.stderr)
+        print(redact(f"tokenswarm study: report: {exc}"), file=sys.stderr)
         return exc.exit_code
     if not quiet:
-        print(text)
-        print(f"study report: {files['report.md']} (summary {files['summary.json']})")
+        print(redact(text))
+        print(redact(f"study report: {files['report.md']} (summary {files['summary.json']})"))
     return 0

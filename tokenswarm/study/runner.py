@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from tokenswarm.redact import redact
 from tokenswarm.study.manifest import StudyManifest, run_complete
 from tokenswarm.study.order import interleaved_order
 from tokenswarm.study.server import ArmServer, ServerNotReady
@@ -137,7 +138,7 @@ def run_study(study: Study, out: Path, say: Callable[[str], None] = print) -> in
     try:
         manifest = StudyManifest.open(out, study, order)
     except ValueError as e:
-        print(f"tokenswarm study: {e}", file=sys.stderr)
+        print(redact(f"tokenswarm study: {e}"), file=sys.stderr)
         return EXIT_BAD_INPUT
     say(f"tokenswarm study: {len(study.arms)} arms x {study.rounds} rounds, order "
         + " ".join(a for _, a in order) + f" -> {out}")
@@ -151,7 +152,7 @@ def run_study(study: Study, out: Path, say: Callable[[str], None] = print) -> in
         except ArmFailed as exc:
             manifest.fail(round_no, arm_name, str(exc))
             manifest.finish()
-            print(f"tokenswarm study: error: {exc}", file=sys.stderr)
+            print(redact(f"tokenswarm study: error: {exc}"), file=sys.stderr)
             print(f"tokenswarm study: finished arm-rounds are kept in {out}; run the same command again to resume",
                   file=sys.stderr)
             return exc.exit_status

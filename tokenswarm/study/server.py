@@ -2,7 +2,9 @@
 
 A command arm's shell command line gets ``{port}`` (a free port of 127.0.0.1 chosen here) and
 ``{host}`` (``http://127.0.0.1:{port}``) substituted, runs under ``/bin/sh`` in a new session
-with stdout and stderr captured to a log file, is ready when ``GET /v1/models`` answers 200,
+with stdout and stderr captured to a log file line by line through the one redaction function
+(a server that logs its arguments or environment, as vLLM does, leaves no secret the study
+knows in the log), is ready when ``GET /v1/models`` answers 200,
 and is stopped with SIGTERM to its process group, then SIGKILL after a timeout. A host arm is
 only probed. The clock and the sleep are injectable so the readiness loop is tested quickly.
 """
@@ -15,6 +17,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -22,7 +25,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from tokenswarm.redact import redact
 from tokenswarm.study.spec import Arm, mask_command, mask_url
+
+#: A server log line longer than this is written in pieces (tqdm-style lines without newlines).
+LOG_LINE_BYTES = 65536
+
+
+def _pump_log(src: Any, log_path: Path) -> None:
+    """Copy a server's output into its log, every line redacted (and made inert), until EOF."""
+    with open(log_path, "ab") as log:
+        for raw in iter(lambda: src.readline(LOG_LINE_BYTES), b""):
+            log.write(redact(raw.decode("utf-8", "replace")).encode("utf-8"))
+            log.flush()  # the log tail is read while the server runs
+    src.close()
 
 
 class ServerNotReady(RuntimeError):
@@ -57,6 +73,7 @@ class ArmServer:
     proc: subprocess.Popen | None = None
     models: Any = None  #: the /v1/models answer (model ids, owner, max length ...)
     headers: dict[str, str] = field(default_factory=dict)
+    pump: threading.Thread | None = None  #: copies the server's output into its log, redacted
 
     @classmethod
     def start(cls, arm: Arm, log_path: Path, headers: dict[str, str] | None = None) -> "ArmServer":
@@ -68,10 +85,12 @@ class ArmServer:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
             log.write(f"$ {mask_command(substitute(arm.command, port))}\n".encode())
-            log.flush()
-            proc = subprocess.Popen(substitute(arm.command, port), shell=True, stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        return cls(arm, f"http://127.0.0.1:{port}", log_path, proc, headers=dict(headers or {}))
+        proc = subprocess.Popen(substitute(arm.command, port), shell=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        pump = threading.Thread(target=_pump_log, args=(proc.stdout, log_path), daemon=True,
+                                name=f"tokenswarm-study-log-{arm.name}")
+        pump.start()
+        return cls(arm, f"http://127.0.0.1:{port}", log_path, proc, headers=dict(headers or {}), pump=pump)
 
     def exit_status(self) -> int | None:
         """The server process's exit status, ``None`` while it runs (or for a host arm)."""
@@ -147,4 +166,6 @@ class ArmServer:
         # children the shell left behind in the session go too
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
+        if self.pump is not None:
+            self.pump.join(10)  # the last lines reach the log (EOF once the session is gone)
         return self.proc.returncode

@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from tokenswarm.redact import redact
+from tokenswarm.workload.scenario.yamlsafe import MAX_EXPANDED_NODES, YamlTooLarge, load_bounded
 
 _ARM_NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
 _TOP = ("scenario", "baseline", "rounds", "out", "set", "arms", "ready_timeout_s", "warmup_requests",
@@ -77,7 +78,9 @@ class Study:
         return [a.name for a in self.arms if a.name != self.baseline]
 
 
-_SECRET_FLAG = re.compile(r"(--?[\w-]*(?:key|token|secret|password)[\w-]*)(=|\s+)(\"[^\"]*\"|'[^']*'|\S+)",
+# The value after a secret-named flag; never the next flag (``--token-cache --spec-method x`` keeps
+# ``--spec-method``: masking replaces the secret, not the words around it).
+_SECRET_FLAG = re.compile(r"(--?[\w-]*(?:key|token|secret|password)[\w-]*)(=|\s+)(\"[^\"]*\"|'[^']*'|(?!-)\S+)",
                           re.IGNORECASE)
 _SECRET_ENV = re.compile(r"\b([A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD)[A-Z0-9_]*)=(\"[^\"]*\"|'[^']*'|\S+)")
 _URL_PASSWORD = re.compile(r"(://[^/\s:@]+):[^/\s@]+@")
@@ -85,11 +88,26 @@ _KEY_VALUE = re.compile(r"\b(?:sk|pk|rk|hf|gsk|xai)[-_][A-Za-z0-9_\-]{8,}")
 
 
 def mask_command(command: str) -> str:
-    """``command`` with secret-looking values replaced by ``***`` (flags, VAR=..., URL passwords, keys)."""
+    """``command`` with secret-looking values replaced by ``***`` (flags, VAR=..., URL passwords, keys),
+    and every value the one redaction function knows (the scenario's key, headers, URL user info:
+    :func:`remember_study_secrets`) wherever it stands, a positional argument too."""
     out = _SECRET_FLAG.sub(lambda m: f"{m.group(1)}{m.group(2)}***", command)
     out = _SECRET_ENV.sub(lambda m: f"{m.group(1)}=***", out)
     out = _URL_PASSWORD.sub(r"\1:***@", out)
     return redact(_KEY_VALUE.sub("***", out))  # and what the one redaction function knows to be secret
+
+
+def remember_study_secrets(study: Study, scenarios: list[Any]) -> None:
+    """Teach the one redaction function every secret the study names: each arm's scenario target
+    (the value of ``api_key_env``, secret headers, URL user info) and the arms' host URLs, so
+    that commands, ``study.json``, the report, prints and server logs mask them wherever they
+    appear."""
+    from tokenswarm.redact import remember, remember_target, url_secrets
+
+    for sc in scenarios:
+        remember_target(sc.target)
+    for arm in study.arms:
+        remember(*url_secrets(arm.host))
 
 
 def mask_url(url: str) -> str:
@@ -150,8 +168,8 @@ def is_study_file(path: str) -> bool:
     if not p.is_file() or p.suffix not in (".yaml", ".yml"):
         return False
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, OSError, UnicodeDecodeError):
+        data = load_bounded(p.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, YamlTooLarge, OSError, UnicodeDecodeError):
         return False
     return isinstance(data, dict) and "arms" in data
 
@@ -176,7 +194,9 @@ def load_study_file(path: str) -> Study:
     """Read and validate a study file."""
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = load_bounded(p.read_text(encoding="utf-8"))
+    except YamlTooLarge as e:
+        raise StudyError(f"{path}: {e} (at most {MAX_EXPANDED_NODES} values once aliases are expanded)") from None
     except OSError as e:
         raise StudyError(f"{path}: cannot read: {e.strerror or e}") from None
     except yaml.YAMLError as e:

@@ -11,7 +11,9 @@ the read-only :class:`~tokenswarm.webui.view.RunView` of the run (the controller
   fed by ``/tokenswarm/series.json`` (a ring buffer sampled every 2 s by a greenlet);
 * ``/tokenswarm/llm.csv`` and ``/tokenswarm/llm.json`` - the table;
 * ``/tokenswarm/report/`` - the analysis report of the finished run, built on first request;
-* with ``--web-login`` and ``TOKENSWARM_WEB_PASSWORD`` set, a password login (:mod:`.login`).
+* with ``--web-login`` and ``TOKENSWARM_WEB_PASSWORD`` set, a password login (:mod:`.login`);
+* the guard (:mod:`.guard`): no CORS, and every state change (Locust's ``/swarm``, ``/stop``,
+  ...) only from the UI's own page, with its session token.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ __all__ = ["RunSnapshot", "RunView", "WebState", "install"]
 
 def install(environment: Any, run: RunView, *, start_sampler: bool = True) -> WebState:
     """Hook the LLM views into ``environment.web_ui`` for the run ``run`` (read-only)."""
+    from tokenswarm.webui import guard
     from tokenswarm.webui.login import auto_enable
     from tokenswarm.webui.routes import register
 
+    guard.install(environment)
     state = WebState(environment, run)
     register(environment, state)
     auto_enable(environment)  # --web-login with TOKENSWARM_WEB_PASSWORD set

@@ -14,6 +14,7 @@ from typing import Any
 
 from tokenswarm.webui.state import WebState
 from tokenswarm.webui.table import rows_to_csv, table_structure
+from tokenswarm.wire.auth import credentials_scope
 
 STATIC_DIR = Path(__file__).parent / "static"
 TAB_KEY = "llm"
@@ -89,7 +90,7 @@ def register(environment: Any, state: WebState) -> None:
         run_dir = state.run_dir
         report = state.reports.state(Path(run_dir)) if state.state() == "finished" else None
         return jsonify({"run_id": state.run_id, "state": state.state(), "run_dir": None if run_dir is None else str(run_dir),
-                        "report": report})
+                        "report": report, "credentials_to": credentials_scope()})
 
     @route("/charts", "charts")
     def charts() -> Any:

@@ -39,7 +39,7 @@ from tokenswarm.wire.clock import WallAnchor
 from tokenswarm.wire.pool import RequestTiming, send_request
 from tokenswarm.wire.reader import stream_poller
 from tokenswarm.wire.sse import SSEParser
-from tokenswarm.wire.stream import StreamState, error_from_body
+from tokenswarm.wire.stream import DEFAULT_LIMITS, StreamLimitExceeded, StreamLimits, StreamState, error_from_body
 from tokenswarm.wire.timing import BodyReader, read_available  # noqa: F401  (read_available: public here too)
 
 RECV_BYTES = 65536
@@ -100,12 +100,14 @@ def stream_call(
     cancel_after_first_token: bool = False,
     clock: Callable[[], float] = time.perf_counter,
     scheduled_s: float | None = None,
+    limits: StreamLimits = DEFAULT_LIMITS,
 ) -> tuple[RequestRecord, str]:
     """POST ``body`` to ``path`` and observe the answer. Returns ``(record, output_text)``.
 
     ``base`` carries the record's identity fields (run_id, seq, task, scheduled_at_s...);
     ``scheduled_s`` is the ``clock`` reading of when the request was due (default: the
-    base's ``scheduled_at_s`` through ``anchor``). Never raises for target misbehaviour. When
+    base's ``scheduled_at_s`` through ``anchor``); ``limits`` bound what the response may carry
+    (a stream past them is cut as a ``stream_error``). Never raises for target misbehaviour. When
     the calling greenlet is killed (end of run) the ``cancelled`` record goes to
     ``on_cancel`` and ``GreenletExit`` propagates.
     """
@@ -118,7 +120,7 @@ def stream_call(
     timing = RequestTiming(clock)
     start = clock()  # the attempt began: the record's times count from here until sent
     sent = start
-    state = StreamState(start)
+    state = StreamState(start, limits)
     status: int | None = None
     resp = None
     total = gevent.Timeout(total_timeout_s, _Deadline("total"))
@@ -206,6 +208,10 @@ def stream_call(
         if on_cancel is not None:
             on_cancel(record, state.text())
         raise
+    except StreamLimitExceeded as exc:  # more than the request could carry: cut, what came is kept
+        outcome, error = Outcome.STREAM_ERROR, str(exc)
+        if resp is not None:
+            discard_connection(resp)
     except (ConnectionError, OSError) as exc:
         outcome = Outcome.HTTP_ERROR if status is None else Outcome.STREAM_ERROR
         error = _conn_error_text(exc, status is None)

@@ -19,16 +19,30 @@ __all__ = ["SSEParser", "SSEEvent"]
 #: (event type or None, data payload bytes)
 SSEEvent = tuple[str | None, bytes]
 
+#: The most bytes one event (or one line of it) may hold while it is incomplete: the parser's
+#: memory per stream is bounded by it whatever the server sends.
+MAX_EVENT_BYTES = 8 * 1024 * 1024
+
+
+class StreamLimitExceeded(Exception):
+    """A stream sent more than it could legitimately carry, or a count that cannot be true;
+    raised while it is read to cut it (the message is the record's error)."""
+
+
+def _too_large() -> StreamLimitExceeded:
+    return StreamLimitExceeded(f"protocol error: an SSE event exceeded {MAX_EVENT_BYTES} bytes before it ended")
+
 
 class SSEParser:
     """Feed bytes, get ``(event_type, data)`` tuples for every complete event."""
 
-    __slots__ = ("_tail", "_data", "_event")
+    __slots__ = ("_tail", "_data", "_event", "_size")
 
     def __init__(self) -> None:
         self._tail = b""  # incomplete last line
         self._data: list[bytes] = []  # data lines of the event being built
         self._event: bytes | None = None
+        self._size = 0  # bytes of the data lines held in _data
 
     @property
     def idle(self) -> bool:
@@ -60,6 +74,8 @@ class SSEParser:
             if tail.find(b"\n") >= 0:
                 out.extend(self._feed_lines(tail))  # complete lines of an unfinished event
             else:
+                if len(tail) > MAX_EVENT_BYTES:
+                    raise _too_large()
                 self._tail = tail
         return out
 
@@ -69,6 +85,8 @@ class SSEParser:
             chunk = self._tail + chunk
         lines = chunk.split(b"\n")
         self._tail = lines.pop()  # b"" when the chunk ended with a newline
+        if len(self._tail) > MAX_EVENT_BYTES:
+            raise _too_large()
         out: list[SSEEvent] = []
         data = self._data
         for line in lines:
@@ -78,6 +96,7 @@ class SSEParser:
                 if data:
                     out.append((self._event_name(), b"\n".join(data)))
                     data.clear()
+                    self._size = 0
                 self._event = None
                 continue
             if line.startswith(b"data:"):
@@ -88,8 +107,12 @@ class SSEParser:
                     # Previous event never got its blank line; it was complete already.
                     out.append((self._event_name(), b"\n".join(data)))
                     data.clear()
+                    self._size = 0
                     self._event = None
                 data.append(payload)
+                self._size += len(payload)
+                if self._size > MAX_EVENT_BYTES:
+                    raise _too_large()
             elif line.startswith(b":"):
                 continue  # comment / keep-alive
             elif line.startswith(b"event:"):
@@ -103,6 +126,7 @@ class SSEParser:
         if self._data:
             out.append((self._event_name(), b"\n".join(self._data)))
             self._data.clear()
+            self._size = 0
         return out
 
     def _event_name(self) -> str | None:

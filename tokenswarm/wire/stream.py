@@ -18,6 +18,14 @@ Token accounting, most exact first:
 The final ``usage`` object (``include_usage``) gives ``output_tokens``; without it the sum
 of exact per-chunk counts is used, and without those an estimate marked
 ``tokens_estimated=True`` (4 characters per token).
+
+Numbers from the server are checked where they are read, so a record always holds plausible
+values and can always be written (:class:`StreamLimits`): a count that is not an integer, is
+negative, goes backwards or exceeds what the request could carry makes the request a
+``stream_error`` ("server reported completion_tokens=-4"), never an exception. The usage
+numbers are checked once, when the record is built; the running caps (content events, bytes,
+cumulative usage) are O(1) per event, and a stream that passes one is cut
+(:class:`StreamLimitExceeded`) with what arrived so far kept in its record.
 """
 
 from __future__ import annotations
@@ -28,14 +36,57 @@ from typing import Any
 
 import orjson
 
-from tokenswarm.record import Outcome, RequestRecord
+from tokenswarm.record import MAX_PLAUSIBLE_TOKENS, Outcome, RequestRecord
 from tokenswarm.redact import redact
 from tokenswarm.wire.chunkjson import Usage, decode_chunk
 from tokenswarm.wire.clock import WallAnchor
 from tokenswarm.wire.engine_fields import one_token_per_event, spec_decode_of
 from tokenswarm.wire.native import native_function
+from tokenswarm.wire.sse import StreamLimitExceeded
+
+__all__ = ["StreamLimitExceeded", "StreamLimits", "StreamState", "error_from_body"]
 
 CHARS_PER_TOKEN_ESTIMATE = 4.0
+#: The largest integer a record (JSON through orjson) and the analysis can hold.
+INT64_MAX = 2**63 - 1
+#: Defaults of the scenario's ``target.limits`` (docs/scenarios.md; the scenario model holds the
+#: same numbers, a test keeps them equal): a conforming server sends at
+#: most ``max_tokens`` tokens, so ``OUTPUT_TOKENS_FACTOR`` x ``max_tokens`` is generous slack (for
+#: servers that count differently, e.g. reasoning tokens apart), and 32 MiB is far above the
+#: largest real answer (a 32k-token answer with per-token JSON chunks is ~10 MB).
+OUTPUT_TOKENS_FACTOR = 4.0
+MAX_RESPONSE_BYTES = 32 * 1024 * 1024
+#: Content events of one request without ``max_tokens`` to scale from.
+MAX_EVENTS_UNBOUNDED = 1_000_000
+
+
+class StreamLimits:
+    """What one response may carry: content events, cumulative output tokens and bytes.
+
+    ``max_output_tokens`` bounds every token count the server reports (``usage`` values, the
+    number of content events: each carries at least one token); ``max_response_bytes`` bounds
+    the SSE payload bytes. Memory per in-flight request is proportional to both.
+    """
+
+    __slots__ = ("max_output_tokens", "max_response_bytes")
+
+    def __init__(self, max_output_tokens: int = MAX_PLAUSIBLE_TOKENS,
+                 max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
+        self.max_output_tokens = max_output_tokens
+        self.max_response_bytes = max_response_bytes
+
+    @classmethod
+    def for_request(cls, max_tokens: int | None, factor: float = OUTPUT_TOKENS_FACTOR,
+                    max_response_bytes: int = MAX_RESPONSE_BYTES) -> StreamLimits:
+        """The limits of a request asking for ``max_tokens`` (``None``: not asked, no token bound
+        but :data:`MAX_EVENTS_UNBOUNDED` events)."""
+        if max_tokens is None or max_tokens <= 0:
+            return cls(MAX_EVENTS_UNBOUNDED, max_response_bytes)
+        return cls(min(MAX_PLAUSIBLE_TOKENS, max(1, int(max_tokens * factor))), max_response_bytes)
+
+
+#: Limits for callers that give none: only the absolute bounds.
+DEFAULT_LIMITS = StreamLimits(MAX_EVENTS_UNBOUNDED)
 
 
 class StreamState:
@@ -59,10 +110,14 @@ class StreamState:
         "first_reasoning_s",
         "first_answer_s",
         "reasoning_chars",
+        "limits",
+        "bytes_seen",
     )
 
-    def __init__(self, sent_s: float) -> None:
+    def __init__(self, sent_s: float, limits: StreamLimits = DEFAULT_LIMITS) -> None:
         self.sent_s = sent_s
+        self.limits = limits
+        self.bytes_seen = 0  # SSE payload bytes so far (the byte cap)
         self.times = array("d")  # arrival (perf_counter s) of each content chunk
         self.tokens = array("l")  # tokens in each content chunk (valid if exact_tokens)
         self.text_parts: list[str] = []
@@ -88,7 +143,10 @@ class StreamState:
         # The hot path: one iteration per SSE event, kept flat on purpose (no helper calls for
         # a typed completion chunk). Any other payload is read into the same fields by _read_object.
         added = 0
+        nbytes = self.bytes_seen
+        cap = self.limits.max_output_tokens  # the running token bound of a cumulative usage
         for event_type, data in events:
+            nbytes += len(data)
             if data == b"[DONE]":
                 self.done = True
                 continue
@@ -124,6 +182,9 @@ class StreamState:
                 if type(cum) is int:
                     # A text-less total after untracked chunks (llama.cpp's finish chunk) is no chunk.
                     n = 0 if (self.last_cum is None and self.times and not text) else cum - (self.last_cum or 0)
+                    if n < 0 or cum > cap:  # backwards, or more than it can carry
+                        self.bytes_seen = nbytes
+                        raise StreamLimitExceeded(_implausible("completion_tokens", cum, self.last_cum, cap))
                     self.last_cum = cum
             elif type(token_ids) is list:
                 n = len(token_ids)
@@ -145,6 +206,15 @@ class StreamState:
             if usage is None:
                 self.usage_stale = True
             added += 1
+        self.bytes_seen = nbytes
+        # The running caps, once per read: O(1) whatever the stream sends.
+        limits = self.limits
+        if nbytes > limits.max_response_bytes:
+            raise StreamLimitExceeded(f"protocol error: response exceeded {limits.max_response_bytes} bytes "
+                                      "(target.limits.response_bytes)")
+        if len(self.times) > limits.max_output_tokens:
+            raise StreamLimitExceeded(f"protocol error: more than {limits.max_output_tokens} content events, "
+                                      f"each at least one token (target.limits.output_tokens_factor)")
         return added
 
     def _read_object(self, event_type: str | None, data: bytes) -> tuple | None:
@@ -212,7 +282,10 @@ class StreamState:
             msg = c0.get("message")
             text = (msg.get("content") or "") if isinstance(msg, dict) else (c0.get("text") or "")
             self.finish_reason = c0.get("finish_reason")
-        n = _int((self.usage or {}).get("completion_tokens"))
+        n, problem = _count("completion_tokens", (self.usage or {}).get("completion_tokens"),
+                            self.limits.max_output_tokens)
+        if problem:
+            self.error = problem
         if text or n:
             self.times.append(now_s)
             self.tokens.append(n or 0)
@@ -226,7 +299,10 @@ class StreamState:
         return self.times[0] if self.times else None
 
     def text(self) -> str:
-        return "".join(self.text_parts)
+        try:
+            return "".join(self.text_parts)
+        except TypeError:  # a content that is not a string: left out (finish names the problem)
+            return "".join(p for p in self.text_parts if type(p) is str)
 
     def finish(
         self,
@@ -240,7 +316,24 @@ class StreamState:
         keep_output: bool = False,
     ) -> RequestRecord:
         """Build the immutable record. ``base`` holds identity fields (run_id, seq, task...)."""
-        err = redact(error or self.error)
+        usage = self.usage or {}
+        # The server's numbers, checked once: a value no stream could carry is the request's error.
+        out_tokens, problem = _count("completion_tokens", usage.get("completion_tokens"),
+                                     self.limits.max_output_tokens)
+        prompt_tokens, p_problem = _count("prompt_tokens", usage.get("prompt_tokens"), MAX_PLAUSIBLE_TOKENS)
+        spec_decode = self.spec_decode
+        s_problem = None if spec_decode is None else _spec_decode_problem(spec_decode)
+        if s_problem:
+            spec_decode = None
+        t_problem = None
+        try:
+            text = "".join(self.text_parts)
+        except TypeError:
+            text, t_problem = self.text(), "server sent a content that is not a string"
+        finish_reason, f_problem = _label("finish_reason", self.finish_reason)
+        response_id, i_problem = _label("id", self.response_id)
+        problem = problem or p_problem or s_problem or t_problem or f_problem or i_problem
+        err = redact(error or self.error or problem)
         if outcome is None:
             if err:
                 outcome = Outcome.STREAM_ERROR
@@ -252,10 +345,9 @@ class StreamState:
         sent = self.sent_s
         offsets = _offsets_ms(self.times, sent)
         chunk_tokens = list(self.tokens) if (self.exact_tokens and self.times) else None
-        text = self.text()
-        usage = self.usage or {}
         # A usage object older than the last content chunk cannot be the total.
-        out_tokens = None if self.usage_stale else _int(usage.get("completion_tokens"))
+        if self.usage_stale:
+            out_tokens = None
         inferred = False
         if chunk_tokens is None and self.times:
             chunk_tokens = one_token_per_event(len(self.times), out_tokens)
@@ -276,16 +368,16 @@ class StreamState:
             e2e_ms=round((end_s - sent) * 1000.0, 3),
             chunk_offsets_ms=offsets,
             chunk_tokens=chunk_tokens,
-            prompt_tokens=_int(usage.get("prompt_tokens")),
+            prompt_tokens=prompt_tokens,
             output_tokens=out_tokens,
             tokens_estimated=estimated,
-            finish_reason=self.finish_reason,
+            finish_reason=finish_reason,
             http_status=http_status,
             error=err,
-            response_id=self.response_id,
+            response_id=response_id,
             output_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest() if self.times else None,
             output_text=text if keep_output else None,
-            spec_decode=self.spec_decode,
+            spec_decode=spec_decode,
             chunk_tokens_inferred=inferred,
             **reasoning,
         )
@@ -302,7 +394,9 @@ def _reasoning_fields(state: StreamState, usage: dict[str, Any] | Usage, chunk_t
     if not state.reasoning_chunks:
         return {}
     details = usage.get("completion_tokens_details")
-    r_tokens = _int(details.get("reasoning_tokens")) if isinstance(details, dict) else None
+    r_tokens = None
+    if isinstance(details, dict):  # a bad count is not the request's error: the answer stands
+        r_tokens = _count("reasoning_tokens", details.get("reasoning_tokens"), state.limits.max_output_tokens)[0]
     if r_tokens is None and chunk_tokens is not None:
         r_tokens = sum(chunk_tokens[:state.reasoning_chunks])
     first_r, first_a = state.first_reasoning_s, state.first_answer_s
@@ -330,13 +424,53 @@ def _offsets_ms(times: array, sent: float) -> list[float]:
     return ((a - sent) * 1000.0).round(3).tolist()  # the method: no np.round dispatch per request
 
 
-def _int(v: Any) -> int | None:
-    if v is None or isinstance(v, bool):
-        return None
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return None
+def _count(name: str, v: Any, bound: int) -> tuple[int | None, str | None]:
+    """A token count the server reported: ``(value, None)``, ``(None, None)`` when absent, or
+    ``(None, problem)`` when it is not an integer in ``0..bound``."""
+    if v is None:
+        return None, None
+    if type(v) is int and 0 <= v <= bound:
+        return v, None
+    return None, _implausible(name, v, None, bound)
+
+
+def _implausible(name: str, v: Any, previous: int | None, bound: int) -> str:
+    """The plain message for a count no stream could carry (the value shown, shortened)."""
+    shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
+    if type(v) is not int:
+        why = "not an integer"
+    elif v < 0:
+        why = "negative"
+    elif previous is not None and v < previous:
+        why = f"less than the {previous} reported before"
+    else:
+        why = f"more than this request can carry ({bound})"
+    return f"server reported {name}={shown}: {why}"
+
+
+def _label(name: str, v: Any) -> tuple[str | None, str | None]:
+    """A short text field from the server (id, finish_reason): a non-string is a problem."""
+    if v is None or type(v) is str:
+        return v, None
+    shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
+    return None, f"server reported {name}={shown}: not a string"
+
+
+def _spec_decode_problem(sd: dict[str, Any], depth: int = 0) -> str | None:
+    """A number in the server's spec-decode statistics that a record cannot hold (beyond int64,
+    negative counts), or a nesting deeper than any engine sends; None when all is well."""
+    for k, v in sd.items():
+        items = v if type(v) is list else (v,)
+        for x in items:
+            if type(x) is int and not 0 <= x <= INT64_MAX:
+                return _implausible(f"spec_decode.{k}", x, None, INT64_MAX)
+            if type(x) is dict:
+                if depth >= 3:
+                    return f"server reported spec_decode.{k} nested too deep"
+                problem = _spec_decode_problem(x, depth + 1)
+                if problem:
+                    return problem
+    return None
 
 
 def _error_text(obj: dict[str, Any]) -> str:

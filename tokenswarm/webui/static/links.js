@@ -11,7 +11,8 @@
     '<a id="tokenswarm-charts-link" style="' + linkStyle + '" href="./tokenswarm/charts" target="_blank">live charts</a>' +
     '<a id="tokenswarm-csv-link" style="' + linkStyle + '" href="./tokenswarm/llm.csv">CSV</a>' +
     '<a id="tokenswarm-report-link" style="' + linkStyle + ';opacity:.5" href="./tokenswarm/report/" target="_blank"' +
-    ' title="available when the run ends">report</a>';
+    ' title="available when the run ends">report</a>' +
+    '<span id="tokenswarm-credentials" style="margin-left:10px;opacity:.8"></span>';
   document.body.appendChild(bar);
 
   // Locust's page stops polling its statistics when a run stops, before tokenswarm has the
@@ -22,6 +23,9 @@
       return r.ok ? r.json() : null;
     }).then(function (st) {
       if (!st) return;
+      // which host gets the target's credentials (a host typed in the start form gets none)
+      document.getElementById("tokenswarm-credentials").textContent =
+        "credentials to: " + (st.credentials_to || "no host");
       var a = document.getElementById("tokenswarm-report-link");
       var ready = st.state === "finished";
       a.style.opacity = ready ? "1" : ".5";

@@ -33,6 +33,11 @@ SLO_NAMES = tuple(SLO_METRICS)  # the glossary defines them (tokenswarm.metrics)
 RESPONSE_FORMATS = ("json_schema", "json_object", "none")
 #: shared prefixes: how often each distinct prefix is drawn
 PREFIX_POPULARITY = ("uniform", "zipf")
+#: ``target.limits`` defaults: a stream may carry at most ``OUTPUT_TOKENS_FACTOR`` x ``max_tokens``
+#: tokens (a conforming server sends at most ``max_tokens``) and ``MAX_RESPONSE_BYTES`` of SSE
+#: payload; past either it is cut as a protocol error (tokenswarm.wire.stream.StreamLimits).
+OUTPUT_TOKENS_FACTOR = 4.0
+MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 #: request-body fields tokenswarm sets itself; ``extra_body`` may not set them
 RESERVED_BODY_FIELDS = ("model", "messages", "prompt", "stream", "stream_options", "max_tokens",
                         "max_completion_tokens")
@@ -142,6 +147,9 @@ class TargetConfig:
     #: ``model: {name: weight, ...}``: every request draws its model by weight (LoRA adapters);
     #: empty for one model (``model`` then names it, or is ``auto``). ``model`` is the first name.
     models: tuple[tuple[str, float], ...] = ()
+    #: ``limits``: what one response may carry before it is cut as a protocol error
+    output_tokens_factor: float = OUTPUT_TOKENS_FACTOR
+    max_response_bytes: int = MAX_RESPONSE_BYTES
 
     def api_key(self) -> str | None:
         """The API key from the environment (read now, never stored); ``None`` if unset/empty."""
@@ -311,6 +319,7 @@ class Scenario:
                 "scrape_interval_s": t.scrape_interval_s,
                 "extra_metrics": [{"name": n, "url": u} for n, u in t.extra_metrics],
                 "extra_body": dict(t.extra_body),
+                "limits": {"output_tokens_factor": t.output_tokens_factor, "response_bytes": t.max_response_bytes},
             },
             "traffic": {
                 "seed": self.traffic.seed,

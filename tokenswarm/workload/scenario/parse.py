@@ -21,6 +21,7 @@ from tokenswarm.workload.scenario.errors import ScenarioError, ScenarioErrors
 from tokenswarm.workload.scenario.fields import _Section, collecting_unknown_fields
 from tokenswarm.workload.scenario.model import CostConfig, Scenario
 from tokenswarm.workload.scenario.sections import _parse_load, _parse_slo, _parse_target, _parse_traffic
+from tokenswarm.workload.scenario.yamlsafe import MAX_EXPANDED_NODES, YamlTooLarge, load_bounded
 
 _TOP = ("name", "description", "target", "traffic", "load", "slo", "cost")
 _COST = ("gpu_hour_usd", "gpus")
@@ -67,7 +68,11 @@ def load_scenario(path: str | os.PathLike, overrides: dict | None = None) -> Sce
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError(file, "file", "a readable UTF-8 YAML file", str(exc)) from None
     try:
-        data = yaml.safe_load(text)
+        data = load_bounded(text)
+    except YamlTooLarge as exc:
+        raise ScenarioError(file, f"line {exc.line}, column {exc.column}",
+                            f"at most {MAX_EXPANDED_NODES} values once aliases are expanded", exc.got,
+                            problem=exc.problem) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "file"

@@ -26,6 +26,8 @@ from tokenswarm.workload.scenario.model import (
     DATASET_FORMATS,
     KINDS,
     LOAD_MODES,
+    MAX_RESPONSE_BYTES,
+    OUTPUT_TOKENS_FACTOR,
     PREFIX_POPULARITY,
     RESERVED_BODY_FIELDS,
     RESPONSE_FORMATS,
@@ -62,8 +64,10 @@ _TARGET = (
     "extra_metrics",
     "keep_alive",
     "extra_body",
+    "limits",
 )
 _TIMEOUTS = ("connect_s", "first_token_s", "total_s")
+_LIMITS = ("output_tokens_factor", "response_bytes")
 _TRAFFIC = ("seed", "keep_outputs", "tokenizer", "sampling", "classes", "task_draw", "extra_body")
 _SAMPLING = ("temperature", "top_p", "seed", "stop", "ignore_eos")
 _TASK_COMMON = ("kind", "weight", "output_tokens", "think_time_s", "sampling", "dataset", "extra_body",
@@ -221,6 +225,9 @@ def _parse_target(top: _Section, file: str) -> TargetConfig:
     total = to.num("total_s", 600.0, gt=0)
     if first > total:
         raise to.err("first_token_s", f"a number <= timeouts.total_s ({total:g})")
+    lim = t.section("limits", _LIMITS)
+    tokens_factor = lim.num("output_tokens_factor", OUTPUT_TOKENS_FACTOR, ge=1)
+    response_bytes = lim.num("response_bytes", MAX_RESPONSE_BYTES, ge=1024, integer=True)
     metrics_raw = t.data.get("metrics_url", "auto")
     metrics_auto = metrics_raw == "auto"
     if metrics_raw is None or metrics_raw is False:
@@ -262,6 +269,8 @@ def _parse_target(top: _Section, file: str) -> TargetConfig:
         keep_alive=t.bool_("keep_alive", True),
         extra_body=_parse_extra_body(t),
         models=models,
+        output_tokens_factor=float(tokens_factor),
+        max_response_bytes=int(response_bytes),
     )
 
 
