@@ -84,7 +84,12 @@ def curve_points(rows: list[dict[str, Any]], latency_key: str = "e2e_p95_ms") ->
 
 
 def find_knee(points: list[dict[str, Any]], latency_key: str = "e2e_p95_ms") -> dict[str, Any] | None:
-    """First step where latency grows faster than throughput (see module docstring)."""
+    """First step where latency grows faster than throughput (see module docstring).
+
+    A step short of samples for ``latency_key`` (its value ``None``) is left out of that
+    metric's curve, so the steps on either side of it are compared with each other.
+    """
+    points = [p for p in points if p.get(latency_key) is not None]
     for prev, cur in zip(points, points[1:]):
         t0, t1 = prev["output_tokens_per_s"], cur["output_tokens_per_s"]
         l0, l1 = prev.get(latency_key), cur.get(latency_key)

@@ -232,6 +232,7 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
     else:
         b.append(("p", f"Highest load meeting all SLOs: {m['load_value']:g} (step {m['step_name']}, "
                        f"{fmt(m['output_tokens_per_s'])} output tokens/s)."))
+    b += capacity_blocks(s.get("capacity"))
     for name, cap in (("throughput_vs_load", "Throughput and per-request tokens/s vs load"),
                       ("percentiles_vs_load", "Latency percentiles vs load"),
                       ("latency_vs_throughput", "Latency vs throughput (Pareto view)")):
@@ -648,4 +649,34 @@ def compare_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
     b.append(("h2", "Methods"))
     b.append(("p", s["bootstrap"]["method"] + ". Consistency: join on request_key + occurrence index (by sent_at_s); "
                    "text equality when both runs kept output_text, else output_sha256; similarity = difflib ratio."))
+    return b
+
+
+def capacity_blocks(cap: dict[str, Any] | None) -> list[tuple[Any, ...]]:
+    """Capacity under SLO: the capacity with its interval and every probe (or step) judged."""
+    if not cap:
+        return []
+    b: list[tuple[Any, ...]] = [("h3", "Capacity under SLO")]
+    if cap.get("summary"):
+        what = "capacity search" if cap.get("source") == "search" else "the run's steps"
+        reached = cap.get("reached_resolution_value")
+        text = f"{cap['summary'][0].upper()}{cap['summary'][1:]} - from {what}"
+        if reached is not None:
+            text += f"; capacity {cap['capacity_value']:g} +{reached:g} {cap['unit']} (last pass .. first failure)"
+        if cap.get("resolution_value") is not None:
+            text += f", resolution asked {cap['resolution_value']:g} {cap['unit']}"
+        b.append(("p", text + "."))
+        rows = [[p["step_name"], f"{p['load_value']:g}", p.get("verdict") or ("pass" if p["passed"] else "FAIL"),
+                 p["reason"] or "-",
+                 fmt(p.get("requests_count")), fmt(p.get("output_tokens_per_s"))] for p in cap.get("probes") or []]
+        if rows:
+            b.append(("table", ["probe", "load", "SLOs", "why not", "requests", "output tok/s"], rows))
+        if cap.get("stop_reason"):
+            b.append(("p", f"The search ended: {cap['stop_reason']}."))
+        b += [("p", f"Note: {n}") for n in (cap.get("notes") or []) + (cap.get("drain_notes") or [])]
+    sw = cap.get("sweep")
+    if sw:
+        b.append(("p", f"Sweep: {fmt(sw.get('saturation_requests_per_s'))} req/s at saturation, "
+                       f"{fmt(sw.get('single_user_requests_per_s'))} req/s one request at a time, so requests queue "
+                       f"from about {fmt(sw.get('saturation_users'))} users (Little's law); steps {sw.get('steps_users')}."))
     return b

@@ -75,6 +75,9 @@ def report_text(s: dict[str, Any]) -> str:
     m = c["max_load_meeting_slo"]
     if m is not None:
         lines.append(m["detail"] if m["load_value"] is None else f"highest load meeting SLOs: {m['load_value']:g}")
+    cap = s.get("capacity") or {}
+    if cap.get("summary"):
+        lines.append(cap["summary"])
     drift = [d["series"] for d in s["soak"]["drift"] if d["drift_detected"]]
     if drift:
         lines.append("drift: " + ", ".join(drift))

@@ -46,6 +46,7 @@ from tokenswarm.analysis.loader import Run, load_run
 from tokenswarm.analysis.slo import ALL_TASKS, SloSpec, scenario_slos
 from tokenswarm.analysis.specdecode import mean_acceptance, spec_decode_tables
 from tokenswarm.analysis.stats import bootstrap_percentiles, min_samples_for, percentiles_sorted
+from tokenswarm.analysis.study_capacity import study_capacity
 from tokenswarm.analysis.study_runs import RunExtras, arm_observability, cell_resources, run_extras
 from tokenswarm.analysis.tables import Window, derived, good_mask, windows
 from tokenswarm.redact import redact
@@ -484,6 +485,7 @@ def analyse_study(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 0) ->
         "conditions": _conditions(m, runs),
         "verdict": verdict,
         "crossover": crossovers(verdict),
+        "capacity": study_capacity(runs, arms, base_arm),
         "variability": variability,
         "acceptance": acceptance,
         "consistency": cons_out,

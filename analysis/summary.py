@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 
 from tokenswarm.analysis import cost as cost_mod
+from tokenswarm.analysis.capacity import run_capacity
 from tokenswarm.analysis.chunkhist import METHOD as CHUNK_HIST_METHOD
-from tokenswarm.analysis.curves import curves
+from tokenswarm.analysis.curves import curve_points, curves
 from tokenswarm.analysis.errors import NoSuccessError
 from tokenswarm.analysis.health import generator_health
 from tokenswarm.analysis.loader import Run
@@ -105,6 +106,7 @@ def analyse(
         "errors": tables.errors,
         "slo_results": [r.to_dict() for r in tables.slo_results],
         "curves": curves(tables.rows, tables.slo_results),
+        "capacity": run_capacity(run.path, curve_points(tables.rows), tables.slo_results, tables.slo.to_dict()),
         "spec_decode": spec,
         "price": price,
         "cost": cost_mod.cost_rows(tables.rows, price),

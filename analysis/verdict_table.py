@@ -12,6 +12,7 @@ from typing import Any
 from tokenswarm.analysis.findings import threshold_text
 from tokenswarm.analysis.samples import prune_short_columns, short_text
 from tokenswarm.analysis.stats import min_samples_for
+from tokenswarm.analysis.study_capacity import capacity_lines
 
 
 def _x(v: float | None, ci: list[float] | None = None) -> str:
@@ -183,6 +184,9 @@ def verdict_text(summary: dict[str, Any]) -> str:
     cross = _crossover_lines(summary)
     if cross:
         lines += ["", "crossover (per-request speedup):"] + [f"  {c}" for c in cross]
+    capacity = capacity_lines(summary.get("capacity"))
+    if capacity:
+        lines += [""] + capacity
     for c in summary["consistency"]:
         rate = c["exact_match_rate"]
         lines.append(f"outputs of {c['arm']}: " + ("not compared" if rate is None else
@@ -240,6 +244,9 @@ def report_markdown(summary: dict[str, Any], images: list[str]) -> str:
     cross = _crossover_lines(summary)
     if cross:
         b += ["## Crossover", ""] + [f"- {c}" for c in cross] + [""]
+    capacity = capacity_lines(summary.get("capacity"))
+    if capacity:
+        b += ["## Capacity under SLO", "", capacity[0], ""] + [f"- {ln.strip()}" for ln in capacity[1:]] + [""]
     if summary["notes"] or summary["unmatched"] or summary["failures"]:
         b += ["## Notes", ""] + [f"- {n}" for n in summary["notes"] + summary["unmatched"]]
         b += [f"- failed: round {f['round']}, arm {f['arm']}: {f['message'].splitlines()[0]}"

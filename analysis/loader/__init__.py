@@ -27,7 +27,7 @@ from tokenswarm.analysis.loader.records import (
     SPEC_FIELDS,
     read_records,
 )
-from tokenswarm.analysis.loader.run import Run, load_run, read_manifest, record_files
+from tokenswarm.analysis.loader.run import Run, load_run, read_manifest, record_files, run_from_records
 from tokenswarm.analysis.loader.server_metrics import ServerMetrics, read_server_metrics
 
 __all__ = [
@@ -42,4 +42,5 @@ __all__ = [
     "read_records",
     "read_server_metrics",
     "record_files",
+    "run_from_records",
 ]

@@ -11,7 +11,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -19,7 +19,7 @@ from tokenswarm.analysis.chunkhist import ChunkHistograms
 from tokenswarm.analysis.errors import RunInputError
 from tokenswarm.analysis.gpu import GpuMetrics, gpu_metrics_from_lines
 from tokenswarm.analysis.loader.lines import _iter_json
-from tokenswarm.analysis.loader.records import _release_free_memory, read_records
+from tokenswarm.analysis.loader.records import _Columns, _release_free_memory, read_records
 from tokenswarm.analysis.loader.server_metrics import ServerMetrics, read_server_metrics
 from tokenswarm.collect.store import PARTS_GLOB
 from tokenswarm.manifest import ManifestError, RunManifest, read_run_manifest
@@ -170,6 +170,27 @@ def load_run(path: str | os.PathLike[str], keep_text: bool = False) -> Run:
         files=[str(f) for f in files],
         gpu_metrics=read_gpu_metrics(run_dir / "server_metrics.jsonl", warnings),
     )
+
+
+def run_from_records(records: Iterable[Mapping[str, Any]], manifest: RunManifest,
+                     path: str | os.PathLike[str] = ".") -> Run:
+    """A :class:`Run` of record dicts held in memory (e.g. one step's records during a run).
+
+    The same columns as :func:`load_run`, so every table and SLO check applies unchanged;
+    ``path`` only names the run in messages. Raises :class:`RunInputError` on a bad record.
+    """
+    acc = _Columns(keep_text=False)
+    for i, rec in enumerate(records):
+        acc.add(dict(rec), f"{path}: record {i}")
+    cols, cats = acc.finish()
+    if not cols:
+        raise RunInputError(f"{path}: no records")
+    gap_ms, gap_tokens = cols.pop("_gap_ms"), cols.pop("_gap_tokens")
+    n_gaps = np.maximum(cols["n_chunks"].astype(np.int64) - 1, 0)
+    gap_ptr = np.zeros(n_gaps.size + 1, dtype=np.int64)
+    np.cumsum(n_gaps, out=gap_ptr[1:])
+    return Run(path=Path(path), manifest=manifest, columns=cols, categories=cats, gap_ptr=gap_ptr, gap_ms=gap_ms,
+               gap_tokens=gap_tokens)
 
 
 def read_gpu_metrics(path: Path, warnings: list[str]) -> GpuMetrics | None:

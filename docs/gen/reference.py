@@ -99,6 +99,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "target.api": model.APIS,
     "load.mode": model.LOAD_MODES,
     "load.arrival": model.ARRIVALS,
+    "load.search.over": model.SEARCH_OVER,
     "traffic.classes.<name>.kind": model.KINDS,
     "traffic.classes.<name>.dataset.format": model.DATASET_FORMATS,
     "traffic.classes.<name>.cases": model.ABNORMAL_CASES,
@@ -116,6 +117,20 @@ def _table(path: str, names: tuple[str, ...], defaults: dict[str, Any]) -> str:
             default = _show(defaults[name])
         rows.append(f"| `{name}` | {default} | {allowed} |")
     return "| field | default | allowed values |\n|---|---|---|\n" + "\n".join(rows) + "\n"
+
+
+def _search_defaults() -> dict[str, Any]:
+    load = parse.parse_scenario({"traffic": {"classes": {"qa": {}}}, "load": {"mode": "search"}}).load
+    assert load.search is not None
+    out = load.search.to_dict()
+    del out["max_step_s"]  # depends on step_duration_s (said in the text)
+    return out
+
+
+def _sweep_defaults() -> dict[str, Any]:
+    load = parse.parse_scenario({"traffic": {"classes": {"qa": {}}}, "load": {"mode": "sweep"}}).load
+    assert load.sweep is not None
+    return load.sweep.to_dict()
 
 
 def scenario_page() -> str:
@@ -160,6 +175,12 @@ def scenario_page() -> str:
         _table("traffic.classes.<name>.dataset", ("path", "format"), {"format": "auto"}),
         "\n## `load`\n\n",
         _table("load", sections._LOAD, base["load"]),
+        "\n### `load.search` (mode `search`)\n\n",
+        "Defaults over concurrency; over rate, `start` and `max` are required and `resolution` defaults to "
+        "`start / 4`; `max_step_s` defaults to 5 x `step_duration_s`. See [Capacity under SLO](../capacity.md).\n\n",
+        _table("load.search", sections._SEARCH, _search_defaults()),
+        "\n### `load.sweep` (mode `sweep`)\n\n",
+        _table("load.sweep", sections._SWEEP, _sweep_defaults()),
         "\n## `slo` (and `slo.per_task.<task>`)\n\n",
         "Not set means not checked. Definitions: [metric glossary](glossary.md#slos).\n\n",
         _table("slo", model.SLO_NAMES + ("per_task",), {}),

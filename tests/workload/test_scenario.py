@@ -161,7 +161,7 @@ def test_overrides_are_applied_before_validation(tmp_path):
     )
     with pytest.raises(ScenarioError) as info:
         load_scenario(f, {"load.mode": "sideways"})
-    assert str(info.value) == f"{f}: load.mode: expected one of closed, open, replay, got 'sideways'"
+    assert str(info.value) == f"{f}: load.mode: expected one of closed, open, replay, search, sweep, got 'sideways'"
 
 
 def test_parse_override():

@@ -13,6 +13,11 @@ Every cell it prints is judged: each step is adaptive (``load.until``), it runs 
 verdict's basis, :data:`MIN_REQUESTS_PER_TASK`, from ``10 / (1 - 0.5)``) -- concurrency 1 is
 the slow one -- with a cap. Outputs are shortened (``--set`` overrides, listed in the study
 manifest) so that concurrency 1 fills in well under a minute. Nothing leaves 127.0.0.1.
+
+The study report says how much load each arm carries under the scenario's SLOs (capacity per
+arm, judged on the steps that have enough samples). ``--capacity`` adds a phase that measures
+it properly: a capacity search per arm (``load.mode: search``, one round) on the Q&A and code
+traffic under the same SLOs, and its report with the capacity table and the ratio.
 """
 
 from __future__ import annotations
@@ -42,6 +47,22 @@ DEMO_OVERRIDES = (
 )
 
 
+#: the --capacity phase: a search per arm, on the Q&A and code tasks (each probe needs 200 requests
+#: of every task for the TPOT p95 SLO; the rarer tasks would make the low-load probes very long)
+CAPACITY_OVERRIDES = (
+    "traffic.classes.summarization.weight=0",
+    "traffic.classes.extraction.weight=0",
+    "load.steps=null",
+    "load.until=null",  # the scenario's adaptive steps: a probe extends itself instead
+    "load.mode=search",
+    "load.step_duration_s=30",
+    "load.search={start: 4, max: 64, resolution: 2, max_step_s: 240, drain_max_s: 120}",
+    # capacity is asked of the tail: the scenario gates its short steps on the median, a probe
+    # extends itself until the p95 has its 200 requests per task
+    "slo={tpot_p95_ms: 60, error_rate: 0.01}",
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenario", default="spec-baseline", help="scenario name or path (default: spec-baseline)")
     parser.add_argument("--profile", default="27b-1gpu", help="simulator profile (default: 27b-1gpu)")
@@ -53,6 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"shortest steady seconds per step (default {MIN_STEADY_S}); each step then runs "
                              f"until every task has {MIN_REQUESTS_PER_TASK} requests, at most {MAX_STEP_S} s")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per arm (default 2)")
+    parser.add_argument("--capacity", action="store_true",
+                        help="then search each arm's capacity under the scenario's SLOs (one round, Q&A and code; "
+                             "about 10-20 minutes more)")
 
 
 def demo_study(args: argparse.Namespace):  # -> Study
@@ -70,6 +94,15 @@ def demo_study(args: argparse.Namespace):  # -> Study
     return Study(scenario=str(Path(resolve_scenario_path(args.scenario)).resolve()), arms=arms, baseline="baseline",
                  rounds=args.rounds, out=args.out, overrides=overrides, ready_timeout_s=60.0, warmup_requests=2,
                  source="tokenswarm demo")
+
+
+def capacity_study(args: argparse.Namespace):  # -> Study
+    """The --capacity phase: the demo's arms, one round, each run a capacity search."""
+    from dataclasses import replace
+
+    study = demo_study(args)
+    return replace(study, rounds=1, overrides=(*study.overrides, *CAPACITY_OVERRIDES),
+                   out=None if args.out is None else str(Path(args.out) / "capacity"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,6 +123,11 @@ def run(args: argparse.Namespace) -> int:
     code = run_study(study, out)
     if code == 0:
         code = write_study_report(out)
+    if code == 0 and getattr(args, "capacity", False):
+        print("\ntokenswarm demo: capacity under SLO: a capacity search per arm (one round)")
+        code = run_study(capacity_study(args), out / "capacity")
+        if code == 0:
+            code = write_study_report(out / "capacity")
     # The last line names the exit status the demo returns, whatever ended it.
     outcome = "done" if code == 0 else "the study did not complete" if code != 130 else "interrupted"
     print(f"\ntokenswarm demo: {outcome}. Study directory {out} (one run directory per arm and round under "

@@ -197,9 +197,22 @@ def plan_text(scenario, slos: dict, host: str | None, *, users: int | None = Non
         lines.append(f"  step 0 u{users}: " + (f"{run_time_s:g} s (-t)" if run_time_s else "until stopped (no -t)"))
         lines.append(f"planned duration ~{run_time_s:.0f} s" if run_time_s else "planned duration: until stopped")
         return "\n".join(lines + _plan_tail(slos, max_run_time_s))
-    lines.append(f"load: {load.mode} loop, warm-up {load.warmup_s:g} s + steady {load.step_duration_s:g} s per step")
-    expected_all = [c.expected for c in plan_cells(scenario, slos) if c.task == "all"]
-    for i, target in enumerate(load.steps):
+    lines.append(f"load: {load.mode if load.mode == load.loop else f'{load.mode} ({load.loop})'} loop, warm-up "
+                 f"{load.warmup_s:g} s + steady {load.step_duration_s:g} s per step")
+    fixed = load.search is None and load.sweep is None  # a search or sweep sizes each probe itself
+    expected_all = [c.expected for c in plan_cells(scenario, slos) if c.task == "all"] if fixed else []
+    if load.search is not None:
+        se = load.search
+        unit = "users" if se.over == "concurrency" else "req/s"
+        lines.append(f"  capacity search over {se.over}: {se.start:g}, x{se.factor:g} while the SLOs hold (at most "
+                     f"{se.max:g} {unit}), then bisection to {se.resolution:g} {unit}; at most {se.max_probes()} probes, "
+                     f"each window extended up to {se.max_step_s:g} s for the sample-size rule, drained up to "
+                     f"{se.drain_max_s:g} s")
+    elif load.sweep is not None:
+        sw = load.sweep
+        lines.append(f"  sweep: saturation at {sw.max_concurrency} users, then 1 user, then {sw.steps} steps "
+                     "spread between 1 and the saturation concurrency (X_max / X_1, Little's law)")
+    for i, target in enumerate(load.steps if fixed else ()):
         if load.mode == "replay":
             expected = (f"~{target * load.step_duration_s:.0f} requests of {load.trace} ({load.trace_format}) "
                         f"at speed x{load.speed:g}")
@@ -216,7 +229,7 @@ def plan_text(scenario, slos: dict, host: str | None, *, users: int | None = Non
     lines.append(f"planned duration ~{planned:.0f} s"
                  + (f", cut at {run_time_s:g} s by -t (the steps after it do not run)" if run_time_s and run_time_s < planned
                     else ""))
-    return "\n".join(lines + _plan_tail(slos, max_run_time_s, plan_lines(scenario, slos)))
+    return "\n".join(lines + _plan_tail(slos, max_run_time_s, plan_lines(scenario, slos) if fixed else ([], [])))
 
 
 def _plan_tail(slos: dict, max_run_time_s: float | None, sizing: tuple[list[str], list[str]] = ([], [])) -> list[str]:

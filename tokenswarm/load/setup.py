@@ -31,6 +31,14 @@ def planned_duration_s(sc: Any) -> float:
     An adaptive step (``load.until``) counts at its cap, ``max_step_s``: the longest it may run.
     """
     load = sc.load
+    if load.search is not None or load.sweep is not None:
+        # an upper bound: every probe extended to its cap and drained to its cap
+        probes = load.search.max_probes() if load.search is not None else load.sweep.steps + 2
+        longest = load.search.max_step_s if load.search is not None else load.step_duration_s
+        drain = (load.search or load.sweep).drain_max_s
+        top = load.search.max if load.search is not None else load.sweep.max_concurrency
+        ramp = top / max(load.spawn_rate, 0.1) if load.loop == "closed" else 0.0
+        return probes * (load.warmup_s + longest + drain + ramp + load.ramp_s) + load.stop_timeout_s
     until = getattr(load, "until", None)
     steady_s = until.max_step_s if until is not None else load.step_duration_s
     ramp = sum(t / max(load.spawn_rate, 0.1) for t in load.steps) if load.mode == "closed" else 0.0

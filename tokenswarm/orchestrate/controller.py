@@ -26,7 +26,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import gevent
 from locust.runners import MasterRunner
@@ -53,12 +53,15 @@ from tokenswarm.orchestrate.adaptive import AdaptiveRun
 from tokenswarm.orchestrate.ending import EXIT_INTERRUPTED, StopReason, cut_stop_timeout, install_signal_handlers
 from tokenswarm.orchestrate.recording import RunRecording
 from tokenswarm.orchestrate.runflags import RunFlagError, RunFlags
-from tokenswarm.orchestrate.verdict import EXIT_BAD_CONFIG, EXIT_RUN_BROKE, conclude
+from tokenswarm.orchestrate.verdict import EXIT_BAD_CONFIG, EXIT_OK, EXIT_RUN_BROKE, EXIT_SLO_MISSED, conclude
 from tokenswarm.orchestrate.workers import WorkerReports, stop_workers, workers_settled
 from tokenswarm.redact import redact, remember_target
 from tokenswarm.webui.view import RunSnapshot
 from tokenswarm.wire.timing import provenance as timing_provenance
-from tokenswarm.workload.steps import StepMachine, plan_steps
+from tokenswarm.workload.steps import PHASE_DRAIN, StepMachine, plan_steps
+
+if TYPE_CHECKING:  # the probing hook reads records with the analysis (numpy): imported only by a search or sweep
+    from tokenswarm.orchestrate.probing import ProbingPlan
 
 log = logging.getLogger("tokenswarm")
 
@@ -77,6 +80,8 @@ class RunController:
         self.fixed_users = fixed_users
         self.is_master = isinstance(environment.runner, MasterRunner)
         self.machine: StepMachine | None = None
+        #: load.mode search / sweep: the hook that judges each probe and picks the next (None otherwise)
+        self.probing: ProbingPlan | None = None
         #: the run's files; None until the first run starts
         self.recording: RunRecording | None = None
         self.ctx: RunContext | None = None
@@ -162,6 +167,10 @@ class RunController:
         # -u on the command line, or the UI's class picker choosing Locust's default (no) shape
         self.fixed_users = self.env.shape_class is None
         base_url = (self.env.host or sc.target.base_url or "").rstrip("/")
+        if sc.load.search is not None and not self.slos:
+            self._abort("load.mode search needs SLOs to search under (a slo section or --slo NAME=VALUE)",
+                        EXIT_BAD_CONFIG)
+            return
         if not base_url:
             self._abort("no target: give --host or target.base_url in the scenario", EXIT_BAD_CONFIG)
             return
@@ -205,7 +214,7 @@ class RunController:
             self.live = self.ctx.live
         runtime.set_context(self.ctx)
         if self.fixed_users:
-            self.machine = None
+            self.machine = self.probing = None  # -u: a fixed load, no search or sweep
             users = opts.num_users or getattr(self.env.runner, "target_user_count", None) or 0
             self._step_msg = {"index": 0, "name": f"u{users}", "kind": "concurrency",
                               "target": users, "phase": "steady", "worker_count": 1}
@@ -241,8 +250,11 @@ class RunController:
         log.info("tokenswarm: run %s -> %s (target %s, model %s)", run_id, out, base_url, model)
 
     def _announce_plan(self) -> None:
-        """The first lines of a run: what the plan can judge; a gate it cannot judge warns now."""
-        if self.fixed_users or self.recording is None or self.ctx is None:
+        """The first lines of a run: what the plan can judge; a gate it cannot judge warns now.
+        (A search or sweep sizes each probe itself: it extends a window until its checks are judged.)"""
+        load = self.scenario.load
+        if self.fixed_users or self.recording is None or self.ctx is None or load.search is not None \
+                or load.sweep is not None:
             return
         rate = sizing.RateModel()
         try:
@@ -284,18 +296,23 @@ class RunController:
             log.error("tokenswarm: %s", exc)
             return
         self.overrides = merged
-        set_class_weights(self.scenario, "closed" if self.fixed_users else self.scenario.load.mode)
+        set_class_weights(self.scenario, "closed" if self.fixed_users else self.scenario.load.loop)
 
     def _on_record(self, record: Any, **_kw: Any) -> None:
         outcomes = self.outcomes_emitted
         outcomes[record.outcome] = outcomes.get(record.outcome, 0) + 1
         if self.adaptive is not None:
             self.adaptive.observe_record(record)
+        if self.probing is not None:
+            self.probing.on_record(record)
         self._breaker_observe(record.outcome, record.http_status, record.error)
 
     def on_records_batch(self, msg: dict[str, Any]) -> None:
-        """Master: a worker's batch, read by the circuit breaker until the first success (and by load.until)."""
-        if not (self.breaker.armed or self.adaptive is not None) or not isinstance(msg, dict):
+        """Master: a worker's batch, read by the circuit breaker until the first success, by
+        load.until's counts, and by a search or sweep's probing hook (which judges each probe from
+        its records)."""
+        probing = self.probing
+        if not (self.breaker.armed or self.adaptive is not None or probing is not None) or not isinstance(msg, dict):
             return
         import orjson
 
@@ -306,9 +323,11 @@ class RunController:
                 continue
             if self.adaptive is not None:
                 self.adaptive.observe_record(r)
+            if probing is not None:
+                probing.on_record(r)
             if self.breaker.armed:
                 self._breaker_observe(r.get("outcome", ""), r.get("http_status"), r.get("error"))
-            elif self.adaptive is None:
+            elif self.adaptive is None and probing is None:
                 return
 
     def _breaker_observe(self, outcome: str, http_status: int | None, error: str | None) -> None:
@@ -435,11 +454,22 @@ class RunController:
 
     def new_machine(self) -> StepMachine:
         load = self.scenario.load
-        slowest_ramp_s = max(load.steps) / max(load.spawn_rate, 0.1) if load.mode == "closed" else 0.0
+        top = max(load.steps)
+        if load.search is not None:
+            top = max(top, load.search.max)
+        slowest_ramp_s = top / max(load.spawn_rate, 0.1) if load.loop == "closed" else 0.0
         slowest_ramp_s = max(slowest_ramp_s, load.ramp_s)
-        machine = StepMachine(plan_steps(load.mode, list(load.steps), load.warmup_s, load.step_duration_s),
-                              max_ramp_s=max(30.0, 3 * slowest_ramp_s + 10.0))
+        max_ramp_s = max(30.0, 3 * slowest_ramp_s + 10.0)
+        self.probing = None
         self.adaptive = None
+        if load.search is not None or load.sweep is not None:
+            from tokenswarm.orchestrate.probing import ProbingPlan  # numpy and the analysis: only for these plans
+
+            self.probing = ProbingPlan(load, self.slos, in_flight=self._in_flight,
+                                       manifest=lambda: None if self.recording is None else self.recording.manifest.current)
+            return StepMachine([self.probing.first_step()], max_ramp_s=max_ramp_s, after=self.probing.after)
+        machine = StepMachine(plan_steps(load.loop, list(load.steps), load.warmup_s, load.step_duration_s),
+                              max_ramp_s=max_ramp_s)
         if load.until is not None:  # adaptive steps: the machine asks the rule when a window could end
             budget = float(getattr(self.env.parsed_options, "tokenswarm_budget", 0) or 0) or None
             shortest = load.warmup_s + load.step_duration_s
@@ -497,7 +527,10 @@ class RunController:
             manifest.start_step(tr.step.index, tr.step.name, tr.step.kind, tr.step.target, at=epoch)
         elif tr.phase == "steady":
             manifest.mark_last_step(steady_at=epoch)
-        elif tr.phase == "done":
+        elif tr.phase == PHASE_DRAIN or (tr.phase == "done" and manifest.current.steps
+                                         and manifest.current.steps[-1].ended_at is None):
+            # drain: the steady window closed, the load holds for its last requests (a done
+            # after a drain keeps that end)
             manifest.mark_last_step(ended_at=epoch)
         if tr.phase != "done":
             wc = getattr(self.env.runner, "worker_count", 1) if self.is_master else 1
@@ -611,8 +644,15 @@ class RunController:
         rec.close()
         self.finalised = True
         print(f"tokenswarm: records and manifest written to {rec.run_dir}", flush=True)
+        if self.probing is not None:
+            from tokenswarm.orchestrate.probing import write_capacity
+
+            write_capacity(rec.run_dir, self.probing)
         self.verdict, code = conclude(rec.run_dir, self.slos, broken=self.broken,
                                       outcomes=None if self.is_master else self.outcomes_emitted)
+        if self.probing is not None and code == EXIT_SLO_MISSED:
+            code = EXIT_OK  # a search's (or sweep's) failing probes are what it measures, not a missed gate
+            print("tokenswarm: the failing probes are the search's findings (capacity.json); exit status 0", flush=True)
         reason = self.stop_reason
         if reason.interrupted:
             partial = [s.name for s in rec.manifest.current.steps if s.partial]

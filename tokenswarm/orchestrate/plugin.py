@@ -199,7 +199,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     fixed = opts.num_users is not None
     if fixed:
         environment.shape_class = None  # -u/--users: a fixed concurrency for -t, as Locust users expect
-    set_class_weights(sc, "closed" if fixed else sc.load.mode)
+    set_class_weights(sc, "closed" if fixed else sc.load.loop)
     if not opts.stop_timeout:
         environment.stop_timeout = sc.load.stop_timeout_s
     if not environment.host and sc.target.base_url:

@@ -26,8 +26,12 @@ def step_label(step_name: str | None, phase: str | None, machine: StepMachine | 
     label = f"{step_name} {phase}"
     if machine is not None:
         left = machine.remaining_s(time.perf_counter())
-        label += f" ({machine.index + 1}/{len(machine.steps)}" + (f", {left:.0f}s left)" if left is not None
-                                                                   else ", ramping)")
+        if machine.after is not None:  # a search or sweep: the plan's length is not known in advance
+            where = f"probe {machine.index + 1}"
+            state = {"steady": "window extended", "drain": "finishing its requests"}.get(machine.phase or "", "ramping")
+        else:
+            where, state = f"{machine.index + 1}/{len(machine.steps)}", "ramping"
+        label += f" ({where}" + (f", {left:.0f}s left)" if left is not None else f", {state})")
     return label
 
 

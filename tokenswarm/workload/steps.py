@@ -6,15 +6,30 @@ Each step goes ``ramping`` (until the runner reports the target reached) -> ``wa
 ramping or warming up are tagged ``phase="warmup"``; analysis uses ``steady`` ones.
 Moving on when the target is *reached*, not after a fixed time, keeps a slow ramp from
 eating the steady window (Locust's master blocks while it spawns).
+
+An open-ended plan (a capacity search, a sweep) gives the machine an ``after`` callback: at
+the end of each steady window it is asked what comes next -- :data:`EXTEND` (keep the steady
+window open, e.g. too few samples yet), :data:`HOLD` (close the window but keep the load while
+its last requests finish: phase ``drain``, records tagged ``drain``), the next :class:`Step`
+(its index is set by the machine), or ``None`` (the plan is done). Without ``after`` the plan
+is the fixed list of steps.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass, field, replace
+from typing import Callable, Union
+
+#: what an ``after`` callback answers: EXTEND, HOLD, the next step, or None (done)
+Decision = Union[str, "Step", None]
 
 PHASE_WARMUP = "warmup"
 PHASE_STEADY = "steady"
+#: after a steady window, the same load held until the window's requests finished (open-ended plans)
+PHASE_DRAIN = "drain"
+#: ``after`` answers: keep the steady window open / close it and hold the load (drain)
+EXTEND = "extend"
+HOLD = "hold"
 
 
 @dataclass(frozen=True)
@@ -49,7 +64,7 @@ class StepTimes:
 @dataclass
 class Transition:
     step: Step
-    phase: str  # "warmup" | "steady" | "done"
+    phase: str  # "warmup" | "steady" | "drain" | "done"
     at_s: float
 
 
@@ -73,6 +88,8 @@ class StepMachine:
     #: adaptive steps: asked once a steady window has lasted its ``duration_s``, with the step and
     #: the seconds of steady window so far; True keeps the step going (it then ends at a tick)
     hold: Callable[[Step, float], bool] | None = None
+    #: open-ended plans: asked at the end of every steady window and during a drain (module docstring)
+    after: Callable[[Step, float], Decision] | None = None
 
     @property
     def current(self) -> Step | None:
@@ -116,6 +133,35 @@ class StepMachine:
                 self.times[-1].steady_s = steady_at
                 out.append(Transition(step, PHASE_STEADY, steady_at))
                 continue
+            if self.phase in ("steady", PHASE_DRAIN) and self.after is not None:
+                steady_s = self.times[-1].steady_s
+                if self.phase == "steady" and now_s < (now_s if steady_s is None else steady_s) + step.duration_s:
+                    return out
+                decision = self.after(step, now_s)
+                if decision == EXTEND and self.phase == "steady":
+                    return out
+                if decision in (HOLD, EXTEND):  # EXTEND during a drain: the window is closed, keep holding
+                    if self.phase == "steady":
+                        # ends when decided (not at the nominal end): records sent until now are steady
+                        self.times[-1].ended_s = now_s
+                        self.phase = PHASE_DRAIN
+                        out.append(Transition(step, PHASE_DRAIN, now_s))
+                    return out
+                if self.times[-1].ended_s is None:
+                    self.times[-1].ended_s = now_s
+                if decision is None:
+                    self.index = len(self.steps)
+                    self.phase = "done"
+                    out.append(Transition(step, "done", now_s))
+                    return out
+                assert isinstance(decision, Step)
+                added = replace(decision, index=len(self.steps))
+                self.steps.append(added)
+                self.index = added.index
+                self.phase = "ramping"
+                self.times.append(StepTimes(started_s=now_s))
+                out.append(Transition(added, PHASE_WARMUP, now_s))
+                continue
             if self.phase == "steady":
                 steady_s = self.times[-1].steady_s
                 steady_s = now_s if steady_s is None else steady_s
@@ -148,6 +194,10 @@ class StepMachine:
         """
         step = self.current
         if step is None or self.reached_s is None or self.phase not in ("warmup", "steady"):
+            return None
+        if self.after is not None and self.phase == "steady" and self.times[-1].steady_s is not None \
+                and now_s >= self.times[-1].steady_s + step.duration_s:
+            # an extended window's end is decided by ``after``: nothing left to count down
             return None
         if self.phase == "warmup":
             return max(0.0, self.reached_s + step.warmup_s - now_s) + step.duration_s

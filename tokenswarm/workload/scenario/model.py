@@ -9,6 +9,7 @@ the JSON-able configuration written to the run manifest.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +23,9 @@ APIS = ("chat", "completions")
 TASK_DRAWS = ("per_user", "per_request", "stratified")
 #: what ``load.until.precision`` measures: the median of this per-request quantity
 UNTIL_METRICS = ("request_output_tps", "ttft_ms", "e2e_ms")
-LOAD_MODES = ("closed", "open", "replay")
+LOAD_MODES = ("closed", "open", "replay", "search", "sweep")
+#: what a capacity search varies: the users of a closed loop or the rate of an open loop
+SEARCH_OVER = ("concurrency", "rate")
 ARRIVALS = ("poisson", "gamma", "constant")
 DATASET_FORMATS = ("auto", "jsonl", "sharegpt", "spec_bench")
 #: abnormal request kinds an ``abnormal`` task can send (see the README)
@@ -211,6 +214,49 @@ class UntilConfig:
 
 
 @dataclass(frozen=True)
+class SearchConfig:
+    """``load.search``: the highest load meeting the SLOs (exponential growth, then bisection).
+
+    Probes ``start``, ``start * factor``, ... (at most ``max``) until one fails, then bisects
+    between the last passing and the first failing load until they are at most ``resolution``
+    apart. A probe's steady window lasts ``step_duration_s`` and is extended (up to
+    ``max_step_s``) while a judged percentile has too few samples; then the load is held
+    (``drain``, at most ``drain_max_s``) until the window's last requests finished.
+    """
+
+    over: str  # "concurrency" | "rate"
+    start: float
+    factor: float
+    max: float
+    resolution: float
+    max_step_s: float
+    drain_max_s: float
+
+    def max_probes(self) -> int:
+        """An upper bound on the number of probes: the growth to ``max``, then the bisection."""
+        grow = math.ceil(math.log(max(self.max / self.start, 1.0)) / math.log(self.factor)) + 1
+        width = max(self.max - self.start, self.resolution)
+        return grow + math.ceil(math.log2(max(width / self.resolution, 1.0))) + 2
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"over": self.over, "start": self.start, "factor": self.factor, "max": self.max,
+                "resolution": self.resolution, "max_step_s": self.max_step_s, "drain_max_s": self.drain_max_s}
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """``load.sweep``: saturation first (``max_concurrency`` users), then one user, then ``steps``
+    concurrencies spread evenly between one and the saturation concurrency (GuideLLM's sweep)."""
+
+    steps: int
+    max_concurrency: int
+    drain_max_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"steps": self.steps, "max_concurrency": self.max_concurrency, "drain_max_s": self.drain_max_s}
+
+
+@dataclass(frozen=True)
 class LoadConfig:
     mode: str
     steps: tuple[float, ...]
@@ -229,6 +275,19 @@ class LoadConfig:
     speed: float = 1.0
     trace_block_tokens: int = 512
     until: UntilConfig | None = None  # adaptive steps (closed and open loop)
+    #: mode search / sweep: how the plan finds its steps (``steps`` then holds the first probe)
+    search: SearchConfig | None = None
+    sweep: SweepConfig | None = None
+
+    @property
+    def loop(self) -> str:
+        """How requests are sent: ``closed`` (users), ``open`` (a rate) or ``replay`` -- a search
+        over rate is an open loop, a search over concurrency and a sweep are closed loops."""
+        if self.search is not None:
+            return "open" if self.search.over == "rate" else "closed"
+        if self.sweep is not None:
+            return "closed"
+        return self.mode
 
 
 @dataclass(frozen=True)
@@ -316,6 +375,8 @@ class Scenario:
                 **({"until": self.load.until.to_dict()} if self.load.until is not None else {}),
                 **({"trace": self.load.trace, "trace_format": self.load.trace_format, "speed": self.load.speed,
                     "trace_block_tokens": self.load.trace_block_tokens} if self.load.mode == "replay" else {}),
+                **({"search": self.load.search.to_dict()} if self.load.search is not None else {}),
+                **({"sweep": self.load.sweep.to_dict()} if self.load.sweep is not None else {}),
             },
             "slo": {**self.slo.overall, "per_task": {k: dict(v) for k, v in self.slo.per_task.items()}},
             "cost": None

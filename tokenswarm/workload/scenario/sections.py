@@ -31,14 +31,17 @@ from tokenswarm.workload.scenario.model import (
     PREFIX_POPULARITY,
     RESERVED_BODY_FIELDS,
     RESPONSE_FORMATS,
+    SEARCH_OVER,
     SLO_NAMES,
     TASK_DRAWS,
     UNTIL_METRICS,
     DatasetConfig,
     LoadConfig,
     Sampling,
+    SearchConfig,
     SharedPrefix,
     SloConfig,
+    SweepConfig,
     TargetConfig,
     TaskConfig,
     TrafficConfig,
@@ -99,8 +102,14 @@ _LOAD = (
     "speed",
     "trace_block_tokens",
     "until",
+    "search",
+    "sweep",
 )
 _UNTIL = ("min_requests_per_task", "precision", "metric", "max_step_s")
+_SEARCH = ("over", "start", "factor", "max", "resolution", "max_step_s", "drain_max_s")
+_SWEEP = ("steps", "max_concurrency", "drain_max_s")
+#: the longest a probe's load is held for its last requests, by default (the default timeouts.total_s)
+DRAIN_MAX_S = 600.0
 
 #: per-kind defaults of the length/time distributions (documented in the README)
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -582,6 +591,11 @@ def _parse_load(top: _Section, base_dir: Path | None = None) -> LoadConfig:
     for key in ("trace", "trace_format", "speed", "trace_block_tokens"):
         if ld.has(key):
             raise ld.err(key, f"no {key} unless mode is replay")
+    for key in ("search", "sweep"):
+        if ld.has(key) and mode != key:
+            raise ld.err(key, f"no {key} unless mode is {key}")
+    if mode in ("search", "sweep"):
+        return _parse_probing(ld, mode)
     raw_steps = ld.raw("steps", [1])
     if isinstance(raw_steps, (int, float)) and not isinstance(raw_steps, bool):
         raw_steps = [raw_steps]
@@ -640,6 +654,56 @@ def _parse_until(ld: _Section) -> UntilConfig | None:
         precision=un.num("precision", None, gt=0, le=1),
         metric=un.str_("metric", "request_output_tps", UNTIL_METRICS),
     )
+
+
+def _parse_probing(ld: _Section, mode: str) -> LoadConfig:
+    """``mode: search`` / ``mode: sweep``: the plan finds its steps (``steps`` holds the first probe)."""
+    if ld.raw("steps") is not None:  # (``--set load.steps=null`` removes a file's steps)
+        raise ld.err("steps", f"no steps in mode {mode} (the {mode} chooses them; see load.{mode})")
+    if ld.has("until"):  # a probe already extends itself until its SLO checks have their samples
+        raise ld.err("until", f"no until in mode {mode} (each probe's window is extended for the sample-size "
+                              f"rule, up to load.{mode}.max_step_s)" if mode == "search" else
+                     f"no until in mode {mode} (each probe's window is extended for the sample-size rule)")
+    search = sweep = None
+    step_s = ld.num("step_duration_s", 30.0, gt=0, duration=True)
+    if mode == "search":
+        se = ld.section("search", _SEARCH)
+        over = se.str_("over", "concurrency", SEARCH_OVER)
+        users = over == "concurrency"
+        if not users:
+            for key in ("start", "max"):
+                if not se.has(key):
+                    raise se.err(key, "a request rate in req/s (required when searching over rate)")
+        start = se.num("start", 1, ge=1, integer=True) if users else se.num("start", None, gt=0)
+        top = se.num("max", 256, ge=1, integer=True) if users else se.num("max", None, gt=0)
+        if top < start:
+            raise se.err("max", f"a load >= start ({start:g})")
+        resolution = se.num("resolution", 1 if users else start / 4, ge=1 if users else None, gt=None if users else 0,
+                            integer=users)
+        search = SearchConfig(over=over, start=float(start), factor=se.num("factor", 2.0, gt=1), max=float(top),
+                              resolution=float(resolution),
+                              max_step_s=se.num("max_step_s", 5 * step_s, gt=0, duration=True),
+                              drain_max_s=se.num("drain_max_s", DRAIN_MAX_S, gt=0, duration=True))
+        if search.max_step_s < step_s:
+            raise se.err("max_step_s", f"a duration >= load.step_duration_s ({step_s:g} s)")
+        first = search.start
+    else:
+        sw = ld.section("sweep", _SWEEP)
+        sweep = SweepConfig(steps=sw.num("steps", 6, ge=1, integer=True),
+                            max_concurrency=sw.num("max_concurrency", 64, ge=2, integer=True),
+                            drain_max_s=sw.num("drain_max_s", DRAIN_MAX_S, gt=0, duration=True))
+        first = float(sweep.max_concurrency)  # saturation first
+    arrival = ld.str_("arrival", "poisson", ARRIVALS)
+    burstiness = ld.num("burstiness", 1.0, gt=0)
+    if arrival != "gamma" and burstiness != 1.0:
+        raise ld.err("burstiness", "1.0 unless arrival is gamma (poisson is gamma with shape 1)")
+    return LoadConfig(
+        mode=mode, steps=(first,), warmup_s=ld.num("warmup_s", 10.0, ge=0, duration=True), step_duration_s=step_s,
+        spawn_rate=ld.num("spawn_rate", 100.0, gt=0), arrival=arrival, burstiness=burstiness,
+        max_in_flight=ld.num("max_in_flight", 1024, ge=1, integer=True),
+        stop_timeout_s=ld.num("stop_timeout_s", 30.0, ge=0, duration=True),
+        ramp_s=ld.num("ramp_s", 0.0, ge=0, duration=True),
+        report_interval_s=ld.num("report_interval_s", None, gt=0, duration=True), search=search, sweep=sweep)
 
 
 #: SLO keys a scenario may write: the current names and the deprecated ones they replace.
