@@ -258,7 +258,6 @@ def test_requests_vllm_rejects_become_http_error_records_with_its_message(baseli
     for r in records:
         by_kind[(r["extra"] or {}).get("abnormal") or r["task"]].append(r)
     expected = {
-        "long_prompt": "This model's maximum context length is 2048 tokens",
         "invalid_params": "temperature must be non-negative, got -1.0",
         "huge_max_tokens": "max_tokens=10000000 cannot be greater than max_model_len=2048",
     }
