@@ -251,7 +251,7 @@ def test_an_impossible_usage_count_is_a_stream_error_record_for_every_request_an
     sc = scenario_file(tmp_path, traffic={"seed": 1, "classes": {"qa": QA}}, load=short_load(step_duration_s=3))
     with start_sim("--profile", "tiny-fast", "--fault-bad-usage", "0.2", "--bad-usage-value", value,
                    truth=True) as sim:
-        res = run_locust(sc, sim.base_url, tmp_path / "run")
+        res = run_locust(sc, sim.base_url, tmp_path / "run", "--no-pilot")  # joined to every request served
         truth = sim.read_truth()
     assert res.returncode == 0, res.stderr[-2000:]  # the other requests succeeded: the run worked
     assert "Traceback" not in res.stderr

@@ -224,7 +224,9 @@ class RunController:
         for tr in self._pending:  # the shape's first tick comes before test_start
             self._record_transition(tr)
         self._pending = []
-        self._announce_plan()
+        explicit_cap = float(opts.tokenswarm_max_run_time or 0)
+        # the pilot is part of the run's time: a user's --max-run-time bounds it too (a quarter of it)
+        self._announce_plan(pilot_timeout_s=min(10.0, explicit_cap / 4) if explicit_cap else 10.0)
         rec.manifest.write()
         self.scrapers = []
         self._start_scrapers(base_url)
@@ -249,7 +251,7 @@ class RunController:
         self._greenlets.append(gevent.spawn(self._periodic))
         log.info("tokenswarm: run %s -> %s (target %s, model %s)", run_id, out, base_url, model)
 
-    def _announce_plan(self) -> None:
+    def _announce_plan(self, pilot_timeout_s: float = 10.0) -> None:
         """The first lines of a run: what the plan can judge; a gate it cannot judge warns now.
         (A search or sweep sizes each probe itself: it extends a window until its checks are judged.)"""
         load = self.scenario.load
@@ -260,7 +262,8 @@ class RunController:
         try:
             if getattr(self.env.parsed_options, "tokenswarm_no_pilot", False):
                 raise ValueError("--no-pilot")
-            pilot = run_pilot(self.ctx.base_url, self.scenario.target, self.ctx.model, self.scenario.target.api)
+            pilot = run_pilot(self.ctx.base_url, self.scenario.target, self.ctx.model, self.scenario.target.api,
+                              timeout_s=pilot_timeout_s)
             if pilot.stream_tokens_per_s:
                 rate = sizing.RateModel.from_pilot(pilot.stream_tokens_per_s, pilot.ttft_s, pilot.output_tokens)
         except (OSError, ValueError) as exc:  # the plan stays on its stated assumptions

@@ -661,9 +661,8 @@ def _parse_probing(ld: _Section, mode: str) -> LoadConfig:
     if ld.raw("steps") is not None:  # (``--set load.steps=null`` removes a file's steps)
         raise ld.err("steps", f"no steps in mode {mode} (the {mode} chooses them; see load.{mode})")
     if ld.has("until"):  # a probe already extends itself until its SLO checks have their samples
-        raise ld.err("until", f"no until in mode {mode} (each probe's window is extended for the sample-size "
-                              f"rule, up to load.{mode}.max_step_s)" if mode == "search" else
-                     f"no until in mode {mode} (each probe's window is extended for the sample-size rule)")
+        raise ld.err("until", f"no until in mode {mode}: each probe's window is extended for the sample-size rule "
+                              "by itself (on the command line: --set load.until=null)")
     search = sweep = None
     step_s = ld.num("step_duration_s", 30.0, gt=0, duration=True)
     if mode == "search":
