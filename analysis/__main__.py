@@ -15,7 +15,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, help_text in (("report", "analyse a run directory into HTML/Markdown/JSON/CSV"),
                             ("compare", "compare a baseline run with a candidate run")):
         cli.add_arguments(sub.add_parser(name, help=help_text), name)
-    return cli.run(parser.parse_args(argv))
+    status: int = cli.run(parser.parse_args(argv))
+    return status
 
 
 if __name__ == "__main__":

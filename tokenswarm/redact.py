@@ -187,15 +187,15 @@ def redact(value: T) -> T:
     Other values (numbers, None) are returned unchanged; the structure's type is kept.
     """
     if isinstance(value, str):
-        return redact_text(value)  # type: ignore[return-value]
+        return redact_text(value)  # type: ignore[return-value]  # the same type back: a str stays a str
     if isinstance(value, bytes):
-        return redact_bytes(value)  # type: ignore[return-value]
+        return redact_bytes(value)  # type: ignore[return-value]  # the same type back: bytes stay bytes
     if isinstance(value, dict):
-        return {redact(k): redact(v) for k, v in value.items()}  # type: ignore[return-value]
+        return {redact(k): redact(v) for k, v in value.items()}  # type: ignore[return-value]  # the same type back: a mapping stays a mapping
     if isinstance(value, list):
-        return [redact(v) for v in value]  # type: ignore[return-value]
+        return [redact(v) for v in value]  # type: ignore[return-value]  # the same type back: a list stays a list
     if isinstance(value, tuple):
-        return tuple(redact(v) for v in value)  # type: ignore[return-value]
+        return tuple(redact(v) for v in value)  # type: ignore[return-value]  # the same type back: a tuple stays a tuple
     return value
 
 

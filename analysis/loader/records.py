@@ -106,7 +106,7 @@ def _spec_fields(sd: Any) -> tuple[float, float, float, float, float]:
             acc = sum(j * c for j, c in pairs)
     if mal is None and steps and acc is not None:
         mal = 1.0 + acc / steps
-    return tuple(nan if v is None else float(v) for v in (steps, acc, draft, k, mal))  # type: ignore[return-value]
+    return tuple(nan if v is None else float(v) for v in (steps, acc, draft, k, mal))  # type: ignore[return-value]  # five floats, nan where not observed
 
 
 #: Fields read from every record, in tuple order (one C-level itemgetter call per record).

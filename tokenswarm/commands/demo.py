@@ -26,8 +26,12 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tokenswarm.analysis.stats import min_samples_for
+from tokenswarm.metrics import min_samples_for
+
+if TYPE_CHECKING:  # the study package is imported when a demo runs
+    from tokenswarm.study.spec import Study
 
 #: the shortest steady window of a step (its aggregate tokens/s is binned by the second)
 MIN_STEADY_S = 5
@@ -79,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "about 10-20 minutes more)")
 
 
-def demo_study(args: argparse.Namespace):  # -> Study
+def demo_study(args: argparse.Namespace) -> Study:
     """The demo as a study: two simulator arms, the scenario shortened by :data:`DEMO_OVERRIDES`."""
     from tokenswarm.study.spec import Arm, Study
     from tokenswarm.workload.scenario import resolve_scenario_path
@@ -96,7 +100,7 @@ def demo_study(args: argparse.Namespace):  # -> Study
                  source="tokenswarm demo")
 
 
-def capacity_study(args: argparse.Namespace):  # -> Study
+def capacity_study(args: argparse.Namespace) -> Study:
     """The --capacity phase: the demo's arms, one round, each run a capacity search."""
     from dataclasses import replace
 
@@ -106,8 +110,9 @@ def capacity_study(args: argparse.Namespace):  # -> Study
 
 
 def run(args: argparse.Namespace) -> int:
-    from tokenswarm.study.cli import checkable, write_study_report
+    from tokenswarm.study.cli import write_study_report
     from tokenswarm.study.runner import run_study
+    from tokenswarm.study.spec import checkable
     from tokenswarm.workload.scenario import ScenarioError, load_scenario, parse_override
 
     study = demo_study(args)

@@ -12,7 +12,10 @@ import os
 import secrets
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the scenario model is imported where a command needs it
+    from tokenswarm.workload.scenario import Scenario
 
 PASSTHROUGH = True
 #: the worker token's variable (tokenswarm.orchestrate.admission.TOKEN_VAR; not imported: Locust loads late)
@@ -178,7 +181,7 @@ def run_flags(args: argparse.Namespace) -> Any:
                     users=known.users, run_time=known.run_time, max_run_time=args.tokenswarm_max_run_time)
 
 
-def plan_text(scenario, slos: dict, host: str | None, *, users: int | None = None, run_time_s: float | None = None,
+def plan_text(scenario: Scenario, slos: dict[str, Any], host: str | None, *, users: int | None = None, run_time_s: float | None = None,
               max_run_time_s: float | None = None) -> str:
     """The load plan as a person reads it: steps, windows, expected requests, SLOs, what it can judge.
 
@@ -232,7 +235,7 @@ def plan_text(scenario, slos: dict, host: str | None, *, users: int | None = Non
     return "\n".join(lines + _plan_tail(slos, max_run_time_s, plan_lines(scenario, slos) if fixed else ([], [])))
 
 
-def _plan_tail(slos: dict, max_run_time_s: float | None, sizing: tuple[list[str], list[str]] = ([], [])) -> list[str]:
+def _plan_tail(slos: dict[str, Any], max_run_time_s: float | None, sizing: tuple[list[str], list[str]] = ([], [])) -> list[str]:
     """The plan's last lines: the hard stop, the SLOs, what the plan can judge (``sizing``: lines
     and warnings of :func:`~tokenswarm.orchestrate.sizing.plan_lines`)."""
     lines = []

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the name only: the context imports the wire, this module nothing
+    from tokenswarm.load.context import RunContext
 
 _state: dict[str, Any] = {"context": None, "run": None}
 
@@ -28,5 +31,7 @@ def set_run(controller: Any) -> None:
     _state["run"] = controller
 
 
-def context_or_none() -> Any:
-    return _state["context"]
+def context_or_none() -> RunContext | None:
+    """The running test's context, or None (no run, or one aborted at start)."""
+    ctx: RunContext | None = _state["context"]
+    return ctx

@@ -38,12 +38,12 @@ def planned_duration_s(sc: Any) -> float:
         drain = (load.search or load.sweep).drain_max_s
         top = load.search.max if load.search is not None else load.sweep.max_concurrency
         ramp = top / max(load.spawn_rate, 0.1) if load.loop == "closed" else 0.0
-        return probes * (load.warmup_s + longest + drain + ramp + load.ramp_s) + load.stop_timeout_s
+        return float(probes * (load.warmup_s + longest + drain + ramp + load.ramp_s) + load.stop_timeout_s)
     until = getattr(load, "until", None)
     steady_s = until.max_step_s if until is not None else load.step_duration_s
     ramp = sum(t / max(load.spawn_rate, 0.1) for t in load.steps) if load.mode == "closed" else 0.0
     ramp += len(load.steps) * load.ramp_s
-    return len(load.steps) * (load.warmup_s + steady_s) + ramp + load.stop_timeout_s
+    return float(len(load.steps) * (load.warmup_s + steady_s) + ramp + load.stop_timeout_s)
 
 
 def sc_data(scenario: Any, overrides: dict[str, Any] | None) -> dict[str, Any]:

@@ -95,9 +95,9 @@ class Conversationalist:
                 )
 
     def send(self, task_cfg: Any, payload_key: str, payload: Any, max_tokens: int, scheduled_s: float,
-             *, session_id: str | None = None, turn: int | None = None, extra: dict | None = None,
+             *, session_id: str | None = None, turn: int | None = None, extra: dict[str, Any] | None = None,
              abnormal: str | None = None, check_json: bool = False,
-             schema: dict | None = None, model: str | None = None) -> tuple[Any, str]:
+             schema: dict[str, Any] | None = None, model: str | None = None) -> tuple[Any, str]:
         ctx = self.ctx
         sampling = task_cfg.sampling.params()
         if task_cfg.extra_body:  # extra request-body fields: sent, and part of the request key
@@ -155,6 +155,7 @@ class Conversationalist:
                 gevent.sleep(conv.think_time_s(turn))
                 scheduled_s = ctx.clock()
             msg = conv.user_message(turn)
+            payload: list[dict[str, str]] | str
             if ctx.api == "chat":
                 history.append({"role": "user", "content": msg})
                 payload_key, payload = "messages", list(history)
@@ -179,12 +180,14 @@ class _TokenswarmUser(FastHttpUser):
     # network_timeout bounds each socket read; our gevent deadlines bound TTFT and the total.
     network_timeout = 600.0
     connection_timeout = 10.0
+    #: set by :meth:`_context` in ``on_start``; a task never runs without it (it raises StopUser first)
+    ctx: RunContext
 
     def _context(self) -> RunContext | None:
         # None: the run was aborted at start (target down, bad config). on_start returns and the
         # first task raises StopUser, which Locust handles quietly (from on_start it logs a traceback).
         ctx = runtime.context_or_none()
-        self.ctx = ctx  # type: ignore[assignment]
+        self.ctx = ctx  # type: ignore[assignment]  # None only until the first task raises StopUser
         return ctx
 
     def _http(self) -> Any:
@@ -273,6 +276,8 @@ class MixedUser(_TokenswarmUser):
 
     def on_start(self) -> None:
         ctx = self._context()
+        if ctx is None:  # the run was aborted at start: the first task raises StopUser
+            return
         self.tasks_ = [t for t in ctx.scenario.traffic.classes if t.weight > 0]
         ordinal = ctx.next_user_ordinal(type(self).__name__)
         self.rng = ctx.rng_for(self.kind, ordinal)
@@ -380,7 +385,9 @@ class OpenLoopUser(_TokenswarmUser):
         trace = load_trace(load.trace, load.trace_format)
         counter = next((s.counter for s in ctx.prompt_sources.values()), None)
         self.replay_prompts = ReplayPrompts(counter, ctx.scenario.traffic.seed, ctx.api, load.trace_block_tokens)
-        t0 = ctx.anchor.mono_s + (ctx.step_steady_at - ctx.anchor.wall_s)  # on this process's clock
+        steady_at = ctx.step_steady_at
+        assert steady_at is not None  # the wait above ended on it
+        t0 = ctx.anchor.mono_s + (steady_at - ctx.anchor.wall_s)  # on this process's clock
         seed = ctx.scenario.traffic.seed
         for i in range(ctx.worker_index % ctx.worker_count, len(trace.entries), ctx.worker_count):
             if ctx.stopping:

@@ -701,7 +701,7 @@ class RunController:
                                   + ("; ..." if lost > len(ctx.unwritable) else ""))
             health = {"late_dispatches": ctx.late_dispatches, "max_schedule_lag_ms": round(ctx.max_schedule_lag_ms, 3)}
         else:
-            workers, totals, health = list(rec.manifest.current.workers), rec.manifest.current.totals, {}
+            workers, totals, health = [dict(w) for w in rec.manifest.current.workers], rec.manifest.current.totals, {}
         if self.admission is not None and self.admission.refusals():
             refused = self.admission.refusals()
             rec.manifest.update(workers_refused=tuple(refused))

@@ -34,8 +34,8 @@ def redact_locust_outputs() -> bool:
     def redacted_report(*args: Any, **kwargs: Any) -> str:
         return str(redact(render(*args, **kwargs)))
 
-    redacted_report.tokenswarm_redacted = True  # type: ignore[attr-defined]
-    main.get_html_report = redacted_report  # type: ignore[union-attr]
+    redacted_report.tokenswarm_redacted = True  # type: ignore[attr-defined]  # a mark on Locust's function: hooked once
+    main.get_html_report = redacted_report  # type: ignore[union-attr]  # Locust's module attribute, replaced by the redacting one
     return True
 
 
@@ -56,5 +56,5 @@ def redact_exceptions(runner: Any) -> None:
     def redacted(node_id: str, msg: str, formatted_tb: str) -> Any:
         return log_exception(node_id, redact(msg), redact(formatted_tb))
 
-    redacted.tokenswarm_redacted = True  # type: ignore[attr-defined]
+    redacted.tokenswarm_redacted = True  # type: ignore[attr-defined]  # a mark on Locust's function: hooked once
     runner.log_exception = redacted

@@ -68,7 +68,7 @@ def install_events(evs: Any) -> None:
     """
     for name in ("llm_request", "llm_first_token", "llm_chunk"):
         if not isinstance(getattr(evs, name, None), EventHook):
-            setattr(evs, name, EventHook())
+            setattr(evs, name, EventHook())  # type: ignore[no-untyped-call]  # Locust's hook class is untyped
 
 
 install_events(events)

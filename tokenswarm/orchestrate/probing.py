@@ -61,8 +61,8 @@ class ProbingPlan:
         self.load = load
         self.slos = dict(slos)
         self.kind = "rate" if load.loop == "open" else "concurrency"
-        self.planner: CapacitySearch | Sweep = CapacitySearch(load.search) if load.search is not None else Sweep(load.sweep)  # type: ignore[arg-type]
-        self.drain_max_s = (load.search or load.sweep).drain_max_s  # type: ignore[union-attr]
+        self.planner: CapacitySearch | Sweep = CapacitySearch(load.search) if load.search is not None else Sweep(load.sweep)  # type: ignore[arg-type]  # exactly one of search and sweep is set (the mode says which)
+        self.drain_max_s = (load.search or load.sweep).drain_max_s  # type: ignore[union-attr]  # exactly one of search and sweep is set (the mode says which)
         self.max_step_s = load.search.max_step_s if load.search is not None else load.step_duration_s
         self._in_flight = in_flight
         self._manifest = manifest

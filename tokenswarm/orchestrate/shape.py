@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from locust import LoadTestShape
+from locust import LoadTestShape, User
 
 from tokenswarm.load import runtime
 
@@ -20,8 +20,10 @@ class ScenarioShape(LoadTestShape):
 
     use_common_options = True  # -u/-r/-t are read: -u switches to a fixed load, -t caps the run
 
-    def tick(self):
+    def tick(self) -> tuple[int, float] | tuple[int, float, list[type[User]] | None] | None:
         ctl = runtime.run()
         if ctl is None:
             return None
-        return ctl.shape_tick(self.runner, time.perf_counter())
+        tick: tuple[int, float] | tuple[int, float, list[type[User]] | None] | None = ctl.shape_tick(
+            self.runner, time.perf_counter())
+        return tick

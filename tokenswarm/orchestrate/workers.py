@@ -64,7 +64,7 @@ def stop_workers(runner: Any) -> None:
 
     for client in list(runner.clients.all):
         if client.state not in IDLE_WORKER_STATES:
-            runner.server.send_to_client(Message("quit", None, client.id))  # type: ignore[no-untyped-call]
+            runner.server.send_to_client(Message("quit", None, client.id))  # type: ignore[no-untyped-call]  # Locust's Message is untyped
 
 
 def workers_settled(runner: Any, collector: Collector) -> bool:

@@ -57,7 +57,7 @@ def _set_aside(out: Path, run_dir: Path) -> str | None:
     return str(target.relative_to(out))
 
 
-def _terminate(proc: subprocess.Popen, timeout_s: float) -> None:
+def _terminate(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
     """Stop a run with SIGINT, SIGKILL if it does not end.
 
     SIGINT, not SIGTERM: on SIGINT the run writes its records and manifest before it exits;
@@ -91,7 +91,7 @@ def run_arm_round(study: Study, out: Path, manifest: StudyManifest, round_no: in
                     set_aside_dirs=entry["set_aside_dirs"] + ([aside] if aside else []))
     scenario = load_scenario(study.scenario)
     server = ArmServer.start(arm, logs / f"{arm_name}-r{round_no}-server.log", _headers(study.scenario))
-    run_proc: subprocess.Popen | None = None
+    run_proc: subprocess.Popen[bytes] | None = None
     try:
         say(f"round {round_no}, arm {arm_name}: waiting for {server.base_url}/v1/models")
         try:

@@ -70,7 +70,7 @@ class ArmServer:
     arm: Arm
     base_url: str
     log_path: Path | None = None
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[bytes] | None = None
     models: Any = None  #: the /v1/models answer (model ids, owner, max length ...)
     headers: dict[str, str] = field(default_factory=dict)
     pump: threading.Thread | None = None  #: copies the server's output into its log, redacted

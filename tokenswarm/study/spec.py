@@ -183,7 +183,7 @@ def is_study_file(path: str) -> bool:
     return isinstance(data, dict) and "arms" in data
 
 
-def _num(data: dict, key: str, default: float, where: str, minimum: float, integer: bool = False) -> Any:
+def _num(data: dict[str, Any], key: str, default: float, where: str, minimum: float, integer: bool = False) -> Any:
     v = data.get(key, default)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and int(v) != v) or v < minimum:
         kind = "an integer" if integer else "a number"

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Protocol
 
 import gevent
 import orjson
@@ -69,6 +69,16 @@ def discard_connection(resp: Any) -> None:
             sock.close()
 
 
+class IdentityFields(Protocol):
+    """What the client reads of a request's identity: a :class:`~tokenswarm.record.RecordIdentity`
+    (the generator's) or a plain mapping of the same names (tests, tools): its field names and
+    values, spread into the record with the fields the client measured."""
+
+    def keys(self) -> Iterable[str]: ...
+
+    def __getitem__(self, name: str) -> Any: ...
+
+
 class StreamHooks:
     """Callbacks the client calls while a stream progresses (wired to Locust events)."""
 
@@ -89,14 +99,14 @@ def stream_call(
     body: bytes,
     headers: dict[str, str],
     *,
-    base: dict[str, Any],
+    base: IdentityFields,
     anchor: WallAnchor,
     first_token_timeout_s: float,
     total_timeout_s: float,
     keep_output: bool = False,
     stream: bool = True,
     hooks: StreamHooks | None = None,
-    on_cancel: Callable[[RequestRecord, str], None] | None = None,
+    on_cancel: Callable[[RequestRecord, str], object] | None = None,
     cancel_after_first_token: bool = False,
     clock: Callable[[], float] = time.perf_counter,
     scheduled_s: float | None = None,

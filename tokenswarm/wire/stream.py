@@ -433,7 +433,7 @@ def _offsets_ms(times: array[float], sent: float) -> list[float]:
     if not times:
         return []
     if _native_offsets_ms is not None:
-        return _native_offsets_ms(times, sent)  # type: ignore[no-any-return]
+        return _native_offsets_ms(times, sent)  # type: ignore[no-any-return]  # the C extension returns a list of floats
     a = np.frombuffer(times, dtype=np.float64)
     offsets: list[float] = ((a - sent) * 1000.0).round(3).tolist()
     return offsets  # the method: no np.round dispatch per request

@@ -11,9 +11,10 @@ import contextlib
 import contextvars
 import difflib
 import math
+import operator
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Callable
 
 from tokenswarm.workload.distributions import Dist, DistSpecError, make_dist
 from tokenswarm.workload.scenario.errors import _MISSING, ScenarioError
@@ -125,11 +126,12 @@ class _Section:
             raise self.err(key, what)
         if integer and v != int(v):
             raise self.err(key, what)
-        for bound, ok, text in (
-            (ge, lambda x, b: x >= b, ">="),
-            (gt, lambda x, b: x > b, ">"),
-            (le, lambda x, b: x <= b, "<="),
-        ):
+        checks: tuple[tuple[float | None, Callable[[float, float], bool], str], ...] = (
+            (ge, operator.ge, ">="),
+            (gt, operator.gt, ">"),
+            (le, operator.le, "<="),
+        )
+        for bound, ok, text in checks:
             if bound is not None and not ok(v, bound):
                 raise self.err(key, f"{what} {text} {bound:g}")
         return int(v) if integer else float(v)
@@ -142,6 +144,13 @@ class _Section:
             return make_dist(spec, self.at(key), floor=floor, integer=integer)
         except DistSpecError as exc:
             raise ScenarioError(self.file, exc.field, exc.expected, exc.got) from None
+
+    def required_dist(self, key: str, default: Any, *, floor: float | None, integer: bool) -> Dist:
+        """:meth:`dist` for a field a task cannot do without: ``null`` is an error naming it."""
+        dist = self.dist(key, default, floor=floor, integer=integer)
+        if dist is None:
+            raise self.err(key, "a number or a distribution (this field cannot be null)")
+        return dist
 
     def section(self, key: str, known: tuple[str, ...]) -> _Section:
         return _Section(self.data.get(key), self.at(key), self.file, known)

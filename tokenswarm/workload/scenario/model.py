@@ -325,7 +325,7 @@ class Scenario:
             names += [n for n, _ in task.models]
         return tuple(dict.fromkeys(names))
 
-    def resolved(self) -> dict:
+    def resolved(self) -> dict[str, Any]:
         """JSON-able resolved configuration for the manifest; secret-looking header values are ``***``."""
         t = self.target
         return {
@@ -385,7 +385,7 @@ class Scenario:
         }
 
 
-def _task_dict(task: TaskConfig) -> dict:
+def _task_dict(task: TaskConfig) -> dict[str, Any]:
     d: dict[str, Any] = {"kind": task.kind, "weight": task.weight}
     if task.kind not in ("summarization", "extraction"):
         d["prompt_tokens"] = dict(task.prompt_tokens.spec)

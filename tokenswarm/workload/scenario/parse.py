@@ -35,7 +35,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), yaml.safe_load(value) if value.strip() else None
 
 
-def apply_overrides(data: dict, overrides: dict | None, file: str = "<scenario>") -> dict:
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any] | None, file: str = "<scenario>") -> dict[str, Any]:
     """Return a copy of ``data`` with dotted-path ``overrides`` set (intermediate mappings created)."""
     import copy
 
@@ -54,7 +54,7 @@ def apply_overrides(data: dict, overrides: dict | None, file: str = "<scenario>"
     return out
 
 
-def load_scenario(path: str | os.PathLike, overrides: dict | None = None) -> Scenario:
+def load_scenario(path: str | os.PathLike[str], overrides: dict[str, Any] | None = None) -> Scenario:
     """Read, override and validate a scenario file (including its datasets and tokenizer).
 
     Raises :class:`ScenarioError` for a missing file, invalid YAML (with its line number) and
@@ -101,7 +101,7 @@ def _check_datasets(scenario: Scenario) -> None:
             load_dataset(task.dataset.path, task.dataset.format, task.dataset.category)
 
 
-def _with_replay_class(data: dict) -> dict:
+def _with_replay_class(data: dict[str, Any]) -> dict[str, Any]:
     """Replay needs no traffic classes: without any, one ``replay`` class carries sampling/extra_body."""
     traffic = data.get("traffic")
     if isinstance(traffic, dict) and traffic.get("classes"):
@@ -111,7 +111,7 @@ def _with_replay_class(data: dict) -> dict:
     return {**data, "traffic": traffic}
 
 
-def parse_scenario(data: dict, source: str = "<scenario>") -> Scenario:
+def parse_scenario(data: dict[str, Any], source: str = "<scenario>") -> Scenario:
     """Validate a parsed YAML mapping; relative paths resolve against ``source``'s folder, then cwd.
 
     Every unknown field in the file and the first invalid value of each section (``target``,
@@ -170,14 +170,14 @@ def _parse_cost(top: _Section) -> CostConfig | None:
     return CostConfig(c.num("gpu_hour_usd", None, gt=0), c.num("gpus", 1, ge=1, integer=True))
 
 
-def _raw_task_names(data: dict) -> set[str]:
+def _raw_task_names(data: dict[str, Any]) -> set[str]:
     """Class names as written, to check ``slo.per_task`` when ``traffic`` itself is invalid."""
     traffic = data.get("traffic")
     classes = traffic.get("classes") if isinstance(traffic, dict) else None
     return {str(k) for k in classes} if isinstance(classes, dict) else set()
 
 
-def _order(data: dict, field: str) -> int:
+def _order(data: dict[str, Any], field: str) -> int:
     """Problems in the order of the file's top-level sections (then as found)."""
     head = field.split(".", 1)[0].split("[", 1)[0]
     keys = [str(k) for k in data]

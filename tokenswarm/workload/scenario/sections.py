@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from tokenswarm.metrics import DEPRECATED_SLO_NAMES, slo_name
-from tokenswarm.workload.scenario.credentials import _ENV_NAME, _KEY_LIKE, _SECRET_HEADER
+from tokenswarm.redact import SECRET_HEADER as _SECRET_HEADER
+from tokenswarm.workload.scenario.credentials import _ENV_NAME, _KEY_LIKE
 from tokenswarm.workload.scenario.errors import ScenarioError
 from tokenswarm.workload.scenario.fields import _Section
 from tokenswarm.workload.scenario.model import (
@@ -414,16 +415,16 @@ def _parse_task(
     s = _Section(cfg, path, file, _TASK_FIELDS[kind])
     d = DEFAULTS[kind]
     weight = s.num("weight", 1.0, ge=0)
-    output = s.dist("output_tokens", d["output_tokens"], floor=1, integer=True)
+    output = s.required_dist("output_tokens", d["output_tokens"], floor=1, integer=True)
     document = s.dist("document_tokens", d.get("document_tokens"), floor=1, integer=True)
     prompt = (
-        document
+        s.required_dist("document_tokens", d.get("document_tokens"), floor=1, integer=True)
         if kind in ("summarization", "extraction")
-        else s.dist("prompt_tokens", d["prompt_tokens"], floor=0 if kind == "abnormal" else 1, integer=True)
+        else s.required_dist("prompt_tokens", d["prompt_tokens"], floor=0 if kind == "abnormal" else 1, integer=True)
     )
     turns = s.dist("turns", d.get("turns"), floor=1, integer=True)
     followup = s.dist("followup_tokens", d.get("followup_tokens"), floor=1, integer=True)
-    think = s.dist("think_time_s", d.get("think_time_s", 0), floor=0, integer=False)
+    think = s.required_dist("think_time_s", d.get("think_time_s", 0), floor=0, integer=False)
     sampling = _parse_sampling(s.section("sampling", _SAMPLING + ("max_tokens",)), base_sampling)
     dataset = None
     categories: tuple[str, ...] | None = None
@@ -445,7 +446,7 @@ def _parse_task(
                 raise s.err("turns", "no turns for a Spec-Bench dataset (every turn of a question is sent)")
             turns = None
             if not s.has("think_time_s"):
-                think = s.dist("think_time_s", 0, floor=0, integer=False)  # Spec-Bench: turns back to back
+                think = s.required_dist("think_time_s", 0, floor=0, integer=False)  # Spec-Bench: turns back to back
             categories = _categories(ds)
         elif ds.has("category") or ds.has("categories"):
             raise ds.err("category" if ds.has("category") else "categories",
@@ -501,7 +502,7 @@ def _spec_bench_source(cfg: dict[str, Any], path: str, file: str, base_dir: Path
         return False
     fmt = ds.get("format", "auto")
     if fmt != "auto":
-        return fmt == "spec_bench"
+        return bool(fmt == "spec_bench")
     resolved = _resolve_file(ds["path"], base_dir)
     if resolved is None:
         return False  # the dataset section reports the missing file
