@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import pytest
 
-from tests.study.test_study_e2e import no_server_left, run, study_cmd
+from tests.study.test_study_e2e import draft_vs_base_summary, no_server_left
 
 pytestmark = pytest.mark.slow
 
@@ -29,9 +28,7 @@ def test_a_study_of_a_three_model_split_reports_speedup_per_model(tmp_path):
     scenario = tmp_path / "lora.yaml"
     scenario.write_text(SCENARIO)
     out = tmp_path / "study"
-    res = run(study_cmd(scenario, out, f"base={SIM}", f"draft={SIM} --spec-method draft"))
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    summary = json.loads((out / "report" / "summary.json").read_text())
+    summary = draft_vs_base_summary(scenario, out, sim=SIM)
     rows = {r["model"]: r for r in summary["by_model"]}
     assert set(rows) == {"base", "lora-sql", "lora-chat"}
     for r in rows.values():

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
 from tests.helpers.runs import ROOT
-from tests.study.test_study_e2e import no_server_left, run, study_cmd
+from tests.study.test_study_e2e import draft_vs_base_summary, no_server_left
 
 pytestmark = pytest.mark.slow
 
-SIM = f"{sys.executable} -m tokenswarm sim --port {{port}} --profile tiny-fast"
 CATEGORIES = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
 
 
@@ -26,9 +24,7 @@ def test_a_spec_bench_study_reports_speedup_and_acceptance_per_category(tmp_path
     text = text.replace("step_duration_s: 60", "step_duration_s: 4\n  stop_timeout_s: 5")
     scenario.write_text(text)
     out = tmp_path / "study"
-    res = run(study_cmd(scenario, out, f"base={SIM}", f"draft={SIM} --spec-method draft"))
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    summary = json.loads((out / "report" / "summary.json").read_text())
+    summary = draft_vs_base_summary(scenario, out)
     cells = {v["task"]: v for v in summary["verdict"]}
     assert set(cells) == {"all", *CATEGORIES}, "one row per Spec-Bench category, and the whole"
     for name in CATEGORIES:

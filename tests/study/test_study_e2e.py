@@ -47,6 +47,13 @@ def run(cmd, timeout_s=400):
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=timeout_s)
 
 
+def draft_vs_base_summary(scenario, out, sim=SIM):
+    """A one-round study of the simulator without and with draft speculation; its summary.json."""
+    res = run(study_cmd(scenario, out, f"base={sim}", f"draft={sim} --spec-method draft"))
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return json.loads((out / "report" / "summary.json").read_text())
+
+
 def manifest(out):
     return json.loads((out / "study.json").read_text())
 
