@@ -1,237 +1,221 @@
-"""The streaming client against a scripted server: every malformed-stream case becomes a
-record with the right outcome, partial tokens kept, timings taken per read."""
-
-import gc
-import time
+"""The streaming client against a scripted in-memory transport: every malformed-stream case,
+error and deadline becomes a record with the right outcome, partial tokens kept, each chunk
+dated by its delivery. (What needs a socket -- the readers, the framing, the pool -- is in
+test_client_sockets.py.)"""
 
 import gevent
 import pytest
-from geventhttpclient import HTTPClient
 
-from tests.helpers.procs import scripted_server
-from tests.helpers.scripted_server import ROLE
+from tests.helpers.scripted_transport import BLOCK, Reply, ScriptedTransport, server_reply, sse
+from tokenswarm.record import RecordIdentity
 from tokenswarm.wire.client import StreamHooks, stream_call
 from tokenswarm.wire.clock import WallAnchor
 
-BASE = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="QAUser", request_key="k",
-            scheduled_at_s=0.0, schedule_lag_ms=0.0)
+IDENTITY = RecordIdentity(run_id="r", worker_id="w", seq=0, task="qa", user_class="QAUser", request_key="k",
+                          scheduled_at_s=100.0)
 BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true}'
+ANCHOR = WallAnchor(0.0, 0.0)  # the scripted clock's readings are the epoch seconds
 
 
-@pytest.fixture(params=["hub-native", "hub-python", "greenlet"], autouse=True)
-def reader(request, monkeypatch):
-    """Every case runs with each reader: the event-loop callback with and without its C fast
-    path, and the greenlet loop."""
-    import tokenswarm.wire.client as client
-    import tokenswarm.wire.reader as hub_reader
-
-    if request.param == "hub-native" and not hub_reader.FAST:
-        pytest.skip("the C extension tokenswarm.wire._fastread is not built")
-    monkeypatch.setattr(client, "USE_HUB_READER", request.param != "greenlet")
-    monkeypatch.setattr(hub_reader, "FAST", request.param == "hub-native")
-    return request.param
+def call(reply, first_token_s=5.0, total_s=10.0, transport=None, **kw):
+    transport = transport or ScriptedTransport([reply])
+    rec, text = stream_call(transport, "/v1/chat/completions", BODY, {"Content-Type": "application/json"},
+                            identity=IDENTITY, anchor=ANCHOR, first_token_timeout_s=first_token_s,
+                            total_timeout_s=total_s, keep_output=True, **kw)
+    return rec, text, transport
 
 
-@pytest.fixture(scope="module")
-def server():
-    with scripted_server() as url:
-        yield url
-
-
-def call(server, script, query="", first_token_s=5.0, total_s=10.0, client=None):
-    host, port = server.split("//")[1].split(":")
-    client = client or HTTPClient(host, int(port), connection_timeout=2, network_timeout=30, concurrency=4)
-    path = f"/{script}/v1/chat/completions?{query}"
-    rec, text = stream_call(client, path, BODY, {"Content-Type": "application/json"}, base=BASE,
-                            anchor=WallAnchor(0.0, 0.0), first_token_timeout_s=first_token_s,
-                            total_timeout_s=total_s, keep_output=True)
-    return rec, text, client
-
-
-def test_normal_stream_counts_every_token_and_chunk(server):
-    rec, text, _ = call(server, "normal", "n=6&gap_ms=20")
+def test_each_delivery_dates_its_chunks_from_the_send():
+    rec, text, t = call(server_reply("normal", n=6, gap_ms=20))
     assert rec.outcome == "ok" and rec.output_tokens == 6 and rec.chunk_tokens == [1] * 6
-    assert len(rec.chunk_offsets_ms) == 6
-    gaps = [b - a for a, b in zip(rec.chunk_offsets_ms, rec.chunk_offsets_ms[1:])]
-    # one read per event: gaps reflect the server's 20 ms pacing, not a batching artifact
-    assert sorted(gaps)[len(gaps) // 2] > 15
+    # sent at t0 (headers 1 ms later); content events 20 ms apart, the first with the headers
+    assert rec.chunk_offsets_ms == [1.0, 21.0, 41.0, 61.0, 81.0, 101.0]
+    assert rec.sent_at_s == 100.0 and rec.headers_ms == 1.0 and rec.conn_reused is True
     assert text.startswith("w0_0 ") and rec.output_text == text
+    assert t.discarded == 0 and t.settled == 1
 
 
-def test_multi_token_chunks(server):
-    rec, _, _ = call(server, "normal", "n=4&per_chunk=3")
+def test_multi_token_chunks():
+    rec, _, _ = call(server_reply("normal", n=4, per_chunk=3))
     assert rec.chunk_tokens == [3, 3, 3, 3] and rec.output_tokens == 12
 
 
-@pytest.mark.parametrize("script", ["split", "cut_frames", "crlf", "keepalive", "no_blank_lines", "close_delimited"])
-def test_awkward_but_valid_framings_are_read_exactly(server, script):
-    rec, _, _ = call(server, script, "n=5&gap_ms=5")
-    assert rec.outcome == "ok", rec.error
-    assert rec.chunk_tokens == [1] * 5 and rec.output_tokens == 5
-
-
-ROLE_FRAME = len(b"%x\r\n" % len(ROLE)) + len(ROLE) + 2
-
-
-@pytest.mark.parametrize("glue", [0, 1, 3, 60, ROLE_FRAME - 2, ROLE_FRAME - 1, ROLE_FRAME, ROLE_FRAME + 1,
-                                  ROLE_FRAME + 3, ROLE_FRAME + 40])
-def test_body_bytes_read_with_the_headers_at_any_framing_position(server, glue):
-    # The library parses whatever body came with the headers; the reader takes the framing
-    # over at a chunk boundary, or hands it back when the library was inside a chunk.
-    rec, text, client = call(server, "glued", f"n=5&gap_ms=5&glue={glue}")
-    assert rec.outcome == "ok", rec.error
-    assert rec.chunk_tokens == [1] * 5 and rec.output_tokens == 5
-    assert text == "".join(f"w{i}_0 " for i in range(5))
-    rec2, _, _ = call(server, "normal", "n=2", client=client)  # the connection was left reusable
-    assert rec2.outcome == "ok"
-
-
-def test_the_hub_reader_takes_the_framing_over_after_a_header_read_that_ended_inside_a_chunk(server, reader,
-                                                                                              monkeypatch):
-    # Under backlog the library's 4 KiB header read ends inside a chunk; the library keeps the
-    # framing only until one of its reads ends between chunks (its parser costs ~3 us/event).
-    # (The greenlet reader leaves the framing to the library by design: there, the case is
-    # just the normal path, checked for correctness only.)
-    from geventhttpclient.response import HTTPResponse
-
-    library_reads = []
-    real_feed = HTTPResponse.feed
-    monkeypatch.setattr(HTTPResponse, "feed",
-                        lambda self, data: (data != b"0\r\n\r\n" and library_reads.append(data)) or real_feed(self, data))
-    rec, text, _ = call(server, "glued", f"n=6&gap_ms=5&glue={ROLE_FRAME + 40}")
-    assert rec.outcome == "ok" and rec.chunk_tokens == [1] * 6
-    assert text == "".join(f"w{i}_0 " for i in range(6))
-    if reader != "greenlet":
-        # the header read and the rest of the cut chunk; not the ~8 later chunks, trailer and [DONE]
-        assert len(library_reads) <= 3
-    else:
-        assert len(library_reads) >= 8
-
-
-def test_a_finished_stream_leaves_no_reference_cycles_for_the_garbage_collector(server):
-    # The collector's passes stop the event loop; at 256 streams, cycles left per request made
-    # them take 20-35 ms every few seconds. Everything a request allocates is freed by refcount.
-    _, _, client = call(server, "normal", "n=3")
-    gc.collect()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
-        for _ in range(3):
-            rec, _, _ = call(server, "normal", "n=3", client=client)
-            assert rec.outcome == "ok"
-        left = [type(o).__name__ for o in gc.garbage] if gc.collect() else []
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-    assert left == []
-
-
-def test_missing_done_after_finish_reason_is_ok(server):
-    rec, _, _ = call(server, "no_done", "n=3")
+def test_missing_done_after_finish_reason_is_ok():
+    rec, _, _ = call(server_reply("no_done", n=3))
     assert rec.outcome == "ok" and rec.output_tokens == 3
 
 
-def test_usage_absent_leaves_chunk_tokens_unknown(server):
-    rec, _, _ = call(server, "no_usage", "n=3")
+def test_a_stream_without_done_or_finish_reason_is_a_stream_error():
+    reply = Reply(deliveries=[(0.01, sse('{"id":"x","choices":[{"index":0,"delta":{"content":"a"}}]}'))])
+    rec, _, _ = call(reply)
+    assert rec.outcome == "stream_error" and rec.error == "stream ended before [DONE]"
+    assert rec.chunk_offsets_ms == [10.0]
+
+
+def test_usage_absent_leaves_chunk_tokens_unknown():
+    rec, _, _ = call(server_reply("no_usage", n=3))
     assert rec.outcome == "ok" and rec.chunk_tokens is None and rec.tokens_estimated
 
 
-def test_invalid_json_in_stream(server):
-    rec, _, _ = call(server, "invalid_json", "n=3")
+def test_invalid_json_in_stream():
+    rec, _, _ = call(server_reply("invalid_json", n=3))
     assert rec.outcome == "stream_error" and "invalid JSON" in rec.error and rec.output_tokens == 3
 
 
-def test_error_event_inside_stream(server):
-    rec, _, _ = call(server, "event_error", "n=3")
+def test_error_event_inside_stream():
+    rec, _, _ = call(server_reply("event_error", n=3))
     assert rec.outcome == "stream_error" and "engine died" in rec.error and rec.chunk_tokens == [1, 1, 1]
 
 
-def test_connection_cut_mid_stream_keeps_partial_tokens(server):
-    rec, _, _ = call(server, "cut", "n=6")
+def test_an_unterminated_last_event_is_flushed_at_the_end_of_the_body():
+    done = b'data: {"id":"x","choices":[{"index":0,"delta":{"content":"b"},"finish_reason":"stop"}]}'
+    reply = Reply(deliveries=[(0.01, sse('{"id":"x","choices":[{"index":0,"delta":{"content":"a"}}]}')),
+                              (0.02, done)], end_at_s=0.03)  # no blank line after the last event
+    rec, text, _ = call(reply)
+    assert rec.outcome == "ok" and text == "ab"
+    assert rec.chunk_offsets_ms == [10.0, 30.0]  # dated when the end of the body showed it was whole
+
+
+def test_connection_cut_mid_stream_keeps_partial_tokens():
+    rec, _, t = call(server_reply("cut", n=6))
     assert rec.outcome == "stream_error" and rec.error == "connection closed mid-stream"
     assert rec.chunk_tokens == [1, 1, 1, 1] and rec.output_tokens == 4
+    assert t.discarded == 1  # a cut connection is never reused
 
 
-def test_stall_hits_the_total_deadline_with_partial_tokens(server):
-    rec, _, _ = call(server, "stall", "n=6", total_s=0.5)
+def test_a_close_delimited_body_ends_when_the_server_closes():
+    rec, _, t = call(Reply(deliveries=server_reply("normal", n=3).deliveries, end="close"))
+    assert rec.outcome == "ok" and rec.output_tokens == 3
+    assert t.discarded == 1  # the server closed it: not reusable
+
+
+def test_stall_hits_the_total_deadline_with_partial_tokens():
+    rec, _, t = call(server_reply("stall", n=6), total_s=0.5)
     assert rec.outcome == "timeout" and rec.error == "total timeout"
-    assert rec.output_tokens == 4 and 450 <= rec.e2e_ms < 2000
+    assert rec.output_tokens == 4 and rec.e2e_ms == 500.0  # the deadline, to the microsecond
+    assert t.discarded == 1 and t.armed == []  # both deadlines disarmed
 
 
-def test_slow_first_token_hits_the_first_token_deadline(server):
-    rec, _, _ = call(server, "slow_headers", "delay_s=3", first_token_s=0.3)
+def test_headers_then_nothing_hits_the_first_token_deadline():
+    rec, _, _ = call(Reply(end="stall"), first_token_s=0.3)
     assert rec.outcome == "timeout" and rec.error == "first_token timeout" and rec.ttft_ms is None
+    assert rec.http_status == 200 and rec.e2e_ms == 300.0
+
+
+def test_slow_first_token_hits_the_first_token_deadline():
+    rec, _, _ = call(Reply(headers_at_s=3.0, deliveries=server_reply("normal").deliveries), first_token_s=0.3)
+    assert rec.outcome == "timeout" and rec.error == "first_token timeout" and rec.ttft_ms is None
+    assert rec.http_status is None  # the headers never came
+
+
+def test_the_first_token_deadline_is_disarmed_by_the_first_token():
+    # first token at 1 ms, then 20 ms gaps to ~121 ms: well past a 50 ms first-token deadline
+    rec, _, _ = call(server_reply("normal", n=6, gap_ms=20), first_token_s=0.05)
+    assert rec.outcome == "ok" and rec.output_tokens == 6
 
 
 @pytest.mark.parametrize("code", [429, 500, 503])
-def test_http_errors_keep_status_and_server_message(server, code):
-    rec, _, _ = call(server, f"http_{code}")
+def test_http_errors_keep_status_and_server_message(code):
+    rec, _, _ = call(server_reply(f"http_{code}"))
     assert rec.outcome == "http_error" and rec.http_status == code and f"scripted {code}" in rec.error
     assert rec.ttft_ms is None
 
 
-def test_connection_is_reused_after_a_complete_stream_and_after_an_error(server):
-    _, _, client = call(server, "normal", "n=2")
-    _, _, client = call(server, "http_429", client=client)
-    rec, _, _ = call(server, "normal", "n=2", client=client)
-    assert rec.outcome == "ok"
+def test_an_error_body_is_read_whole_and_its_connection_kept():
+    t = ScriptedTransport([server_reply("http_429")])
+    rec, _, _ = call(None, transport=t)
+    assert rec.outcome == "http_error" and t.discarded == 0
 
 
-def test_connection_refused_is_an_http_error():
-    from tests.helpers.procs import free_port
-    rec, _, _ = call(f"http://127.0.0.1:{free_port()}", "normal")
+def test_an_error_body_too_long_to_read_closes_its_connection():
+    t = ScriptedTransport([Reply(status=500, body=b"x" * 70000)])
+    rec, _, _ = call(None, transport=t)
+    assert rec.outcome == "http_error" and rec.http_status == 500 and t.discarded == 1
+    assert rec.error.startswith("HTTP 500: xxx") and len(rec.error) < 200
+
+
+def test_a_refused_connection_is_an_http_error_without_status():
+    rec, _, _ = call(Reply(send_error=ConnectionRefusedError()))
     assert rec.outcome == "http_error" and rec.error == "connection refused" and rec.http_status is None
+    assert rec.sent_at_s == 100.0 and rec.connect_ms is None
 
 
-def test_killed_greenlet_yields_a_cancelled_record(server):
+def test_a_failed_connect_is_timed_and_named():
+    rec, _, _ = call(Reply(connect_s=0.004, send_error=OSError("no route")))
+    assert rec.outcome == "http_error" and rec.error == "connection failed: OSError"
+    assert rec.connect_ms == 4.0 and rec.conn_reused is False and rec.send_delay_ms is None
+
+
+def test_a_library_parser_error_after_the_headers_is_a_stream_error():
+    class Broken(ScriptedTransport):
+        def body_reader(self, *a, **kw):
+            raise ValueError("invalid chunk size")
+
+    rec, _, _ = call(None, transport=Broken([server_reply("normal")]))
+    assert rec.outcome == "stream_error" and rec.error == "ValueError: invalid chunk size"
+
+
+def test_a_non_streamed_answer_is_one_delivery():
+    body = b'{"id":"x","choices":[{"index":0,"message":{"content":"hello"},"finish_reason":"stop"}],' \
+           b'"usage":{"prompt_tokens":3,"completion_tokens":2}}'
+    rec, text, _ = call(Reply(body=body, body_at_s=0.25), stream=False)
+    assert rec.outcome == "ok" and text == "hello" and rec.output_tokens == 2 and rec.chunk_offsets_ms == [250.0]
+
+
+def test_a_malformed_non_streamed_answer_is_a_stream_error():
+    rec, _, _ = call(Reply(body=b"{oops", body_at_s=0.25), stream=False)
+    assert rec.outcome == "stream_error" and rec.error == "malformed JSON body"
+
+
+def test_a_client_that_leaves_after_the_first_token_is_cancelled():
+    rec, _, t = call(server_reply("normal", n=6), cancel_after_first_token=True)
+    assert rec.outcome == "cancelled" and rec.error == "client disconnected after first token"
+    assert rec.chunk_tokens == [1] and t.discarded == 1
+
+
+def test_killed_greenlet_yields_a_cancelled_record():
     got = []
-    host, port = server.split("//")[1].split(":")
-    client = HTTPClient(host, int(port), connection_timeout=2, network_timeout=30)
-
+    head = list(server_reply("normal", n=5).deliveries)[:4]  # the role chunk and 3 tokens
+    t = ScriptedTransport([Reply(deliveries=head + [(1.0, BLOCK)])])
     chunks: list[int] = []
-
-    def run():
-        stream_call(client, "/normal/v1/chat/completions?n=50&gap_ms=20", BODY, {}, base=BASE,
-                    anchor=WallAnchor(0.0, 0.0), first_token_timeout_s=5, total_timeout_s=10,
-                    hooks=StreamHooks(on_chunks=lambda base, ms, n: chunks.append(n)),
-                    on_cancel=lambda r, t: got.append(r))
-
-    g = gevent.spawn(run)
-    deadline = time.monotonic() + 10
-    while sum(chunks) < 3 and time.monotonic() < deadline:  # killed mid-stream, once 3 chunks came
-        gevent.sleep(0.005)
+    g = gevent.spawn(call, None, transport=t, hooks=StreamHooks(on_chunks=lambda base, ms, n: chunks.append(n)),
+                     on_cancel=lambda r, text: got.append(r))
+    assert t.blocked.wait(timeout=10)  # killed mid-stream, once 3 chunks came
     g.kill()
-    assert len(got) == 1 and got[0].outcome == "cancelled" and got[0].output_tokens >= 3
+    assert len(got) == 1 and got[0].outcome == "cancelled" and got[0].error == "cancelled by generator"
+    assert got[0].output_tokens == 3 and sum(chunks) == 3 and got[0].e2e_ms == 1000.0
+    assert t.discarded == 1 and t.hooked_reads == [True]
 
 
-@pytest.mark.timing
-def test_events_written_together_are_one_delivery_and_give_the_itl_of_one_multi_token_chunk(server):
-    # The same server behaviour, 4 deliveries of 3 tokens 30 ms apart, framed as one 3-token
-    # chunk each (vLLM) or as 3 one-token events in one write (llama.cpp).
-    from tokenswarm.metrics import itl_ms
-
-    vllm, _, _ = call(server, "normal", "n=4&per_chunk=3&gap_ms=30")
-    llama, _, _ = call(server, "normal", "n=12&together=3&gap_ms=30")
-    assert vllm.outcome == llama.outcome == "ok" and vllm.output_tokens == llama.output_tokens == 12
-    offs = llama.chunk_offsets_ms
-    assert len(offs) == 12 and all(offs[i] == offs[i + 1] == offs[i + 2] for i in range(0, 12, 3)), offs
-    for rec in (vllm, llama):
-        samples = itl_ms(rec.chunk_offsets_ms, rec.chunk_tokens)
-        # three samples of (gap / 3) per delivery after the first, never the 0 ms of a shared read
-        assert len(samples) == 9 and all(samples[i] == samples[i + 1] == samples[i + 2] for i in range(0, 9, 3))
-        assert sum(samples) == pytest.approx(rec.chunk_offsets_ms[-1] - rec.chunk_offsets_ms[0])
-        assert all(5.0 < s < 25.0 for s in samples), f"~10 ms per token (30 ms / 3), -5/+15 ms tolerance: {samples}"
-
-
-def test_the_first_token_hook_is_handed_the_measured_schedule_lag_not_an_estimate(server):
-    host, port = server.split("//")[1].split(":")
-    client = HTTPClient(host, int(port), connection_timeout=2, network_timeout=30, concurrency=1)
+def test_the_first_token_hook_is_handed_the_measured_schedule_lag_not_an_estimate():
     seen: list[dict] = []
-    identity = {k: v for k, v in BASE.items() if k != "schedule_lag_ms"}  # as RunContext.base makes it
-    identity["scheduled_at_s"] = -0.25  # due 250 ms before the anchor's zero: a late request
-    rec, _ = stream_call(client, "/normal/v1/chat/completions?n=3&gap_ms=5", BODY, {}, base=identity,
-                         anchor=WallAnchor(0.0, 0.0), first_token_timeout_s=5, total_timeout_s=10,
+    t = ScriptedTransport([Reply(sent_after_s=0.002, deliveries=server_reply("normal", n=3).deliveries)])
+    late = RecordIdentity(**{**IDENTITY.record_fields(), "scheduled_at_s": 99.75})  # due 250 ms before the send
+    rec, _ = stream_call(t, "/v1/chat/completions", BODY, {}, identity=late, anchor=ANCHOR,
+                         first_token_timeout_s=5, total_timeout_s=10,
                          hooks=StreamHooks(on_first_token=lambda base, ms: seen.append(dict(base)),
                                            on_chunks=lambda base, ms, n: seen.append(dict(base))))
     assert rec.outcome == "ok", rec.error
-    assert seen and all(s["schedule_lag_ms"] == rec.schedule_lag_ms for s in seen), (seen[0], rec.schedule_lag_ms)
-    assert rec.schedule_lag_ms >= 250.0
+    assert rec.schedule_lag_ms == 252.0  # due at 99.75, sent at 100.002: the send's own reading
+    assert len(seen) == 4 and all(s["schedule_lag_ms"] == 252.0 and s["task"] == "qa" for s in seen)
+
+
+def test_hooks_get_the_time_of_each_delivery_from_the_send():
+    firsts: list[float] = []
+    chunk_times: list[tuple[float, int]] = []
+    rec, _, _ = call(server_reply("normal", n=3, gap_ms=10),
+                     hooks=StreamHooks(on_first_token=lambda base, ms: firsts.append(ms),
+                                       on_chunks=lambda base, ms, n: chunk_times.append((ms, n))))
+    assert firsts == [pytest.approx(1.0)]
+    assert [n for _, n in chunk_times] == [1, 1, 1]
+    assert [ms for ms, _ in chunk_times] == pytest.approx(rec.chunk_offsets_ms)
+
+
+def test_the_identity_is_spread_into_the_record_with_the_measured_phases():
+    t = ScriptedTransport([Reply(connect_s=0.003, sent_after_s=0.004, headers_at_s=0.010,
+                                 deliveries=server_reply("normal", n=2).deliveries)])
+    rec, _, _ = call(None, transport=t, scheduled_s=99.999)
+    assert (rec.run_id, rec.worker_id, rec.task, rec.request_key) == ("r", "w", "qa", "k")
+    assert rec.connect_ms == 3.0 and rec.conn_reused is False
+    assert rec.schedule_lag_ms == 5.0 and rec.send_delay_ms == 2.0  # 5 ms late, 3 of them connecting
+    assert rec.headers_ms == 6.0 and rec.sent_at_s == pytest.approx(100.004)

@@ -9,10 +9,9 @@ sends more than it could legitimately carry is cut with its record kept.
 import tracemalloc
 
 import pytest
-from geventhttpclient import HTTPClient
 
-from tests.helpers.procs import scripted_server
-from tokenswarm.record import MAX_PLAUSIBLE_TOKENS
+from tests.helpers.scripted_transport import ScriptedTransport, server_reply
+from tokenswarm.record import MAX_PLAUSIBLE_TOKENS, RecordIdentity
 from tokenswarm.wire.client import stream_call
 from tokenswarm.wire.clock import WallAnchor
 from tokenswarm.wire.stream import MAX_RESPONSE_BYTES, OUTPUT_TOKENS_FACTOR, StreamLimits, StreamState
@@ -23,29 +22,13 @@ BASE = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="QAUser", re
 BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true}'
 
 
-@pytest.fixture(params=["hub", "greenlet"], autouse=True)
-def reader(request, monkeypatch):
-    import tokenswarm.wire.client as client
-
-    monkeypatch.setattr(client, "USE_HUB_READER", request.param == "hub")
-    return request.param
-
-
-@pytest.fixture(scope="module")
-def server():
-    with scripted_server() as url:
-        yield url
-
-
-def call(server, script, query, limits, total_s=10.0):
-    host, port = server.split("//")[1].split(":")
-    client = HTTPClient(host, int(port), connection_timeout=2, network_timeout=30, concurrency=2)
-    try:
-        return stream_call(client, f"/{script}/v1/chat/completions?{query}", BODY, {"Content-Type": "application/json"},
-                           base=BASE, anchor=WallAnchor(0.0, 0.0), first_token_timeout_s=5.0,
-                           total_timeout_s=total_s, limits=limits)[0]
-    finally:
-        client.close()
+def call(script, limits, total_s=10.0, **query):
+    """The scripted server's ``script`` played in memory (see tests/helpers/scripted_transport.py)."""
+    transport = ScriptedTransport([server_reply(script, gap_ms=1.0, **query)])
+    return stream_call(transport, "/v1/chat/completions", BODY, {"Content-Type": "application/json"},
+                       identity=RecordIdentity(**{k: v for k, v in BASE.items() if k != "schedule_lag_ms"}),
+                       anchor=WallAnchor(0.0, 0.0), first_token_timeout_s=5.0,
+                       total_timeout_s=total_s, limits=limits)[0]
 
 
 @pytest.mark.parametrize("value, problem", [
@@ -55,8 +38,8 @@ def call(server, script, query, limits, total_s=10.0):
     ("2.5", "server reported completion_tokens=2.5: not an integer"),
     ('"12"', "server reported completion_tokens='12': not an integer"),
 ])
-def test_an_impossible_usage_total_is_a_stream_error_whose_record_can_be_written(server, value, problem):
-    rec = call(server, "usage_value", f"n=5&gap_ms=1&value={value}", StreamLimits.for_request(8))
+def test_an_impossible_usage_total_is_a_stream_error_whose_record_can_be_written(value, problem):
+    rec = call("usage_value", StreamLimits.for_request(8), value=value)
     assert rec.outcome == "stream_error"
     assert rec.error.startswith(problem)
     assert len(rec.chunk_offsets_ms) == 5  # what arrived is kept
@@ -64,16 +47,16 @@ def test_an_impossible_usage_total_is_a_stream_error_whose_record_can_be_written
     assert rec.to_json()  # never "Integer exceeds 64-bit range"
 
 
-def test_a_cumulative_usage_that_goes_backwards_cuts_the_stream_with_aligned_chunk_lists(server):
-    rec = call(server, "cum_values", "cums=3,5,2", StreamLimits.for_request(8))
+def test_a_cumulative_usage_that_goes_backwards_cuts_the_stream_with_aligned_chunk_lists():
+    rec = call("cum_values", StreamLimits.for_request(8), cums="3,5,2")
     assert rec.outcome == "stream_error"
     assert rec.error == "server reported completion_tokens=2: less than the 5 reported before"
     assert rec.chunk_tokens == [3, 2] and len(rec.chunk_offsets_ms) == 2
     assert rec.to_json()
 
 
-def test_a_cumulative_usage_beyond_int64_then_negative_never_desynchronises_the_record(server):
-    rec = call(server, "cum_values", "cums=9223372036854775807,-4", StreamLimits.for_request(8))
+def test_a_cumulative_usage_beyond_int64_then_negative_never_desynchronises_the_record():
+    rec = call("cum_values", StreamLimits.for_request(8), cums="9223372036854775807,-4")
     assert rec.outcome == "stream_error"
     assert rec.error.startswith("server reported completion_tokens=9223372036854775807: more than")
     assert rec.chunk_offsets_ms == [] and rec.chunk_tokens is None
@@ -81,26 +64,26 @@ def test_a_cumulative_usage_beyond_int64_then_negative_never_desynchronises_the_
     assert rec.to_json()
 
 
-def test_a_valid_usage_within_the_factor_over_max_tokens_stays_ok(server):
-    rec = call(server, "usage_value", "n=5&gap_ms=1&value=5", StreamLimits.for_request(2))
+def test_a_valid_usage_within_the_factor_over_max_tokens_stays_ok():
+    rec = call("usage_value", StreamLimits.for_request(2), value="5")
     assert rec.outcome == "ok" and rec.output_tokens == 5 and rec.chunk_tokens == [1] * 5  # 5 <= 4 x 2
 
 
-def test_a_flood_of_events_is_cut_at_the_factor_over_max_tokens(server):
-    rec = call(server, "flood", "", StreamLimits.for_request(8), total_s=20.0)
+def test_a_flood_of_events_is_cut_at_the_factor_over_max_tokens():
+    rec = call("flood", StreamLimits.for_request(8), total_s=20.0)
     assert rec.outcome == "stream_error"
     assert rec.error.startswith(f"protocol error: more than {int(8 * OUTPUT_TOKENS_FACTOR)} content events")
-    # checked once per read: at most the cap plus the events of one read (64 KiB, ~110 bytes each)
-    assert int(8 * OUTPUT_TOKENS_FACTOR) < len(rec.chunk_offsets_ms) <= int(8 * OUTPUT_TOKENS_FACTOR) + 65536 // 100
+    # checked once per delivery (here one event each): the cap plus the delivery that passed it
+    assert len(rec.chunk_offsets_ms) == int(8 * OUTPUT_TOKENS_FACTOR) + 1
     assert rec.to_json()
 
 
-def test_a_flooding_stream_stays_under_its_byte_bound_in_memory(server):
-    """Without the cap this stream grows ~16 MB/s until the total deadline (3 s here)."""
+def test_a_flooding_stream_stays_under_its_byte_bound_in_memory():
+    """Without the cap this stream grows without end (the scripted flood never stalls)."""
     limits = StreamLimits(max_output_tokens=10**7, max_response_bytes=1 << 20)
     tracemalloc.start()
     try:
-        rec = call(server, "flood", "", limits, total_s=3.0)
+        rec = call("flood", limits, total_s=3.0)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

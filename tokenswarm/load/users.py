@@ -29,6 +29,7 @@ from tokenswarm.load.context import RunContext, request_key
 from tokenswarm.wire.client import StreamHooks, stream_call
 from tokenswarm.wire.pool import tune_pool
 from tokenswarm.wire.stream import StreamLimits
+from tokenswarm.wire.transport import PoolTransport
 from tokenswarm.workload import quality
 from tokenswarm.workload.arrivals import ArrivalProcess, schedule
 from tokenswarm.workload.draw import StratifiedDraw
@@ -76,10 +77,10 @@ def task_deal(ctx: RunContext, tasks: list[Any], ordinal: int) -> StratifiedDraw
 class Conversationalist:
     """Runs requests for one user or dispatch slot; shared by closed and open loop."""
 
-    def __init__(self, ctx: RunContext, user: FastHttpUser, http: Any, user_class: str) -> None:
+    def __init__(self, ctx: RunContext, user: FastHttpUser, transport: PoolTransport, user_class: str) -> None:
         self.ctx = ctx
         self.user = user
-        self.http = http
+        self.transport = transport
         self.user_class = user_class
         events = ctx.events
         self.hooks = None
@@ -115,9 +116,9 @@ class Conversationalist:
         ctx.in_flight += 1
         try:
             record, text = stream_call(
-                self.http, ctx.path, body, ctx.headers, base=base, anchor=ctx.anchor,
+                self.transport, ctx.path, body, ctx.headers, identity=base, anchor=ctx.anchor,
                 first_token_timeout_s=target.first_token_timeout_s, total_timeout_s=target.total_timeout_s,
-                keep_output=ctx.keep_outputs, hooks=self.hooks, clock=ctx.clock,
+                keep_output=ctx.keep_outputs, hooks=self.hooks,
                 on_cancel=lambda rec, _text: ctx.emit(rec, self.user),
                 cancel_after_first_token=abnormal == "cancel_early", scheduled_s=scheduled_s,
                 limits=StreamLimits.for_request(max_tokens if type(max_tokens) is int else None,
@@ -190,11 +191,12 @@ class _TokenswarmUser(FastHttpUser):
         self.ctx = ctx  # type: ignore[assignment]  # None only until the first task raises StopUser
         return ctx
 
-    def _http(self) -> Any:
-        """This user's geventhttpclient connection pool to the target (FastHttpUser's settings)."""
+    def _transport(self) -> PoolTransport:
+        """This user's transport: its geventhttpclient connection pool to the target
+        (FastHttpUser's settings) on the run's clock."""
         client = self.client.client.clientpool.get_client(URL(self.ctx.base_url))
         tune_pool(client, keep_alive=self.ctx.scenario.target.keep_alive)  # before its first connection exists
-        return client
+        return PoolTransport(client, self.ctx.clock)
 
 
 class LLMUser(_TokenswarmUser):
@@ -213,7 +215,7 @@ class LLMUser(_TokenswarmUser):
         # same prompts in the same order per user, so runs join request by request (A/B compare).
         self.rng = ctx.rng_for(self.kind, ctx.next_user_ordinal(type(self).__name__))
         self.task_cfg = pick_task(tasks, self.rng) if tasks else None
-        self.runner_ = Conversationalist(ctx, self, self._http(), type(self).__name__)
+        self.runner_ = Conversationalist(ctx, self, self._transport(), type(self).__name__)
 
     @task
     def one_request(self) -> None:
@@ -283,7 +285,7 @@ class MixedUser(_TokenswarmUser):
         self.rng = ctx.rng_for(self.kind, ordinal)
         self.deal = task_deal(ctx, self.tasks_, ordinal)
         self.task_cfg = None
-        self.runner_ = Conversationalist(ctx, self, self._http(), type(self).__name__)
+        self.runner_ = Conversationalist(ctx, self, self._transport(), type(self).__name__)
 
     @task
     def one_request(self) -> None:
@@ -319,7 +321,7 @@ class OpenLoopUser(_TokenswarmUser):
         ordinal = ctx.next_user_ordinal("OpenLoopUser")
         self.rng = ctx.rng_for("open", ordinal)
         self.deal = task_deal(ctx, self.tasks_, ctx.worker_index + ordinal)
-        self.http = self._http()
+        self.transport = self._transport()
         per_worker_cap = max(1, ctx.scenario.load.max_in_flight // max(1, ctx.worker_count))
         self.pool = gevent.pool.Pool(per_worker_cap)
 
@@ -364,7 +366,7 @@ class OpenLoopUser(_TokenswarmUser):
             self.pool.kill(block=True, timeout=5)  # in-flight streams become 'cancelled' records
 
     def _one(self, task_cfg: Any, rng: random.Random, scheduled_s: float) -> None:
-        conv = Conversationalist(self.ctx, self, self.http, f"OpenLoop:{task_cfg.kind}")
+        conv = Conversationalist(self.ctx, self, self.transport, f"OpenLoop:{task_cfg.kind}")
         if task_cfg.kind == "multi_turn":
             conv.conversation(task_cfg, rng, scheduled_s)
         else:
@@ -412,7 +414,7 @@ class OpenLoopUser(_TokenswarmUser):
         payload_key, payload = self.replay_prompts.payload(entry.input_tokens, entry.hash_ids, rng)
         # the recorded output length is asked for exactly, unless sampling.ignore_eos says otherwise
         extra = {"ignore_eos": True} if task_cfg.sampling.ignore_eos is None else None
-        Conversationalist(self.ctx, self, self.http, "Replay").send(
+        Conversationalist(self.ctx, self, self.transport, "Replay").send(
             task_cfg, payload_key, payload, entry.output_tokens, scheduled_s, extra=extra,
             model=pick_model(self.ctx.scenario.models_of(task_cfg), rng))
 

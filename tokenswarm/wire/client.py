@@ -1,5 +1,11 @@
 """The streaming client: one OpenAI-compatible call in, one :class:`RequestRecord` out.
 
+The client talks to the network through one seam, a :class:`~tokenswarm.wire.transport.Transport`
+(send, the response's status and body, its timed deliveries, deadlines on the transport's clock):
+in production a :class:`~tokenswarm.wire.transport.PoolTransport` over the user's
+geventhttpclient connection, in tests a scripted in-memory one. What follows describes the
+production transport.
+
 Why not ``FastHttpSession.iter_lines()``: geventhttpclient's ``read(n)`` waits until ``n``
 bytes are buffered, so SSE events arrive in 1-4 KiB batches and token timings are falsified
 (measured: TTFT 612 ms instead of 205 ms, most gaps 0 ms). Instead we take the user's
@@ -18,65 +24,37 @@ kernel (TTFT and every chunk offset count from it), ``headers_ms``, and ``schedu
 and ``send_delay_ms`` from the same ``sent`` reading (see :func:`phase_fields`).
 
 Deadlines: ``connect`` is the pool's connection timeout; ``first_token`` and ``total`` are
-gevent timeouts around the call. A timeout still yields a record (``outcome: timeout``)
+the transport's timeouts around the call (gevent's). A timeout still yields a record (``outcome: timeout``)
 with the tokens received so far. A user killed mid-stream (end of run) yields a
 ``cancelled`` record before the kill propagates.
 """
 
 from __future__ import annotations
 
-import os
-import time
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Callable
 
-import gevent
 import orjson
 from gevent import GreenletExit
 
-from tokenswarm.record import Outcome, RequestRecord
-from tokenswarm.wire import pool
+from tokenswarm.record import Outcome, RecordIdentity, RequestRecord
 from tokenswarm.wire.clock import WallAnchor
-from tokenswarm.wire.pool import RequestTiming, send_request
-from tokenswarm.wire.reader import stream_poller
+from tokenswarm.wire.pool import RequestTiming
 from tokenswarm.wire.sse import SSEParser
 from tokenswarm.wire.stream import DEFAULT_LIMITS, StreamLimitExceeded, StreamLimits, StreamState, error_from_body
-from tokenswarm.wire.timing import BodyReader, read_available  # noqa: F401  (read_available: public here too)
+from tokenswarm.wire.timing import read_available  # noqa: F401  (public here too)
+from tokenswarm.wire.transport import Deadline, Deliveries, PoolTransport, Response, Transport, discard_connection
 
-RECV_BYTES = 65536
+__all__ = ["PoolTransport", "StreamHooks", "Transport", "discard_connection", "phase_fields", "stream_call"]
+
 ERROR_BODY_LIMIT = 65536
-#: Read plain-TCP streams from an event-loop callback (see reader.py); TOKENSWARM_READER=greenlet
-#: selects the simpler one-recv-per-wake-up loop (kept for comparison and for TLS/hooks).
-USE_HUB_READER = os.environ.get("TOKENSWARM_READER", "hub") != "greenlet"
 
 
 class _Deadline(Exception):
-    """Raised by a gevent.Timeout; ``kind`` says which deadline passed."""
+    """Raised by a transport's timeout; ``kind`` says which deadline passed."""
 
     def __init__(self, kind: str) -> None:
         super().__init__(kind)
         self.kind = kind
-
-
-def discard_connection(resp: Any) -> None:
-    """Close (never reuse) the socket of a response we stopped reading halfway."""
-    pool, sock = getattr(resp, "_pool", None), getattr(resp, "_sock", None)
-    resp._sock = None
-    resp._pool = None
-    if sock is not None:
-        if pool is not None:
-            pool.release_socket(sock)  # closes it and frees the pool slot
-        else:
-            sock.close()
-
-
-class IdentityFields(Protocol):
-    """What the client reads of a request's identity: a :class:`~tokenswarm.record.RecordIdentity`
-    (the generator's) or a plain mapping of the same names (tests, tools): its field names and
-    values, spread into the record with the fields the client measured."""
-
-    def keys(self) -> Iterable[str]: ...
-
-    def __getitem__(self, name: str) -> Any: ...
 
 
 class StreamHooks:
@@ -93,13 +71,20 @@ class StreamHooks:
         self.on_chunks = on_chunks
 
 
+def _fields(identity: RecordIdentity, timing: RequestTiming, start_s: float, due_s: float) -> dict[str, Any]:
+    """The identity's record fields with the phase fields measured so far (:func:`phase_fields`)."""
+    fields = identity.record_fields()
+    fields.update(phase_fields(timing, start_s, due_s))
+    return fields
+
+
 def stream_call(
-    http_client: Any,
+    transport: Transport,
     path: str,
     body: bytes,
     headers: dict[str, str],
     *,
-    base: IdentityFields,
+    identity: RecordIdentity,
     anchor: WallAnchor,
     first_token_timeout_s: float,
     total_timeout_s: float,
@@ -108,142 +93,147 @@ def stream_call(
     hooks: StreamHooks | None = None,
     on_cancel: Callable[[RequestRecord, str], object] | None = None,
     cancel_after_first_token: bool = False,
-    clock: Callable[[], float] = time.perf_counter,
     scheduled_s: float | None = None,
     limits: StreamLimits = DEFAULT_LIMITS,
 ) -> tuple[RequestRecord, str]:
-    """POST ``body`` to ``path`` and observe the answer. Returns ``(record, output_text)``.
+    """POST ``body`` to ``path`` through ``transport`` and observe the answer. Returns
+    ``(record, output_text)``.
 
-    ``base`` carries the record's identity fields (run_id, seq, task, scheduled_at_s...);
-    ``scheduled_s`` is the ``clock`` reading of when the request was due (default: the
-    base's ``scheduled_at_s`` through ``anchor``); ``limits`` bound what the response may carry
+    ``identity`` carries the record's identity fields (run_id, seq, task, scheduled_at_s...);
+    ``scheduled_s`` is the transport clock's reading of when the request was due (default: the
+    identity's ``scheduled_at_s`` through ``anchor``); ``limits`` bound what the response may carry
     (a stream past them is cut as a ``stream_error``). Never raises for target misbehaviour. When
     the calling greenlet is killed (end of run) the ``cancelled`` record goes to
     ``on_cancel`` and ``GreenletExit`` propagates.
     """
-    poller = stream_poller(clock) if USE_HUB_READER else None
-    if poller is not None:
-        poller.sweep_if_due()  # between greenlets: see StreamPoller.sweep_if_due
-    # Its sweeps note arrivals while a late header read waits (they need kernel stamps).
-    pool.arrival_poller = poller if poller is not None and poller.kernel_stamps else None
-    due = anchor.mono(base["scheduled_at_s"]) if scheduled_s is None else scheduled_s
+    clock = transport.clock
     timing = RequestTiming(clock)
     start = clock()  # the attempt began: the record's times count from here until sent
-    sent = start
+    due = anchor.mono(identity.scheduled_at_s) if scheduled_s is None else scheduled_s
     state = StreamState(start, limits)
     status: int | None = None
-    resp = None
-    total = gevent.Timeout(total_timeout_s, _Deadline("total"))
-    first = gevent.Timeout(min(first_token_timeout_s, total_timeout_s), _Deadline("first_token"))
+    resp: Response | None = None
+    total = transport.timeout(total_timeout_s, _Deadline("total"))
+    first = transport.timeout(min(first_token_timeout_s, total_timeout_s), _Deadline("first_token"))
     total.start()
     first.start()
     outcome: Outcome | None = None
     error: str | None = None
     try:
-        resp = send_request(http_client, path, body, headers, timing)
+        resp = transport.send(path, body, headers, timing)
         if timing.sent_s is not None:
-            sent = state.sent_s = timing.sent_s
+            state.sent_s = timing.sent_s
         status = resp.status_code
         if status >= 300:
-            raw = _read_error_body(resp)
-            outcome, error = Outcome.HTTP_ERROR, error_from_body(status, raw)
+            outcome, error = Outcome.HTTP_ERROR, error_from_body(status, _read_error_body(transport, resp))
         elif not stream:
-            raw = resp.read()
-            now = clock()
-            first.cancel()
-            try:
-                state.on_json_body(now, orjson.loads(raw))
-            except (orjson.JSONDecodeError, AttributeError):
-                outcome, error = Outcome.STREAM_ERROR, "malformed JSON body"
+            outcome, error = _read_json_body(resp, state, first, clock)
         else:
-            parser = SSEParser()
-            on_first = hooks.on_first_token if hooks else None
-            on_chunks = hooks.on_chunks if hooks else None
-
-            body_reader: BodyReader | None = None
-            # what the hooks are handed: the identity with the phase fields measured so far (the
-            # schedule lag from the send's own reading), made once, at the first token
-            hooked: dict[str, Any] = {}
-
-            def on_events(now: float, events: list[Any]) -> bool:
-                """The events of one read, all arrived at ``now``; True = stop reading."""
-                nonlocal outcome, error
-                had_first = bool(state.times)
-                added = state.on_events(now, events)
-                if added:
-                    if not had_first:
-                        first.cancel()
-                        if on_first is not None or on_chunks is not None:
-                            hooked.update(base, **phase_fields(timing, start, due))
-                        if on_first is not None:
-                            on_first(hooked, (now - sent) * 1000.0)
-                        if cancel_after_first_token:  # a client that goes away mid-answer
-                            outcome, error = Outcome.CANCELLED, "client disconnected after first token"
-                            return True
-                        if body_reader is not None and on_chunks is None:
-                            body_reader.go_steady(state.on_events)  # nothing left to decide per read
-                    if on_chunks is not None:
-                        on_chunks(hooked, (now - sent) * 1000.0, added)
-                return False
-
-            def process(now: float, data: bytes) -> bool:
-                """Parse one read's bytes (b"" = end of body); True = stop reading."""
-                events = parser.feed(data) if data else parser.close()
-                return on_events(now, events) if events else False
-
-            # Hooked streams are read by this greenlet: the hooks may block or switch.
-            body_reader = BodyReader(resp, clock, parser, on_events, hub=hooks is None and USE_HUB_READER)
-            try:
-                stopped = body_reader.run()
-            finally:
-                body_reader = None  # the reader and on_events refer to each other
-            if not stopped:
-                process(clock(), b"")  # end of body: flush an unterminated last event
-            if not resp.message_complete:
-                discard_connection(resp)
-    except _Deadline as exc:
-        outcome, error = Outcome.TIMEOUT, f"{exc.kind} timeout"
-        if resp is not None:
-            discard_connection(resp)
+            outcome, error = _read_stream(transport, resp, state, first, hooks, identity, timing, start,
+                                          due, cancel_after_first_token)
     except GreenletExit:
         if resp is not None:
-            discard_connection(resp)
+            transport.discard(resp)
         first.cancel()
         total.cancel()
         state.sent_s = start if timing.sent_s is None else timing.sent_s  # sent, even if the headers never came
-        record = state.finish(
-            clock(), outcome=Outcome.CANCELLED, http_status=status, error="cancelled by generator",
-            anchor=anchor, base={**base, **phase_fields(timing, start, due)}, keep_output=keep_output,
-        )
+        record = state.finish(clock(), outcome=Outcome.CANCELLED, http_status=status, error="cancelled by generator",
+                              anchor=anchor, base=_fields(identity, timing, start, due), keep_output=keep_output)
         if on_cancel is not None:
             on_cancel(record, state.text())
         raise
-    except StreamLimitExceeded as exc:  # more than the request could carry: cut, what came is kept
-        outcome, error = Outcome.STREAM_ERROR, str(exc)
+    except Exception as exc:  # the target's misbehaviour, a deadline, a cut: a record with an outcome
+        outcome, error = _failure(exc, status)
         if resp is not None:
-            discard_connection(resp)
-    except (ConnectionError, OSError) as exc:
-        outcome = Outcome.HTTP_ERROR if status is None else Outcome.STREAM_ERROR
-        error = _conn_error_text(exc, status is None)
-        if resp is not None:
-            discard_connection(resp)
-    except Exception as exc:  # parser errors from geventhttpclient, bad chunk framing...
-        outcome = Outcome.HTTP_ERROR if status is None else Outcome.STREAM_ERROR
-        error = f"{type(exc).__name__}: {str(exc)[:120]}"
-        if resp is not None:
-            discard_connection(resp)
+            transport.discard(resp)
     finally:
         first.cancel()
         total.cancel()
     end = clock()
-    if poller is not None:
-        poller.sweep_if_due()  # before this request's record work: other streams first (bursts of ends)
+    transport.settle()
     state.sent_s = start if timing.sent_s is None else timing.sent_s  # sent, even if the headers never came
-    record = state.finish(
-        end, outcome=outcome, http_status=status, error=error, anchor=anchor,
-        base={**base, **phase_fields(timing, start, due)}, keep_output=keep_output,
-    )
+    record = state.finish(end, outcome=outcome, http_status=status, error=error, anchor=anchor,
+                          base=_fields(identity, timing, start, due), keep_output=keep_output)
     return record, state.text()
+
+
+def _read_stream(transport: Transport, resp: Response, state: StreamState, first: Deadline,
+                 hooks: StreamHooks | None, identity: RecordIdentity, timing: RequestTiming,
+                 start_s: float, due_s: float, cancel_after_first_token: bool) -> tuple[Outcome | None, str | None]:
+    """Read a streamed body's deliveries into ``state``; the outcome it decided, if any."""
+    outcome: Outcome | None = None
+    error: str | None = None
+    clock = transport.clock
+    sent = state.sent_s
+    parser = SSEParser()
+    on_first = hooks.on_first_token if hooks else None
+    on_chunks = hooks.on_chunks if hooks else None
+    deliveries: Deliveries | None = None
+    # what the hooks are handed: the identity with the phase fields measured so far (the
+    # schedule lag from the send's own reading), made once, at the first token
+    hooked: dict[str, Any] = {}
+
+    def on_events(now: float, events: list[Any]) -> bool:
+        """The events of one delivery, all arrived at ``now``; True = stop reading."""
+        nonlocal outcome, error
+        had_first = bool(state.times)
+        added = state.on_events(now, events)
+        if added:
+            if not had_first:
+                first.cancel()
+                if on_first is not None or on_chunks is not None:
+                    hooked.update(_fields(identity, timing, start_s, due_s))
+                if on_first is not None:
+                    on_first(hooked, (now - sent) * 1000.0)
+                if cancel_after_first_token:  # a client that goes away mid-answer
+                    outcome, error = Outcome.CANCELLED, "client disconnected after first token"
+                    return True
+                if deliveries is not None and on_chunks is None:
+                    deliveries.go_steady(state.on_events)  # nothing left to decide per delivery
+            if on_chunks is not None:
+                on_chunks(hooked, (now - sent) * 1000.0, added)
+        return False
+
+    deliveries = transport.body_reader(resp, parser, on_events, hooked=hooks is not None)
+    try:
+        stopped = deliveries.run()
+    finally:
+        deliveries = None  # the reader and on_events refer to each other
+    if not stopped:
+        now = clock()  # end of body: flush an unterminated last event
+        events = parser.close()
+        if events:
+            on_events(now, events)
+    if not resp.message_complete:
+        transport.discard(resp)
+    return outcome, error
+
+
+def _read_json_body(resp: Response, state: StreamState, first: Deadline,
+                    clock: Callable[[], float]) -> tuple[Outcome | None, str | None]:
+    """A non-streamed answer: the whole body is one delivery."""
+    raw = resp.read()
+    now = clock()
+    first.cancel()
+    try:
+        state.on_json_body(now, orjson.loads(raw))
+    except (orjson.JSONDecodeError, AttributeError):
+        return Outcome.STREAM_ERROR, "malformed JSON body"
+    return None, None
+
+
+def _failure(exc: Exception, status: int | None) -> tuple[Outcome, str]:
+    """The outcome and error of a request that ended in ``exc`` (``status``: the response's, if
+    its headers came)."""
+    if isinstance(exc, _Deadline):
+        return Outcome.TIMEOUT, f"{exc.kind} timeout"
+    if isinstance(exc, StreamLimitExceeded):  # more than the request could carry: cut, what came is kept
+        return Outcome.STREAM_ERROR, str(exc)
+    outcome = Outcome.HTTP_ERROR if status is None else Outcome.STREAM_ERROR
+    if isinstance(exc, (ConnectionError, OSError)):
+        return outcome, _conn_error_text(exc, status is None)
+    # parser errors from the HTTP library, bad chunk framing...
+    return outcome, f"{type(exc).__name__}: {str(exc)[:120]}"
 
 
 def phase_fields(timing: RequestTiming, start_s: float, due_s: float) -> dict[str, Any]:
@@ -267,13 +257,13 @@ def phase_fields(timing: RequestTiming, start_s: float, due_s: float) -> dict[st
     }
 
 
-def _read_error_body(resp: Any) -> bytes:
+def _read_error_body(transport: Transport, resp: Response) -> bytes:
     try:
         content: bytes = resp.read(ERROR_BODY_LIMIT)
     except Exception:
         content = b""
     if not resp.message_complete:
-        discard_connection(resp)
+        transport.discard(resp)
     return content
 
 

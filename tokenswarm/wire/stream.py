@@ -310,20 +310,11 @@ class StreamState:
         except TypeError:  # a content that is not a string: left out (finish names the problem)
             return "".join(p for p in self.text_parts if type(p) is str)
 
-    def finish(
-        self,
-        end_s: float,
-        *,
-        outcome: Outcome | str | None = None,
-        http_status: int | None,
-        error: str | None = None,
-        anchor: "WallAnchor",
-        base: dict[str, Any],
-        keep_output: bool = False,
-    ) -> RequestRecord:
-        """Build the immutable record. ``base`` holds identity fields (run_id, seq, task...)."""
-        usage = self.usage or {}
-        # The server's numbers, checked once: a value no stream could carry is the request's error.
+    def _server_values(self, usage: dict[str, Any] | Usage) -> tuple[
+            int | None, int | None, dict[str, Any] | None, str, str | None, str | None, str | None]:
+        """The server's numbers and labels, checked once: ``(output_tokens, prompt_tokens,
+        spec_decode, text, finish_reason, response_id, problem)``; a value no stream could carry
+        is left out and named in ``problem`` (the first one found), the request's error."""
         out_tokens, problem = _count("completion_tokens", usage.get("completion_tokens"),
                                      self.limits.max_output_tokens)
         prompt_tokens, p_problem = _count("prompt_tokens", usage.get("prompt_tokens"), MAX_PLAUSIBLE_TOKENS)
@@ -339,17 +330,11 @@ class StreamState:
         finish_reason, f_problem = _label("finish_reason", self.finish_reason)
         response_id, i_problem = _label("id", self.response_id)
         problem = problem or p_problem or s_problem or t_problem or f_problem or i_problem
-        err = redact(error or self.error or problem)
-        if outcome is None:
-            if err:
-                outcome = Outcome.STREAM_ERROR
-            elif self.done or self.finish_reason:
-                outcome = Outcome.OK
-            else:
-                outcome, err = Outcome.STREAM_ERROR, "stream ended before [DONE]"
-        outcome = Outcome(outcome).value
-        sent = self.sent_s
-        offsets = _offsets_ms(self.times, sent)
+        return out_tokens, prompt_tokens, spec_decode, text, finish_reason, response_id, problem
+
+    def _token_counts(self, out_tokens: int | None, text: str) -> tuple[int | None, list[int] | None, bool, bool]:
+        """``(output_tokens, chunk_tokens, chunk_tokens_inferred, tokens_estimated)``, most exact
+        first (see the module's docstring); ``out_tokens``: the server's checked total."""
         chunk_tokens = list(self.tokens) if (self.exact_tokens and self.times) else None
         # A usage object older than the last content chunk cannot be the total.
         if self.usage_stale:
@@ -365,6 +350,34 @@ class StreamState:
             elif text or self.reasoning_chars:
                 chars = len(text) + self.reasoning_chars
                 out_tokens, estimated = max(1, round(chars / CHARS_PER_TOKEN_ESTIMATE)), True
+        return out_tokens, chunk_tokens, inferred, estimated
+
+    def finish(
+        self,
+        end_s: float,
+        *,
+        outcome: Outcome | str | None = None,
+        http_status: int | None,
+        error: str | None = None,
+        anchor: "WallAnchor",
+        base: dict[str, Any],
+        keep_output: bool = False,
+    ) -> RequestRecord:
+        """Build the immutable record. ``base`` holds identity fields (run_id, seq, task...)."""
+        usage = self.usage or {}
+        out_tokens, prompt_tokens, spec_decode, text, finish_reason, response_id, problem = self._server_values(usage)
+        err = redact(error or self.error or problem)
+        if outcome is None:
+            if err:
+                outcome = Outcome.STREAM_ERROR
+            elif self.done or self.finish_reason:
+                outcome = Outcome.OK
+            else:
+                outcome, err = Outcome.STREAM_ERROR, "stream ended before [DONE]"
+        outcome = Outcome(outcome).value
+        sent = self.sent_s
+        offsets = _offsets_ms(self.times, sent)
+        out_tokens, chunk_tokens, inferred, estimated = self._token_counts(out_tokens, text)
         reasoning = _reasoning_fields(self, usage, chunk_tokens, sent)
         # A complete answer ends at its last delivery (kernel-dated like its chunks); the
         # application's own reading (end_s) comes ~1 ms later and stays as a diagnostic.
