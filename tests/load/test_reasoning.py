@@ -86,10 +86,10 @@ def test_a_stream_that_only_reasons_has_no_first_answer_token():
 def test_multi_turn_histories_carry_the_answer_and_never_the_reasoning(monkeypatch):
     bodies: list[dict] = []
 
-    def fake_stream_call(http, path, body, headers, *, base, anchor, **kw):
+    def fake_stream_call(transport, path, body, headers, *, identity, anchor, **kw):
         bodies.append(orjson.loads(body))
         s = reasoning_stream()
-        return s.finish(100.33, http_status=200, anchor=anchor, base=base), s.text()
+        return s.finish(100.33, http_status=200, anchor=anchor, base=identity.record_fields()), s.text()
 
     monkeypatch.setattr("tokenswarm.load.users.stream_call", fake_stream_call)
     sc = parse_scenario({"traffic": {"classes": {"multi_turn": {"turns": {"dist": "fixed", "value": 3},

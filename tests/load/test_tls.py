@@ -2,6 +2,7 @@
 
 import shutil
 import subprocess
+import time
 
 import pytest
 from geventhttpclient.url import URL
@@ -11,8 +12,10 @@ from tests.helpers.procs import scripted_server
 from tests.helpers.runs import ROOT
 from tokenswarm.load.setup import apply_user_settings
 from tokenswarm.load.users import QAUser
+from tokenswarm.record import RecordIdentity
 from tokenswarm.wire.client import stream_call
 from tokenswarm.wire.clock import WallAnchor
+from tokenswarm.wire.transport import PoolTransport
 from tokenswarm.workload.scenario import load_scenario
 
 BASE = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="QAUser", request_key="k",
@@ -35,7 +38,8 @@ def call_through_user(url: str, verify_tls: bool):
     apply_user_settings(sc, url)
     user = QAUser(Environment(user_classes=[QAUser], host=url))
     http = user.client.client.clientpool.get_client(URL(url))
-    rec, _ = stream_call(http, "/normal/v1/chat/completions?n=3", b"{}", {}, base=BASE,
+    rec, _ = stream_call(PoolTransport(http, time.perf_counter), "/normal/v1/chat/completions?n=3", b"{}", {},
+                         identity=RecordIdentity(**BASE),
                          anchor=WallAnchor(0.0, 0.0), first_token_timeout_s=5, total_timeout_s=10)
     return rec
 

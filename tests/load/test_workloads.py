@@ -137,10 +137,10 @@ def _send_one(monkeypatch, sc, task_name: str):
     """Send one request of ``task_name`` through the user's send path; the call itself is refused."""
     bodies: list[dict] = []
 
-    def refused(http, path, body, headers, *, base, anchor, **kw):
+    def refused(transport, path, body, headers, *, identity, anchor, **kw):
         bodies.append(orjson.loads(body))
         rec = StreamState(0.0).finish(0.001, outcome="http_error", http_status=None, error="connection refused",
-                                      anchor=anchor, base=base)
+                                      anchor=anchor, base=identity.record_fields())
         return rec, ""
 
     monkeypatch.setattr("tokenswarm.load.users.stream_call", refused)

@@ -131,9 +131,11 @@ def test_a_first_chunk_read_with_the_headers_keeps_its_arrival_time(stamped, hoo
 
     from tests.helpers.procs import scripted_server
     from tests.helpers.scripted_server import ROLE, chunk
+    from tokenswarm.record import RecordIdentity
     from tokenswarm.wire.client import StreamHooks, stream_call
     from tokenswarm.wire.clock import WallAnchor
     from tokenswarm.wire.pool import tune_pool
+    from tokenswarm.wire.transport import PoolTransport
     def frame_len(event: bytes) -> int:
         return len(b"%x\r\n" % len(event)) + len(event) + 2
 
@@ -145,10 +147,10 @@ def test_a_first_chunk_read_with_the_headers_keeps_its_arrival_time(stamped, hoo
         glue = frame_len(ROLE) + frame_len(chunk(0, "w0_0 ", 1))  # the role and first content chunks
 
         def call(path):
-            return stream_call(client, path, b"{}",
+            return stream_call(PoolTransport(client, time.perf_counter), path, b"{}",
                                {"Content-Type": "application/json"},
-                               base=dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="U", request_key="k",
-                                         scheduled_at_s=0.0, schedule_lag_ms=0.0),
+                               identity=RecordIdentity(run_id="r", worker_id="w", seq=0, task="qa", user_class="U", request_key="k",
+                                               scheduled_at_s=0.0),
                                anchor=WallAnchor(0.0, 0.0), first_token_timeout_s=5, total_timeout_s=10,
                                hooks=StreamHooks(on_chunks=lambda *a: None) if hooked else None)[0]
 
@@ -176,10 +178,12 @@ def test_a_late_header_read_dates_each_event_by_the_sweep_that_saw_it_arrive(mar
     from geventhttpclient import HTTPClient
 
     from tests.helpers.procs import scripted_server
+    from tokenswarm.record import RecordIdentity
     from tokenswarm.wire import pool
     from tokenswarm.wire.client import stream_call
     from tokenswarm.wire.clock import WallAnchor
     from tokenswarm.wire.pool import tune_pool
+    from tokenswarm.wire.transport import PoolTransport
     if not kstamp.maps_onto(time.perf_counter):
         pytest.skip("no kernel receive stamps here")
     if watched and not watch.ENABLED:
@@ -191,9 +195,9 @@ def test_a_late_header_read_dates_each_event_by_the_sweep_that_saw_it_arrive(mar
         tune_pool(client)
 
         def call(path):
-            return stream_call(client, path, b"{}", {"Content-Type": "application/json"},
-                               base=dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="U", request_key="k",
-                                         scheduled_at_s=0.0, schedule_lag_ms=0.0),
+            return stream_call(PoolTransport(client, time.perf_counter), path, b"{}", {"Content-Type": "application/json"},
+                               identity=RecordIdentity(run_id="r", worker_id="w", seq=0, task="qa", user_class="U", request_key="k",
+                                               scheduled_at_s=0.0),
                                anchor=WallAnchor(0.0, 0.0), first_token_timeout_s=5, total_timeout_s=10)[0]
 
         assert call("/normal/v1/chat/completions?n=1&gap_ms=1").outcome == "ok"  # connected, poller made

@@ -12,9 +12,11 @@ import pytest
 from geventhttpclient import HTTPClient
 
 from tests.helpers.procs import scripted_server
+from tokenswarm.record import RecordIdentity
 from tokenswarm.wire import pool
 from tokenswarm.wire.client import stream_call
 from tokenswarm.wire.clock import WallAnchor
+from tokenswarm.wire.transport import PoolTransport
 
 TICK_S = 0.001
 #: sent_at_s and scheduled_at_s are rounded to the microsecond, schedule_lag_ms to the microsecond
@@ -52,8 +54,9 @@ def _client(url: str) -> HTTPClient:
 def _call(client, clock, anchor, scheduled_s, query="n=3&gap_ms=1"):
     base = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="U", request_key="k",
                 scheduled_at_s=anchor.epoch(scheduled_s), schedule_lag_ms=None)
-    rec, _ = stream_call(client, f"/normal/v1/chat/completions?{query}", BODY, {}, base=base, anchor=anchor,
-                         first_token_timeout_s=5, total_timeout_s=10, clock=clock, scheduled_s=scheduled_s)
+    rec, _ = stream_call(PoolTransport(client, clock), f"/normal/v1/chat/completions?{query}", BODY, {},
+                         identity=RecordIdentity(**base), anchor=anchor,
+                         first_token_timeout_s=5, total_timeout_s=10, scheduled_s=scheduled_s)
     return rec
 
 
@@ -61,8 +64,9 @@ def _call_path(client, clock, anchor, path):
     due = clock()
     base = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="U", request_key="k",
                 scheduled_at_s=anchor.epoch(due), schedule_lag_ms=None)
-    rec, _ = stream_call(client, path, BODY, {}, base=base, anchor=anchor, first_token_timeout_s=5,
-                         total_timeout_s=10, clock=clock, scheduled_s=due)
+    rec, _ = stream_call(PoolTransport(client, clock), path, BODY, {},
+                         identity=RecordIdentity(**base), anchor=anchor, first_token_timeout_s=5,
+                         total_timeout_s=10, scheduled_s=due)
     return rec
 
 
@@ -214,8 +218,9 @@ def test_a_request_sent_whose_headers_never_came_counts_from_its_send(server):
     due = clock()
     base = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="U", request_key="k",
                 scheduled_at_s=anchor.epoch(due))
-    rec, _ = stream_call(client, "/slow_headers/v1/chat/completions?delay_s=5", BODY, {}, base=base, anchor=anchor,
-                         first_token_timeout_s=0.2, total_timeout_s=1, clock=clock, scheduled_s=due)
+    rec, _ = stream_call(PoolTransport(client, clock), "/slow_headers/v1/chat/completions?delay_s=5", BODY, {},
+                         identity=RecordIdentity(**base), anchor=anchor,
+                         first_token_timeout_s=0.2, total_timeout_s=1, scheduled_s=due)
     assert rec.outcome == "timeout" and rec.headers_ms is None and rec.ttft_ms is None
     assert rec.send_delay_ms is not None and rec.conn_reused is False  # it was sent, on a new connection
     assert rec.schedule_lag_ms == pytest.approx((rec.sent_at_s - rec.scheduled_at_s) * 1000.0, abs=ROUNDING_MS)

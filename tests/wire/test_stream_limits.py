@@ -26,7 +26,7 @@ def call(script, limits, total_s=10.0, **query):
     """The scripted server's ``script`` played in memory (see tests/helpers/scripted_transport.py)."""
     transport = ScriptedTransport([server_reply(script, gap_ms=1.0, **query)])
     return stream_call(transport, "/v1/chat/completions", BODY, {"Content-Type": "application/json"},
-                       identity=RecordIdentity(**{k: v for k, v in BASE.items() if k != "schedule_lag_ms"}),
+                       identity=RecordIdentity(**BASE),
                        anchor=WallAnchor(0.0, 0.0), first_token_timeout_s=5.0,
                        total_timeout_s=total_s, limits=limits)[0]
 

@@ -4,6 +4,7 @@ counters, the C dating functions table by table, and the C code's warnings-as-er
 import shutil
 import subprocess
 import sysconfig
+import time
 from pathlib import Path
 
 import pytest
@@ -79,9 +80,11 @@ def test_provenance_names_every_path_and_the_overrides_in_effect(monkeypatch):
 
 
 def test_the_read_counters_count_the_native_reads_of_a_stream():
+    from tokenswarm.record import RecordIdentity
     from tokenswarm.wire import reader
     from tokenswarm.wire.client import stream_call
     from tokenswarm.wire.clock import WallAnchor
+    from tokenswarm.wire.transport import PoolTransport
     if not reader.FAST:
         pytest.skip("the native fast path is off here")
     before = timing.provenance()["counters"]["reads_count"]
@@ -89,7 +92,8 @@ def test_the_read_counters_count_the_native_reads_of_a_stream():
         host, port = url.split("//")[1].split(":")
         client = HTTPClient(host, int(port), connection_timeout=2, network_timeout=30, concurrency=1)
         base = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="U", request_key="k", scheduled_at_s=0.0)
-        rec, _ = stream_call(client, "/normal/v1/chat/completions?n=5&gap_ms=10", b"{}", {}, base=base,
+        rec, _ = stream_call(PoolTransport(client, time.perf_counter), "/normal/v1/chat/completions?n=5&gap_ms=10", b"{}", {},
+                             identity=RecordIdentity(**base),
                              anchor=WallAnchor(0.0, 0.0), first_token_timeout_s=5, total_timeout_s=10)
     assert rec.outcome == "ok", rec.error
     assert timing.provenance()["counters"]["reads_count"] > before  # the body went through read_events
