@@ -51,7 +51,8 @@ _PEEK = socket.MSG_PEEK | getattr(socket, "MSG_DONTWAIT", 0)
 
 
 #: The stream poller whose sweeps note arrivals while a response's first read waits (set by
-#: ``stream_call`` when its poller has kernel stamps; None: no notes, one stamp per read).
+#: the production transport, ``transport.PoolTransport.send``, when its poller has kernel stamps;
+#: None: no notes, one stamp per read).
 arrival_poller: Any = None
 _PEEK_BYTES = 65536
 
