@@ -14,7 +14,7 @@ geventhttpclient connection (FastHttpUser's pool, timeouts and TLS settings), an
 per read: the kernel's receive stamp where there is one (plain TCP on Linux, see
 :mod:`tokenswarm.wire.reader` and :mod:`tokenswarm.wire.pool`), else the time the read
 returned, before any parsing. Events that came in one read share that timestamp. The body
-is read through one seam, :class:`tokenswarm.wire.timing.BodyReader` (its module lists where
+is read through :class:`tokenswarm.wire.timing.BodyReader` (its module lists where
 every time is taken): plain-TCP streams without per-chunk hooks from the event loop, TLS and
 hooked streams by this greenlet.
 
@@ -24,8 +24,8 @@ kernel (TTFT and every chunk offset count from it), ``headers_ms``, and ``schedu
 and ``send_delay_ms`` from the same ``sent`` reading (see :func:`phase_fields`).
 
 Deadlines: ``connect`` is the pool's connection timeout; ``first_token`` and ``total`` are
-the transport's timeouts around the call (gevent's). A timeout still yields a record (``outcome: timeout``)
-with the tokens received so far. A user killed mid-stream (end of run) yields a
+the transport's timeouts around the call (gevent's, in production). A timeout still yields a
+record (``outcome: timeout``) with the tokens received so far. A user killed mid-stream (end of run) yields a
 ``cancelled`` record before the kill propagates.
 """
 
@@ -41,10 +41,9 @@ from tokenswarm.wire.clock import WallAnchor
 from tokenswarm.wire.pool import RequestTiming
 from tokenswarm.wire.sse import SSEParser
 from tokenswarm.wire.stream import DEFAULT_LIMITS, StreamLimitExceeded, StreamLimits, StreamState, error_from_body
-from tokenswarm.wire.timing import read_available  # noqa: F401  (public here too)
-from tokenswarm.wire.transport import Deadline, Deliveries, PoolTransport, Response, Transport, discard_connection
+from tokenswarm.wire.transport import Deadline, Deliveries, Response, Transport
 
-__all__ = ["PoolTransport", "StreamHooks", "Transport", "discard_connection", "phase_fields", "stream_call"]
+__all__ = ["StreamHooks", "phase_fields", "stream_call"]
 
 ERROR_BODY_LIMIT = 65536
 

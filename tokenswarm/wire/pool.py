@@ -460,3 +460,15 @@ def tune_pool(http_client: Any, keep_alive: bool = True) -> None:
     if kstamp.ENABLED and not isinstance(pool, SSLConnectionPool):  # OpenSSL reads TLS sockets itself
         pool._create_tcp_socket = _stamped_tcp_socket  # type: ignore[method-assign]  # stamped sockets
     pool._tokenswarm_tuned = True  # type: ignore[attr-defined]  # a mark on the library's pool: tuned once
+
+
+def discard_connection(resp: Any) -> None:
+    """Close (never reuse) the socket of a response we stopped reading halfway."""
+    cpool, sock = getattr(resp, "_pool", None), getattr(resp, "_sock", None)
+    resp._sock = None
+    resp._pool = None
+    if sock is not None:
+        if cpool is not None:
+            cpool.release_socket(sock)  # closes it and frees the pool slot
+        else:
+            sock.close()

@@ -8,10 +8,11 @@ on the same timeline. The client is written against :class:`Transport` only; it 
 a socket or the HTTP library.
 
 :class:`PoolTransport` is the production transport: a geventhttpclient client from Locust's
-pool, sent through :func:`tokenswarm.wire.pool.send_request` and read through
-:class:`tokenswarm.wire.timing.BodyReader` -- the same calls, in the same order, as before the
-seam existed (private HTTP-library access stays in ``pool`` and ``timing``). The tests' scripted
-in-memory transport (``tests/helpers/scripted_transport.py``) plays scripted deliveries on an
+pool, sent through :func:`tokenswarm.wire.pool.send_request`, read through
+:class:`tokenswarm.wire.timing.BodyReader` and discarded by
+:func:`tokenswarm.wire.pool.discard_connection` -- the same calls, in the same order, as
+before the seam existed (private HTTP-library access stays in ``pool`` and ``timing``). The
+tests' scripted in-memory transport (``tests/helpers/scripted_transport.py``) plays scripted deliveries on an
 injected clock, deadlines included.
 
 What a transport promises (the client maps each to a record's outcome):
@@ -41,7 +42,7 @@ from typing import Any, Callable, Protocol
 import gevent
 
 from tokenswarm.wire import pool
-from tokenswarm.wire.pool import RequestTiming, send_request
+from tokenswarm.wire.pool import RequestTiming, discard_connection, send_request
 from tokenswarm.wire.reader import StreamPoller, stream_poller
 from tokenswarm.wire.sse import SSEParser
 from tokenswarm.wire.timing import BodyReader
@@ -108,18 +109,6 @@ class Transport(Protocol):
     def discard(self, response: Response) -> None: ...
 
     def settle(self) -> None: ...
-
-
-def discard_connection(resp: Any) -> None:
-    """Close (never reuse) the socket of a response we stopped reading halfway."""
-    cpool, sock = getattr(resp, "_pool", None), getattr(resp, "_sock", None)
-    resp._sock = None
-    resp._pool = None
-    if sock is not None:
-        if cpool is not None:
-            cpool.release_socket(sock)  # closes it and frees the pool slot
-        else:
-            sock.close()
 
 
 class PoolTransport:
