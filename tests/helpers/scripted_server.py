@@ -36,8 +36,9 @@ DONE = b"data: [DONE]\n\n"
 def flood_events():
     """``flood``: one-token content events without end or pause (a runaway server)."""
     yield ROLE
+    event = chunk(0, "x", None)  # made once: the flood is bounded by the reader, not by JSON encoding
     while True:
-        yield chunk(0, "x", None)
+        yield event
 
 
 def usage_events(name: str, n: int, q: dict[str, str]) -> list[bytes | float | str]:

@@ -192,6 +192,24 @@ class ScriptedTransport:
         self.settled += 1
 
 
+#: The bytes of one read of a flooding stream (the production readers' recv size).
+FLOOD_READ_BYTES = 65536
+
+
+def _reads_of(writes: Iterable[bytes], size: int) -> Iterable[bytes]:
+    """Consecutive writes joined into reads of about ``size`` bytes (whole writes each)."""
+    pending: list[bytes] = []
+    n = 0
+    for w in writes:
+        pending.append(w)
+        n += len(w)
+        if n >= size:
+            yield b"".join(pending)
+            pending, n = [], 0
+    if pending:
+        yield b"".join(pending)
+
+
 def sse(*payloads: bytes | str) -> bytes:
     """SSE ``data:`` events of the given payloads, in one read."""
     return b"".join(b"data: " + (p.encode() if isinstance(p, str) else p) + b"\n\n" for p in payloads)
@@ -200,7 +218,7 @@ def sse(*payloads: bytes | str) -> bytes:
 def server_reply(script: str, n: int = 5, gap_ms: float = 5.0, per_chunk: int = 1, **query: str) -> Reply:
     """The reply ``scripted_server.py`` gives to ``/<script>/...?n=&gap_ms=&per_chunk=&<query>``:
     its bytes, one delivery per write, content events ``gap_ms`` apart; ``http_<code>`` scripts
-    give its error body."""
+    give its error body. Its deliveries are played once: one reply per request."""
     if script.startswith("http_"):
         code = int(script[5:])
         body = scripted_server.json.dumps({"error": {"message": f"scripted {code}",
@@ -209,8 +227,8 @@ def server_reply(script: str, n: int = 5, gap_ms: float = 5.0, per_chunk: int = 
         return Reply(status=code, body=body)
     if script in ("usage_value", "cum_values"):
         items: Iterable[Any] = scripted_server.usage_events(script, n, query)
-    elif script == "flood":
-        items, gap_ms = scripted_server.flood_events(), 0.0
+    elif script == "flood":  # read as the socket hands it over: ~64 KiB per read, 5 ms apart (13 MB/s)
+        items, gap_ms = _reads_of(scripted_server.flood_events(), FLOOD_READ_BYTES), 5.0
     else:
         items = scripted_server.script_events(script, n, per_chunk)
     end = {"CUT": "cut", "STALL": "stall"}

@@ -73,13 +73,13 @@ def test_a_flood_of_events_is_cut_at_the_factor_over_max_tokens():
     rec = call("flood", StreamLimits.for_request(8), total_s=20.0)
     assert rec.outcome == "stream_error"
     assert rec.error.startswith(f"protocol error: more than {int(8 * OUTPUT_TOKENS_FACTOR)} content events")
-    # checked once per delivery (here one event each): the cap plus the delivery that passed it
-    assert len(rec.chunk_offsets_ms) == int(8 * OUTPUT_TOKENS_FACTOR) + 1
+    # checked once per read: at most the cap plus the events of one read (64 KiB, ~110 bytes each)
+    assert int(8 * OUTPUT_TOKENS_FACTOR) < len(rec.chunk_offsets_ms) <= int(8 * OUTPUT_TOKENS_FACTOR) + 65536 // 100
     assert rec.to_json()
 
 
 def test_a_flooding_stream_stays_under_its_byte_bound_in_memory():
-    """Without the cap this stream grows without end (the scripted flood never stalls)."""
+    """Without the cap this stream grows ~13 MB/s until the total deadline (3 s here)."""
     limits = StreamLimits(max_output_tokens=10**7, max_response_bytes=1 << 20)
     tracemalloc.start()
     try:
