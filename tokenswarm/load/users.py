@@ -29,7 +29,7 @@ from tokenswarm.load.context import RunContext, request_key
 from tokenswarm.wire.client import StreamHooks, stream_call
 from tokenswarm.wire.pool import tune_pool
 from tokenswarm.wire.stream import StreamLimits
-from tokenswarm.wire.transport import PoolTransport
+from tokenswarm.wire.transport import PoolTransport, Transport
 from tokenswarm.workload import quality
 from tokenswarm.workload.arrivals import ArrivalProcess, schedule
 from tokenswarm.workload.draw import StratifiedDraw
@@ -77,7 +77,7 @@ def task_deal(ctx: RunContext, tasks: list[Any], ordinal: int) -> StratifiedDraw
 class Conversationalist:
     """Runs requests for one user or dispatch slot; shared by closed and open loop."""
 
-    def __init__(self, ctx: RunContext, user: FastHttpUser, transport: PoolTransport, user_class: str) -> None:
+    def __init__(self, ctx: RunContext, user: FastHttpUser, transport: Transport, user_class: str) -> None:
         self.ctx = ctx
         self.user = user
         self.transport = transport
