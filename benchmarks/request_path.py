@@ -132,8 +132,15 @@ def one_round(args) -> tuple[list[tuple[str, float]], int]:
     phase = {"schedule_lag_ms": 1.0, "conn_reused": True, "connect_ms": None, "send_delay_ms": 1.0,
              "headers_ms": 2.0}
     records = [None] * n
+
+    def fields(i: int) -> dict:
+        """The identity's record fields and the phase fields, as the client builds them."""
+        f = bases[i].record_fields()
+        f.update(phase)
+        return f
+
     _timed("record (state.finish)", n, lambda i: records.__setitem__(i, states[i].finish(
-        101.0, http_status=200, anchor=ctx.anchor, base={**bases[i], **phase})), rows)
+        101.0, http_status=200, anchor=ctx.anchor, base=fields(i))), rows)
     _timed("seq (numbered, in place)", n, lambda i: records[i].numbered(i), rows)
     _timed("live histograms (observe)", n, lambda i: ctx.live.observe(records[i]), rows)
     lines = [None] * n
