@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tokenswarm import names
 from tokenswarm.analysis.samples import MEDIAN_NEED, prune_short_columns, short_text, shortfall
 from tokenswarm.analysis.slo import judged_label
 
@@ -170,17 +171,17 @@ def step_summary_blocks(s: dict[str, Any]) -> list[Block]:
         headers += ["$/1M out tok", "$/1k req"]
     rows = []
     for r in steps:
-        row = [r["step_name"], _load(r), fmt(r["window_duration_s"]), fmt(r["requests_count"]), pct(r["error_rate"]),
-               fmt(r["requests_per_s"]), fmt(r["output_tokens_per_s"]), fmt(r["goodput_requests_per_s"]),
-               pct(r["goodput_share"])]
+        row = [r["step_name"], _load(r), fmt(r["window_duration_s"]), fmt(r["requests_count"]), pct(r[names.ERROR_RATE]),
+               fmt(r["requests_per_s"]), fmt(r[names.OUTPUT_TOKENS_PER_S]), fmt(r["goodput_requests_per_s"]),
+               pct(r[names.GOODPUT_SHARE])]
         if cost:
             c = cost.get(r["step_index"], {})
             row += [fmt(c.get("cost_per_1m_output_tokens_usd")), fmt(c.get("cost_per_1k_requests_usd"))]
         rows.append(row)
     b.append(("table", headers, rows))
     b += judged_table(["step", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "ITL p99", "E2E p99", "failed share"],
-                      [[r["step_name"], guarded(r, "ttft_p50_ms"), guarded(r, "ttft_p99_ms"), guarded(r, "tpot_p50_ms"),
-                        guarded(r, "tpot_p99_ms"), guarded(r, "itl_p99_ms"), guarded(r, "e2e_p99_ms"),
+                      [[r["step_name"], guarded(r, names.TTFT_P50_MS), guarded(r, names.TTFT_P99_MS), guarded(r, names.TPOT_P50_MS),
+                        guarded(r, names.TPOT_P99_MS), guarded(r, names.ITL_P99_MS), guarded(r, names.E2E_P99_MS),
                         pct(r["ttft_failed_share"])] for r in steps])
     b.append(("p", "Latencies in ms. " + s["methods"]["failures"]))
     return b
@@ -240,8 +241,8 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
             b.append(("img", name, cap))
     if c["points"]:
         b += judged_table(["step", "load", "out tok/s", "E2E p95 ms", "TTFT p95 ms", "per-req tok/s p50", "Pareto-optimal"],
-                          [[p["step_name"], fmt(p["load_value"]), fmt(p["output_tokens_per_s"]), point_cell(p, "e2e_p95_ms"),
-                            point_cell(p, "ttft_p95_ms"), point_cell(p, "request_output_tps_p50_tokens_per_s"),
+                          [[p["step_name"], fmt(p["load_value"]), fmt(p[names.OUTPUT_TOKENS_PER_S]), point_cell(p, names.E2E_P95_MS),
+                            point_cell(p, names.TTFT_P95_MS), point_cell(p, names.REQUEST_OUTPUT_TPS_P50_TOKENS_PER_S),
                             fmt(p["pareto_optimal"])] for p in c["points"]], keep=2)
     if s["slo_results"]:
         b.append(("p", "SLO results: " + slo_counts_text(s["slo_results"]) + " (the matrix is in the verdict above)."))
@@ -322,7 +323,7 @@ def _cost_blocks(s: dict[str, Any]) -> list[Block]:
         b.append(("h2", "Cost"))
         b.append(("p", f"Price: {p['gpu_hour_usd']:g} USD per GPU-hour x {p['gpus_count']:g} GPUs ({p['price_source']})."))
         b.append(("table", ["step", "out tok/s", "req/s", "USD per 1M output tokens", "USD per 1k requests"],
-                  [[str(c["step_name"]), fmt(c["output_tokens_per_s"]), fmt(c["requests_per_s"]),
+                  [[str(c["step_name"]), fmt(c[names.OUTPUT_TOKENS_PER_S]), fmt(c["requests_per_s"]),
                     fmt(c["cost_per_1m_output_tokens_usd"]), fmt(c["cost_per_1k_requests_usd"])] for c in s["cost"]]))
     return b
 
@@ -445,10 +446,10 @@ def model_blocks(models: dict[str, Any] | None) -> list[Block]:
     out: list[Block] = [("h3", "Per model (steady windows, all tasks): " + ", ".join(models["models"]))]
     out.append(("table", ["step", "model", "requests", "errors", "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50",
                           "TPOT p99", "ITL p99", "E2E p99"],
-                [[r["step_name"], r["model"], fmt(r["requests_count"]), pct(r["error_rate"]),
-                  fmt(r["output_tokens_per_s"]), guarded(r, "ttft_p50_ms"), guarded(r, "ttft_p99_ms"),
-                  guarded(r, "tpot_p50_ms"), guarded(r, "tpot_p99_ms"), guarded(r, "itl_p99_ms"),
-                  guarded(r, "e2e_p99_ms")] for r in models["rows"]]))
+                [[r["step_name"], r["model"], fmt(r["requests_count"]), pct(r[names.ERROR_RATE]),
+                  fmt(r[names.OUTPUT_TOKENS_PER_S]), guarded(r, names.TTFT_P50_MS), guarded(r, names.TTFT_P99_MS),
+                  guarded(r, names.TPOT_P50_MS), guarded(r, names.TPOT_P99_MS), guarded(r, names.ITL_P99_MS),
+                  guarded(r, names.E2E_P99_MS)] for r in models["rows"]]))
     failing = [r for r in models["slo_results"] if not r["passed"]]
     if failing:
         out.append(("list", [f"{r['step_name']} / {r['model']}: {r['slo_name']} observed {fmt(r['observed_value'])}, "
@@ -499,7 +500,7 @@ def observability_blocks(obs: list[dict[str, Any]] | None, breakdown: list[dict[
         out.append(("h3", "How much of TTFT is queueing"))
         out.append(("table", ["step", "TTFT mean ms", "TTFT p50 ms", "TTFT p99 ms", "server queue wait ms",
                               "queue share of TTFT", "draft share of engine time"],
-                    [[str(r["step_name"]), fmt(r["ttft_mean_ms"]), guarded(r, "ttft_p50_ms"), guarded(r, "ttft_p99_ms"),
+                    [[str(r["step_name"]), fmt(r[names.TTFT_MEAN_MS]), guarded(r, names.TTFT_P50_MS), guarded(r, names.TTFT_P99_MS),
                       fmt(r["server_queue_wait_mean_ms"]), pct(r["queue_wait_of_ttft_share"], 0),
                       pct(r["draft_time_share"], 0)] for r in breakdown]))
         out.append(("p", "Queue wait is the server's mean (its histogram's sum / count over the window); the "
@@ -513,9 +514,9 @@ def resource_blocks(res: dict[str, Any] | None, images: dict[str, bytes]) -> lis
         return []
     out: list[Block] = [("h2", "Resource cost (GPU)")]
     if res["gpus"]:
-        names = ", ".join(sorted({f"{g['model'] or g['vendor']} x{sum(1 for h in res['gpus'] if h['model'] == g['model'])}"
+        gpu_names = ", ".join(sorted({f"{g['model'] or g['vendor']} x{sum(1 for h in res['gpus'] if h['model'] == g['model'])}"
                                   for g in res["gpus"]}))
-        out.append(("p", f"GPUs: {names} (from {', '.join(sorted({g['source'] for g in res['gpus']}))}). "
+        out.append(("p", f"GPUs: {gpu_names} (from {', '.join(sorted({g['source'] for g in res['gpus']}))}). "
                          "Means over the scrapes inside each step's steady window; power is per GPU, energy "
                          "summed over GPUs."))
     for note in res["notes"]:
@@ -668,7 +669,7 @@ def capacity_blocks(cap: dict[str, Any] | None) -> list[tuple[Any, ...]]:
         b.append(("p", text + "."))
         rows = [[p["step_name"], f"{p['load_value']:g}", p.get("verdict") or ("pass" if p["passed"] else "FAIL"),
                  p["reason"] or "-",
-                 fmt(p.get("requests_count")), fmt(p.get("output_tokens_per_s"))] for p in cap.get("probes") or []]
+                 fmt(p.get("requests_count")), fmt(p.get(names.OUTPUT_TOKENS_PER_S))] for p in cap.get("probes") or []]
         if rows:
             b.append(("table", ["probe", "load", "SLOs", "why not", "requests", "output tok/s"], rows))
         if cap.get("stop_reason"):
