@@ -423,8 +423,11 @@ def sent_blocks(sent: list[dict[str, Any]] | None) -> list[Block]:
     if not sent:
         return []
     out: list[Block] = [("h3", "What was sent (successful requests of the steady windows, server-counted tokens)")]
-    out.append(("table", ["task", "requests", "prompt p50", "prompt p90", "output p50", "output p90",
-                          "max_tokens mean", "prompt requested", "prompt counted", "counted/requested"],
+    # requested lengths (max_tokens, the prompt asked for) and server-counted ones (output,
+    # prompt counted) are named apart: the record's output_tokens is what the server counted
+    out.append(("table", ["task", "requests", "prompt p50", "prompt p90", "output p50 (counted)",
+                          "output p90 (counted)", "max_tokens mean (requested)", "prompt requested",
+                          "prompt counted", "counted/requested"],
                 [[r["task"], fmt(r["requests_count"]), fmt(r["prompt_p50_tokens"]), fmt(r["prompt_p90_tokens"]),
                   fmt(r["output_p50_tokens"]), fmt(r["output_p90_tokens"]),
                   fmt(r["max_tokens_mean_tokens"]), fmt(r["requested_prompt_mean_tokens"]),

@@ -28,7 +28,6 @@ import numpy as np
 
 from tokenswarm.metrics import SAMPLES_PER_TAIL as SAMPLES_PER_TAIL  # re-exported: the glossary's rule
 from tokenswarm.metrics import min_samples_for as min_samples_for
-
 from tokenswarm.names import PERCENTILE_KEYS as PERCENTILE_KEYS  # re-exported: the table of names'
 from tokenswarm.names import PERCENTILES as PERCENTILES
 from tokenswarm.names import SummaryMetric

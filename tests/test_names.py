@@ -57,7 +57,7 @@ def test_describe_produces_exactly_the_table_keys_of_each_metric(metric):
         out = describe(values, metric, failed_share=0.25)
     else:
         out = describe(values, metric)
-    assert tuple(out) == tuple(k for k in metric.keys() if k in out) and set(out) == set(metric.keys())
+    assert tuple(out) == tuple(k for k in metric.key_names() if k in out) and set(out) == set(metric.key_names())
 
 
 def test_a_step_row_holds_every_table_key(tmp_path):

@@ -67,7 +67,7 @@ class SummaryMetric:
             return f"{self.name}_{stat}"
         return f"{self.name}_{stat}_{self.unit}"
 
-    def keys(self) -> tuple[str, ...]:
+    def key_names(self) -> tuple[str, ...]:
         """Every key of this metric, in :attr:`stats` order."""
         return tuple(self.key(s) for s in self.stats)
 

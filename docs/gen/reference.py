@@ -71,7 +71,7 @@ def summary_keys_section() -> str:
                  for stat, text in names.STATISTICS.items()]
     metric_rows = []
     for m in names.SUMMARY_METRICS:
-        keys = ", ".join(f"`{k}`" for k in m.keys())
+        keys = ", ".join(f"`{k}`" for k in m.key_names())
         metric_rows.append(f"| `{m.name}` | {m.unit.replace('_per_', '/')} | `{m.term}` | {keys} |")
     other = [f"| `{k}` | {unit} | {_cell(text)} |" for k, (unit, text) in names.STEP_KEYS.items()]
     return (

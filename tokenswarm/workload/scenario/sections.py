@@ -12,9 +12,11 @@ import dataclasses
 import math
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
+from tokenswarm.manifest import V2_RENAMED_CLASS_FIELDS
 from tokenswarm.metrics import DEPRECATED_SLO_NAMES, slo_name
 from tokenswarm.redact import SECRET_HEADER as _SECRET_HEADER
 from tokenswarm.workload.scenario.credentials import _ENV_NAME, _KEY_LIKE
@@ -73,16 +75,16 @@ _TIMEOUTS = ("connect_s", "first_token_s", "total_s")
 _LIMITS = ("output_tokens_factor", "response_bytes")
 _TRAFFIC = ("seed", "keep_outputs", "tokenizer", "sampling", "classes", "task_draw", "extra_body")
 _SAMPLING = ("temperature", "top_p", "seed", "stop", "ignore_eos")
-_TASK_COMMON = ("kind", "weight", "output_tokens", "think_time_s", "sampling", "dataset", "extra_body",
+_TASK_COMMON = ("kind", "weight", "max_tokens", "think_time_s", "sampling", "dataset", "extra_body",
                 "shared_prefix", "model")
 _TASK_FIELDS = {
     "qa": _TASK_COMMON + ("prompt_tokens",),
     "summarization": _TASK_COMMON + ("document_tokens",),
     "code": _TASK_COMMON + ("prompt_tokens", "completion_share"),
     "multi_turn": _TASK_COMMON + ("prompt_tokens", "followup_tokens", "turns"),
-    "abnormal": ("kind", "weight", "prompt_tokens", "output_tokens", "think_time_s", "sampling", "cases",
+    "abnormal": ("kind", "weight", "prompt_tokens", "max_tokens", "think_time_s", "sampling", "cases",
                  "extra_body", "model"),
-    "extraction": ("kind", "weight", "output_tokens", "think_time_s", "sampling", "extra_body", "shared_prefix",
+    "extraction": ("kind", "weight", "max_tokens", "think_time_s", "sampling", "extra_body", "shared_prefix",
                    "document_tokens", "response_format", "model"),
 }
 _SHARED_PREFIX = ("tokens", "count", "popularity", "zipf_s")
@@ -116,30 +118,30 @@ DRAIN_MAX_S = 600.0
 DEFAULTS: dict[str, dict[str, Any]] = {
     "qa": {
         "prompt_tokens": {"dist": "lognormal", "mean": 60, "sigma": 0.5, "min": 8, "max": 400},
-        "output_tokens": {"dist": "uniform", "min": 32, "max": 256},
+        "max_tokens": {"dist": "uniform", "min": 32, "max": 256},
     },
     "summarization": {
         "document_tokens": {"dist": "uniform", "min": 1000, "max": 8000},
-        "output_tokens": {"dist": "uniform", "min": 64, "max": 256},
+        "max_tokens": {"dist": "uniform", "min": 64, "max": 256},
     },
     "code": {
         "prompt_tokens": {"dist": "uniform", "min": 200, "max": 2000},
-        "output_tokens": {"dist": "uniform", "min": 64, "max": 512},
+        "max_tokens": {"dist": "uniform", "min": 64, "max": 512},
     },
     "multi_turn": {
         "prompt_tokens": {"dist": "lognormal", "mean": 80, "sigma": 0.6, "min": 8, "max": 1000},
         "followup_tokens": {"dist": "lognormal", "mean": 30, "sigma": 0.6, "min": 4, "max": 300},
-        "output_tokens": {"dist": "uniform", "min": 32, "max": 256},
+        "max_tokens": {"dist": "uniform", "min": 32, "max": 256},
         "turns": {"dist": "uniform", "min": 2, "max": 5},
         "think_time_s": {"dist": "uniform", "min": 0.5, "max": 2.0},
     },
     "abnormal": {
         "prompt_tokens": {"dist": "fixed", "value": 32},
-        "output_tokens": {"dist": "fixed", "value": 16},
+        "max_tokens": {"dist": "fixed", "value": 16},
     },
     "extraction": {
         "document_tokens": {"dist": "uniform", "min": 200, "max": 1500},
-        "output_tokens": {"dist": "uniform", "min": 128, "max": 384},
+        "max_tokens": {"dist": "uniform", "min": 128, "max": 384},
     },
 }
 
@@ -161,7 +163,7 @@ def _parse_extra_body(sec: _Section, key: str = "extra_body") -> dict[str, Any]:
             raise ScenarioError(sec.file, at, "a field name (a non-empty string)", name)
         if name in RESERVED_BODY_FIELDS:
             raise ScenarioError(sec.file, at, "a field tokenswarm does not set itself", name,
-                                problem="set by tokenswarm (max_tokens comes from output_tokens)")
+                                problem="set by tokenswarm (max_tokens is drawn from the class's max_tokens)")
         if name in _SAMPLING:
             raise ScenarioError(sec.file, at, f"sampling.{name} (one place per field)", name,
                                 problem="a sampling field")
@@ -311,7 +313,7 @@ def _parse_sampling(s: _Section, base: Sampling) -> Sampling:
         raise ScenarioError(
             s.file,
             s.at("max_tokens"),
-            "output_tokens on the class (max_tokens is drawn from it)",
+            "max_tokens on the class (a distribution: each request's max_tokens is drawn from it)",
             s.data["max_tokens"],
             problem="not a sampling field",
         )
@@ -385,6 +387,30 @@ def _parse_traffic(top: _Section, file: str, base_dir: Path,
     )
 
 
+#: Class fields that were renamed: old name -> new name (format version 3: the requested
+#: lengths, sent as max_tokens, shared a name with the record's output_tokens, the length the
+#: server counted). An old name still works, with a FutureWarning naming the file, the field
+#: and the new name.
+RENAMED_TASK_FIELDS: dict[str, str] = V2_RENAMED_CLASS_FIELDS
+
+
+def _renamed_task_fields(cfg: dict[str, Any], path: str, file: str) -> dict[str, Any]:
+    """``cfg`` with renamed fields under their new names (a copy); warns once per old name."""
+    out = dict(cfg)
+    for old, new in RENAMED_TASK_FIELDS.items():
+        if old not in out:
+            continue
+        if new in out:
+            raise ScenarioError(file, f"{path}.{old}", f"{new} only ({old} is its old name)", out[old],
+                                problem=f"both {old} and {new} set")
+        # FutureWarning, not DeprecationWarning: it is meant for whoever wrote the scenario
+        warnings.warn(f"{file}: {path}.{old}: the field {old!r} is deprecated, write {new!r} (the requested "
+                      "lengths, sent as max_tokens; a record's output_tokens is what the server counted)",
+                      FutureWarning, stacklevel=2)
+        out[new] = out.pop(old)
+    return out
+
+
 def _parse_task(
     name: str, cfg: Any, path: str, file: str, base_dir: Path, base_sampling: Sampling,
     inherited_extra: dict[str, Any] | None = None,
@@ -412,10 +438,11 @@ def _parse_task(
             cfg["prompt_tokens"],
             problem="not used by summarization",
         )
+    cfg = _renamed_task_fields(cfg, path, file)
     s = _Section(cfg, path, file, _TASK_FIELDS[kind])
     d = DEFAULTS[kind]
     weight = s.num("weight", 1.0, ge=0)
-    output = s.required_dist("output_tokens", d["output_tokens"], floor=1, integer=True)
+    max_tokens = s.required_dist("max_tokens", d["max_tokens"], floor=1, integer=True)
     document = s.dist("document_tokens", d.get("document_tokens"), floor=1, integer=True)
     prompt = (
         s.required_dist("document_tokens", d.get("document_tokens"), floor=1, integer=True)
@@ -473,7 +500,7 @@ def _parse_task(
         kind=kind,
         weight=weight,
         prompt_tokens=prompt,
-        output_tokens=output,
+        max_tokens=max_tokens,
         document_tokens=document,
         turns=turns,
         think_time_s=think,
