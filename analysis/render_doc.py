@@ -12,19 +12,21 @@ from typing import Any
 from tokenswarm import names
 from tokenswarm.analysis.samples import MEDIAN_NEED, prune_short_columns, short_text, shortfall
 from tokenswarm.analysis.slo import judged_label
+from tokenswarm.names import SummaryMetric
 
 Block = tuple[Any, ...]
 
-LATENCY_TITLES = {
-    "ttft": ("TTFT", "ms"),
-    "tpot": ("TPOT", "ms"),
-    "itl": ("ITL (per token)", "ms"),
-    "inter_chunk": ("Inter-chunk latency", "ms"),
-    "e2e": ("E2E latency", "ms"),
-    "schedule_lag": ("Schedule lag", "ms"),
-    "request_output_tps": ("Per-request output tokens/s", "tokens_per_s"),
-    "ttft_from_schedule": ("Schedule-inclusive TTFT (open loop)", "ms"),
-    "e2e_from_schedule": ("Schedule-inclusive E2E (open loop)", "ms"),
+#: The latency table of each metric, with its title (keys and units: the table of names).
+LATENCY_TITLES: dict[SummaryMetric, str] = {
+    names.TTFT: "TTFT",
+    names.TPOT: "TPOT",
+    names.ITL: "ITL (per token)",
+    names.INTER_CHUNK: "Inter-chunk latency",
+    names.E2E: "E2E latency",
+    names.SCHEDULE_LAG: "Schedule lag",
+    names.REQUEST_OUTPUT_TPS: "Per-request output tokens/s",
+    names.TTFT_FROM_SCHEDULE: "Schedule-inclusive TTFT (open loop)",
+    names.E2E_FROM_SCHEDULE: "Schedule-inclusive E2E (open loop)",
 }
 
 
@@ -182,7 +184,7 @@ def step_summary_blocks(s: dict[str, Any]) -> list[Block]:
     b += judged_table(["step", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "ITL p99", "E2E p99", "failed share"],
                       [[r["step_name"], guarded(r, names.TTFT_P50_MS), guarded(r, names.TTFT_P99_MS), guarded(r, names.TPOT_P50_MS),
                         guarded(r, names.TPOT_P99_MS), guarded(r, names.ITL_P99_MS), guarded(r, names.E2E_P99_MS),
-                        pct(r["ttft_failed_share"])] for r in steps])
+                        pct(r[names.TTFT_FAILED_SHARE])] for r in steps])
     b.append(("p", "Latencies in ms. " + s["methods"]["failures"]))
     return b
 
@@ -211,9 +213,26 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
     b += sent_blocks(s.get("sent"))
     b += model_blocks(s.get("models"))
     b += _workload_blocks(s)
-    # SLOs and curves
+    b += _curve_blocks(s, images)
+    b += _latency_blocks(s, images)
+    b += _error_blocks(s["errors"])
+    b += observability_blocks(s.get("observability"), s.get("ttft_breakdown"))
+    # Speculative decoding
+    sd = s["spec_decode"]
+    b.append(("h2", "Speculative decoding"))
+    if not sd["observed"]:
+        b.append(("p", "No speculative-decoding signal: no server counters, no per-request stats, and every chunk "
+                       "carried at most one token."))
+    else:
+        b += _spec_blocks(sd, images)
+    b += _cost_blocks(s)
+    return _tail_blocks(s, b, images)
+
+
+def _curve_blocks(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
+    """Load curves, the knee, the highest load meeting the SLOs and the capacity search."""
     c = s["curves"]
-    b.append(("h2", "Load curves, knee and SLO limit"))
+    b: list[Block] = [("h2", "Load curves, knee and SLO limit")]
     if c["knee"]:
         k = c["knee"]
         b.append(("p", f"Knee: at step {k['knee_step_name']} (load {k['knee_load_value']:g}) {k['latency_metric']} "
@@ -232,7 +251,7 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
         b.append(("banner", "yellow", m["detail"][0].upper() + m["detail"][1:] + "."))
     else:
         b.append(("p", f"Highest load meeting all SLOs: {m['load_value']:g} (step {m['step_name']}, "
-                       f"{fmt(m['output_tokens_per_s'])} output tokens/s)."))
+                       f"{fmt(m[names.OUTPUT_TOKENS_PER_S])} output tokens/s)."))
     b += capacity_blocks(s.get("capacity"))
     for name, cap in (("throughput_vs_load", "Throughput and per-request tokens/s vs load"),
                       ("percentiles_vs_load", "Latency percentiles vs load"),
@@ -246,52 +265,53 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
                             fmt(p["pareto_optimal"])] for p in c["points"]], keep=2)
     if s["slo_results"]:
         b.append(("p", "SLO results: " + slo_counts_text(s["slo_results"]) + " (the matrix is in the verdict above)."))
-    # Latency tables per metric
-    b.append(("h2", "Latency distributions per step and task"))
+    return b
+
+
+def _latency_blocks(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
+    """One table per latency metric (steps x tasks): the tail percentiles, failures as infinite."""
+    b: list[Block] = [("h2", "Latency distributions per step and task")]
     for name in ("ttft_by_task", "e2e_by_task", "ttft_by_step", "tpot_by_task"):
         if name in images:
             b.append(("img", name, name.replace("_", " ")))
-    for metric, (title, unit) in LATENCY_TITLES.items():
-        lat_rows = [r for r in s["steps"] if r.get(f"{metric}_count")]
+    for metric, title in LATENCY_TITLES.items():
+        key = metric.key
+        lat_rows = [r for r in s["steps"] if r.get(key("count"))]
         if not lat_rows:
             continue
-        b.append(("h3", f"{title} ({unit.replace('_per_s', '/s')})"))
+        b.append(("h3", f"{title} ({metric.unit.replace('_per_s', '/s')})"))
         # mean and min are in the CSV tables; the page keeps the tail
         hdr = ["step", "task", "count", "failed share", "p50", "p90", "p95", "p99", "p99.9", "max"]
-        prec = max((r.get(f"{metric}_percentile_precision_share") or 0.0) for r in lat_rows)
+        prec = max((r.get(f"{metric.name}_percentile_precision_share") or 0.0) for r in lat_rows)
         if prec:  # percentiles from the store's histograms: the precision goes next to each number
             hdr[4:9] = [f"{h} (±{prec * 100:.1f} %)" for h in hdr[4:9]]
-        with_inf = f"{metric}_p99_failed_as_inf_{unit}" in lat_rows[0]
+        with_inf = "p99_failed_as_inf" in metric.stats
         if with_inf:
             hdr.append("p99 failures=inf")
         table = []
         for sr in lat_rows:
-            row = [sr["step_name"], sr["task"], fmt(sr[f"{metric}_count"]), pct(sr.get(f"{metric}_failed_share"))]
-            row += [guarded(sr, f"{metric}_{k}_{unit}") for k in ("p50", "p90", "p95", "p99", "p99_9", "max")]
+            failed = sr.get(key("failed_share")) if "failed_share" in metric.stats else None
+            row = [sr["step_name"], sr["task"], fmt(sr[key("count")]), pct(failed)]
+            row += [guarded(sr, key(k)) for k in ("p50", "p90", "p95", "p99", "p99_9", "max")]
             if with_inf:
-                v = sr[f"{metric}_p99_failed_as_inf_{unit}"]
-                short = shortfall(sr, f"{metric}_p99_{unit}")
+                v = sr[key("p99_failed_as_inf")]
+                short = shortfall(sr, key("p99"))
                 row.append(short_text(short[1]) if short else "unbounded" if v is None else fmt(v))
             table.append(row)
         b += judged_table(hdr, table, keep=4)
-        if metric == "itl" and any(sr.get("itl_per_chunk_samples_share") for sr in lat_rows):
+        if metric == names.ITL and any(sr.get("itl_per_chunk_samples_share") for sr in lat_rows):
             b.append(("p", "Some requests had no exact per-chunk token counts: their ITL samples are per chunk, not per token."))
-    if s["errors"]:
-        b.append(("h2", "Errors and timeouts by kind"))
-        b.append(("table", ["step", "task", "outcome", "error", "HTTP status", "count", "share"],
-                  [[str(e["step_name"]), e["task"], e["outcome"], str(e["error"]), fmt(e["http_status"]),
-                    fmt(e["requests_count"]), pct(e["requests_share"])] for e in s["errors"]]))
-    b += observability_blocks(s.get("observability"), s.get("ttft_breakdown"))
-    # Speculative decoding
-    sd = s["spec_decode"]
-    b.append(("h2", "Speculative decoding"))
-    if not sd["observed"]:
-        b.append(("p", "No speculative-decoding signal: no server counters, no per-request stats, and every chunk "
-                       "carried at most one token."))
-    else:
-        b += _spec_blocks(sd, images)
-    b += _cost_blocks(s)
-    return _tail_blocks(s, b, images)
+    return b
+
+
+def _error_blocks(errors: list[dict[str, Any]]) -> list[Block]:
+    """Errors and timeouts grouped by kind, or nothing when there were none."""
+    if not errors:
+        return []
+    return [("h2", "Errors and timeouts by kind"),
+            ("table", ["step", "task", "outcome", "error", "HTTP status", "count", "share"],
+             [[str(e["step_name"]), e["task"], e["outcome"], str(e["error"]), fmt(e["http_status"]),
+               fmt(e["requests_count"]), pct(e["requests_share"])] for e in errors])]
 
 
 def _spec_blocks(sd: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
@@ -573,6 +593,45 @@ def _workload_blocks(s: dict[str, Any]) -> list[Block]:
     return b
 
 
+def _gpu_cost_ratio_blocks(res: dict[str, Any] | None) -> list[Block]:
+    """What the candidate's speedup costs the GPU (memory, power, tokens/J), or nothing."""
+    b: list[Block] = []
+    if res and res["rows"]:
+        b.append(("h2", "What the speedup costs the GPU"))
+        if not res["observed"]:
+            b.append(("p", "No GPU exporter in either run: throughput only (add a DCGM or AMD exporter to "
+                           "target.extra_metrics)."))
+        b.append(("table", ["step", "candidate vs baseline", "memory delta MiB", "power delta W", "tokens/J ratio",
+                            "$/1M good tok ratio"],
+                  [[str(r["step_name"]), r["summary_text"], fmt(r["gpu_memory_used_mib_delta"]),
+                    fmt(r["gpu_power_w_delta"]), fmt(r["output_tokens_per_joule_ratio"]),
+                    fmt(r["cost_per_1m_good_output_tokens_ratio"])] for r in res["rows"]]))
+    return b
+
+
+def _consistency_blocks(c: dict[str, Any]) -> list[Block]:
+    """Output consistency of the joined request pairs, with diverging examples."""
+    b: list[Block] = []
+    b.append(("h2", "Output consistency"))
+    b.append(("table", ["joined pairs", "both ok", "judged", "exact matches", "exact-match rate", "diverging",
+                        "greedy pairs", "greedy diverging", "mean similarity", "median first divergence (chars)"],
+              [[fmt(c["joined_pairs_count"]), fmt(c["both_ok_pairs_count"]), fmt(c["judged_pairs_count"]),
+                fmt(c["exact_match_count"]), pct(c["exact_match_rate"]), fmt(c["diverging_count"]),
+                fmt(c["greedy_pairs_count"]), fmt(c["greedy_diverging_count"]), fmt(c["mean_similarity_ratio"]),
+                fmt(c["first_divergence_char_index_median_count"])]]))
+    if not c["texts_compared"]:
+        b.append(("p", "Outputs compared by output_sha256 only (the runs kept no output_text): no divergence "
+                       "position or similarity."))
+    if c["examples"]:
+        b.append(("table", ["request_key", "task", "greedy", "first divergence (char/word)", "similarity",
+                            "baseline excerpt", "candidate excerpt"],
+                  [[e["request_key"][:12], e["task"], fmt(e["greedy"]),
+                    f"{fmt(e['first_divergence_char_index'])}/{fmt(e['first_divergence_word_index'])}",
+                    fmt(e["similarity_ratio"], 3), repr(e.get("baseline_excerpt", "")), repr(e.get("candidate_excerpt", ""))]
+                   for e in c["examples"]]))
+    return b
+
+
 def compare_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
     """Blocks of a baseline-vs-candidate comparison."""
     c = s["consistency"]
@@ -596,9 +655,9 @@ def compare_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
     for r in s["rows"]:
         row = [r["step_name"], r["task"], ratio_cell(r, "request_output_tps_p50_speedup"),
                ratio_cell(r, "output_tokens_per_s_speedup")]
-        for m in ("ttft", "tpot", "e2e"):
+        for m in (names.TTFT, names.TPOT, names.E2E):
             for p in ("p50", "p95", "p99"):
-                row.append(ratio_cell(r, f"{m}_{p}"))
+                row.append(ratio_cell(r, m.stem(p)))
         row.append(f"{fmt(r['baseline_mean_acceptance_length_tokens'], 3)} -> {fmt(r['candidate_mean_acceptance_length_tokens'], 3)}")
         rows.append(row)
     b.append(("h2", "Speedup and latency ratios per step and task"))
@@ -619,34 +678,8 @@ def compare_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
                       ("e2e_overlay", "E2E distribution, baseline vs candidate")):
         if name in images:
             b.append(("img", name, cap))
-    res = s.get("resources")
-    if res and res["rows"]:
-        b.append(("h2", "What the speedup costs the GPU"))
-        if not res["observed"]:
-            b.append(("p", "No GPU exporter in either run: throughput only (add a DCGM or AMD exporter to "
-                           "target.extra_metrics)."))
-        b.append(("table", ["step", "candidate vs baseline", "memory delta MiB", "power delta W", "tokens/J ratio",
-                            "$/1M good tok ratio"],
-                  [[str(r["step_name"]), r["summary_text"], fmt(r["gpu_memory_used_mib_delta"]),
-                    fmt(r["gpu_power_w_delta"]), fmt(r["output_tokens_per_joule_ratio"]),
-                    fmt(r["cost_per_1m_good_output_tokens_ratio"])] for r in res["rows"]]))
-    b.append(("h2", "Output consistency"))
-    b.append(("table", ["joined pairs", "both ok", "judged", "exact matches", "exact-match rate", "diverging",
-                        "greedy pairs", "greedy diverging", "mean similarity", "median first divergence (chars)"],
-              [[fmt(c["joined_pairs_count"]), fmt(c["both_ok_pairs_count"]), fmt(c["judged_pairs_count"]),
-                fmt(c["exact_match_count"]), pct(c["exact_match_rate"]), fmt(c["diverging_count"]),
-                fmt(c["greedy_pairs_count"]), fmt(c["greedy_diverging_count"]), fmt(c["mean_similarity_ratio"]),
-                fmt(c["first_divergence_char_index_median_count"])]]))
-    if not c["texts_compared"]:
-        b.append(("p", "Outputs compared by output_sha256 only (the runs kept no output_text): no divergence "
-                       "position or similarity."))
-    if c["examples"]:
-        b.append(("table", ["request_key", "task", "greedy", "first divergence (char/word)", "similarity",
-                            "baseline excerpt", "candidate excerpt"],
-                  [[e["request_key"][:12], e["task"], fmt(e["greedy"]),
-                    f"{fmt(e['first_divergence_char_index'])}/{fmt(e['first_divergence_word_index'])}",
-                    fmt(e["similarity_ratio"], 3), repr(e.get("baseline_excerpt", "")), repr(e.get("candidate_excerpt", ""))]
-                   for e in c["examples"]]))
+    b += _gpu_cost_ratio_blocks(s.get("resources"))
+    b += _consistency_blocks(c)
     if s["notes"]:
         b.append(("h2", "Notes"))
         b.append(("list", s["notes"]))

@@ -98,8 +98,8 @@ def report_text(s: dict[str, Any]) -> str:
 def compare_text(s: dict[str, Any]) -> str:
     """Per-step speedups, then consistency, with the greedy flag on its own line."""
     rows = [[str(r["step_name"]), r["task"], ratio_cell(r, "request_output_tps_p50_speedup"),
-             ratio_cell(r, "output_tokens_per_s_speedup"), _short_or(r, "ttft_p50"), _short_or(r, "tpot_p50"),
-             _short_or(r, "e2e_p99"), f"{r['baseline_ok_count']}/{r['candidate_ok_count']}"]
+             ratio_cell(r, "output_tokens_per_s_speedup"), _short_or(r, names.TTFT.stem("p50")), _short_or(r, names.TPOT.stem("p50")),
+             _short_or(r, names.E2E.stem("p99")), f"{r['baseline_ok_count']}/{r['candidate_ok_count']}"]
             for r in s["rows"] if r["task"] == "all"]
     headers, rows, note = prune_short_columns(["step", "task", "per-req tok/s", "aggregate tok/s", "TTFT p50 x",
                                                "TPOT p50 x", "E2E p99 x", "successful requests base/cand"], rows, 2)

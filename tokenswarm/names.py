@@ -23,6 +23,9 @@ PERCENTILES: Final[tuple[float, ...]] = (50.0, 90.0, 95.0, 99.0, 99.9)
 #: Their key spellings: 99.9 -> ``p99_9``.
 PERCENTILE_KEYS: Final[tuple[str, ...]] = ("p50", "p90", "p95", "p99", "p99_9")
 
+#: Percentile -> its statistic: 99.9 -> ``p99_9``.
+PERCENTILE_KEY: Final[dict[float, str]] = dict(zip(PERCENTILES, PERCENTILE_KEYS))
+
 #: Statistic -> meaning. Statistics in :data:`UNITLESS_STATISTICS` carry no unit suffix.
 STATISTICS: Final[dict[str, str]] = {
     **{k: f"{k.replace('p', '', 1).replace('_', '.')}th percentile (numpy's linear method)" for k in PERCENTILE_KEYS},
@@ -66,6 +69,12 @@ class SummaryMetric:
         if stat in UNITLESS_STATISTICS or not self.unit:
             return f"{self.name}_{stat}"
         return f"{self.name}_{stat}_{self.unit}"
+
+    def stem(self, stat: str) -> str:
+        """The key without its unit, ``ttft_p99``: the stem of a comparison's ratio keys
+        (``ttft_p99_ratio``, ``ttft_p99_ci_low_ratio``, ``ttft_p99_ci_high_ratio``)."""
+        self.key(stat)  # the same check: a statistic the metric reports
+        return f"{self.name}_{stat}"
 
     def key_names(self) -> tuple[str, ...]:
         """Every key of this metric, in :attr:`stats` order."""
@@ -138,6 +147,7 @@ TTFT_P95_MS: Final = "ttft_p95_ms"
 TTFT_P99_MS: Final = "ttft_p99_ms"
 TTFT_MEAN_MS: Final = "ttft_mean_ms"
 TTFT_COUNT: Final = "ttft_count"
+TTFT_FAILED_SHARE: Final = "ttft_failed_share"
 TTFT_P99_FAILED_AS_INF_MS: Final = "ttft_p99_failed_as_inf_ms"
 TPOT_P50_MS: Final = "tpot_p50_ms"
 TPOT_P95_MS: Final = "tpot_p95_ms"
