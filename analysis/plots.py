@@ -121,14 +121,14 @@ def percentiles_vs_load(curves_by_run: dict[str, list[dict[str, Any]]]) -> bytes
         return None
     plt = _plt()
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for ax, metric in zip(axes, ("ttft", "tpot", "e2e")):
+    for ax, metric in zip(axes, (names.TTFT, names.TPOT, names.E2E)):
         for r, (run_label, pts) in enumerate(curves_by_run.items()):
             for i, p in enumerate(("p50", "p95", "p99")):
-                xs, ys = _xy(pts, f"{metric}_{p}_ms")
+                xs, ys = _xy(pts, metric.key(p))
                 if xs:
                     ax.plot(xs, ys, marker="o", linestyle=("-", "--")[r % 2], color=_COLORS[i],
                             label=f"{run_label} {p}" if len(curves_by_run) > 1 else p)
-        ax.set_title(f"{metric.upper()} (ms)")
+        ax.set_title(f"{metric.name.upper()} ({metric.unit})")
         ax.set_xlabel(_xlabel(pts_all))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)

@@ -4,6 +4,7 @@ key a consumer names by constant, every SLO column and every glossary term is in
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -78,3 +79,19 @@ def test_an_unknown_slo_key_names_the_file_the_field_and_the_nearest_valid_name(
         parse.parse_scenario({"traffic": {"classes": {"qa": {}}}, "slo": {"ttft_p99ms": 500}}, "bench.yaml")
     text = str(err.value)
     assert "bench.yaml" in text and "slo.ttft_p99ms" in text and "did you mean 'ttft_p99_ms'" in text
+
+
+def test_the_web_ui_pages_ask_only_for_live_keys_of_the_table():
+    static = Path(names.__file__).parent / "webui" / "static"
+    asked = {k for f in static.glob("*.*") if f.suffix in (".js", ".html")
+             for k in re.findall(r"\blive_[a-z0-9_]+", f.read_text())}
+    assert asked, "the charts name live series"
+    table = names.summary_keys()
+    assert {k for k in asked if k.removeprefix(names.LIVE_PREFIX) not in table} == set()
+
+
+def test_comparison_keys_are_spelled_from_the_table():
+    assert names.TTFT.stem("p99") == "ttft_p99" and names.TPOT.ratio_key("p50") == "tpot_p50_ratio"
+    assert names.METRICS_BY_NAME["e2e"] is names.E2E and names.PERCENTILE_KEY[99.9] == "p99_9"
+    with pytest.raises(KeyError):
+        names.SCHEDULE_LAG.ratio_key("p99_failed_as_inf")

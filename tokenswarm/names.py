@@ -76,6 +76,10 @@ class SummaryMetric:
         self.key(stat)  # the same check: a statistic the metric reports
         return f"{self.name}_{stat}"
 
+    def ratio_key(self, stat: str) -> str:
+        """Candidate / baseline of this statistic in a comparison or study row: ``ttft_p99_ratio``."""
+        return self.stem(stat) + "_ratio"
+
     def key_names(self) -> tuple[str, ...]:
         """Every key of this metric, in :attr:`stats` order."""
         return tuple(self.key(s) for s in self.stats)
@@ -107,6 +111,10 @@ SUMMARY_METRICS: Final[tuple[SummaryMetric, ...]] = (
     TTFT, TPOT, ITL, INTER_CHUNK, E2E, SCHEDULE_LAG, REQUEST_OUTPUT_TPS, TTFT_FROM_SCHEDULE, E2E_FROM_SCHEDULE,
     CONNECT, SEND_DELAY, HEADERS, FIRST_REASONING_TOKEN, FIRST_ANSWER_TOKEN, REASONING_ITL, ANSWER_ITL,
 )
+
+#: The metrics by key prefix (``"ttft"`` -> :data:`TTFT`), for code that names its metrics
+#: by prefix (the study's cells, the findings).
+METRICS_BY_NAME: Final[dict[str, SummaryMetric]] = {m.name: m for m in SUMMARY_METRICS}
 
 #: Step-level keys that are not a metric × statistic: key -> (unit, meaning).
 STEP_KEYS: Final[dict[str, tuple[str, str]]] = {

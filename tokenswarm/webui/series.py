@@ -99,12 +99,12 @@ class ChartSampler:
             point["err_s"] = round((snap.failures - base.failures) / dt, 2)
         else:
             point[names.OUTPUT_TOKENS_PER_S] = point["req_s"] = point["err_s"] = None
-        for metric, cur, prev in (("ttft", snap.ttft, base.ttft), ("tpot", snap.tpot, base.tpot)):
+        for metric, cur, prev in ((names.TTFT, snap.ttft, base.ttft), (names.TPOT, snap.tpot, base.tpot)):
             if dt <= 0:
                 prev = {}  # the first sample: everything so far
             for p in (50, 95, 99):
                 v = delta_quantile(cur, prev, p / 100)
-                point[f"live_{metric}_p{p}_ms"] = None if v is None else round(v, 1)
+                point[names.live_key(metric, f"p{p}")] = None if v is None else round(v, 1)
         point["waiting"] = gauge(obs.scrape, WAITING)
         point["running"] = gauge(obs.scrape, RUNNING)
         kv = gauge(obs.scrape, KV_CACHE, how="mean")
