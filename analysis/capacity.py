@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from tokenswarm import names
 from tokenswarm.analysis.loader import run_from_records
 from tokenswarm.analysis.slo import ALL_TASKS, SloResult, SloSpec, parse_slos
 from tokenswarm.analysis.tables import step_table
@@ -74,7 +75,7 @@ class Probe:
     def to_dict(self) -> dict[str, Any]:
         return {"step_index": self.step_index, "step_name": self.step_name, "load_value": self.load_value,
                 "passed": self.passed, "judged": self.judged, "verdict": self.verdict(), "reason": self.reason(), "failed_checks": [dict(c) for c in self.failed_checks],
-                "requests_count": self.requests_count, "output_tokens_per_s": self.output_tokens_per_s,
+                "requests_count": self.requests_count, names.OUTPUT_TOKENS_PER_S: self.output_tokens_per_s,
                 "note": self.note}
 
     @classmethod
@@ -82,7 +83,7 @@ class Probe:
         return cls(step_index=d.get("step_index"), step_name=str(d.get("step_name", "")),
                    load_value=float(d["load_value"]), passed=bool(d["passed"]),
                    failed_checks=tuple(d.get("failed_checks") or ()), requests_count=d.get("requests_count"),
-                   output_tokens_per_s=d.get("output_tokens_per_s"), note=str(d.get("note") or ""))
+                   output_tokens_per_s=d.get(names.OUTPUT_TOKENS_PER_S), note=str(d.get("note") or ""))
 
 
 def _check_text(c: Mapping[str, Any], tasks: Sequence[str]) -> str:
@@ -111,7 +112,7 @@ def probe_of(step_index: int | None, step_name: str, load_value: float, results:
     row = row or {}
     return Probe(step_index=step_index, step_name=step_name, load_value=float(load_value), passed=not failed and not note,
                  failed_checks=tuple(failed), requests_count=row.get("requests_count"),
-                 output_tokens_per_s=row.get("output_tokens_per_s"), note=note)
+                 output_tokens_per_s=row.get(names.OUTPUT_TOKENS_PER_S), note=note)
 
 
 def probes_used(cap: Capacity) -> list[Probe]:

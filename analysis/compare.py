@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from tokenswarm import names
 from tokenswarm.analysis.errors import NotComparableError
 from tokenswarm.analysis.loader import Run
 from tokenswarm.analysis.samples import MEDIAN_NEED
@@ -39,9 +40,10 @@ from tokenswarm.analysis.slo import ALL_TASKS
 from tokenswarm.analysis.specdecode import mean_acceptance, spec_decode_tables
 from tokenswarm.analysis.stats import bootstrap_percentiles, min_samples_for, percentiles_sorted, ratio_ci
 from tokenswarm.analysis.tables import Window, derived, quality_shares, windows
+from tokenswarm.names import PERCENTILE_KEY, SummaryMetric
 
 RATIO_PERCENTILES: tuple[float, ...] = (50.0, 95.0, 99.0)
-RATIO_METRICS: tuple[str, ...] = ("ttft", "tpot", "e2e")
+RATIO_METRICS: tuple[SummaryMetric, ...] = (names.TTFT, names.TPOT, names.E2E)
 CONFIDENCE = 0.95
 
 
@@ -166,30 +168,31 @@ def _group_compare(
         for name, share in quality_shares(run, mask).items():
             if name.endswith("_share"):
                 out[f"{side}_{name}"] = share
-    sources = {"ttft": ("ttft_ms", True), "tpot": ("tpot_ms", False), "e2e": ("e2e_ms", True)}
+    in_columns = {names.TTFT: True, names.TPOT: False, names.E2E: True}  # else derived (TPOT)
     for metric in RATIO_METRICS:
-        col, in_columns = sources[metric]
-        va = _clean((ra[col] if in_columns else da[col])[oka])
-        vb = _clean((rb[col] if in_columns else db[col])[okb])
+        col = metric.term  # the record field (or derived column) of the same name
+        va = _clean((ra[col] if in_columns[metric] else da[col])[oka])
+        vb = _clean((rb[col] if in_columns[metric] else db[col])[okb])
         if not (va.size and vb.size):
             for p in RATIO_PERCENTILES:
-                out.update(_ci_keys(f"{metric}_p{p:g}", None, (None, None)))
+                out.update(_ci_keys(metric.stem(PERCENTILE_KEY[p]), None, (None, None)))
             continue
         pa, pb = percentiles_sorted(va, RATIO_PERCENTILES), percentiles_sorted(vb, RATIO_PERCENTILES)
         ba = bootstrap_percentiles(va, RATIO_PERCENTILES, n_boot, rng)
         bb = bootstrap_percentiles(vb, RATIO_PERCENTILES, n_boot, rng)
         for i, p in enumerate(RATIO_PERCENTILES):
+            stem, key = metric.stem(PERCENTILE_KEY[p]), metric.key(PERCENTILE_KEY[p])
             need = min_samples_for(p)
             if min(va.size, vb.size) < need:  # too few samples on a side: no ratio, no interval
-                out.update(_ci_keys(f"{metric}_p{p:g}", None, (None, None)))
-                out[f"{metric}_p{p:g}_insufficient"] = True
-                out[f"{metric}_p{p:g}_needed_count"] = need
-                out[f"baseline_{metric}_p{p:g}_ms"] = out[f"candidate_{metric}_p{p:g}_ms"] = None
+                out.update(_ci_keys(stem, None, (None, None)))
+                out[f"{stem}_insufficient"] = True
+                out[f"{stem}_needed_count"] = need
+                out[f"baseline_{key}"] = out[f"candidate_{key}"] = None
                 continue
             point = float(pb[i] / pa[i]) if pa[i] else None
-            out.update(_ci_keys(f"{metric}_p{p:g}", point, ratio_ci(bb[i], ba[i], CONFIDENCE)))
-            out[f"baseline_{metric}_p{p:g}_ms"] = float(pa[i])
-            out[f"candidate_{metric}_p{p:g}_ms"] = float(pb[i])
+            out.update(_ci_keys(stem, point, ratio_ci(bb[i], ba[i], CONFIDENCE)))
+            out[f"baseline_{key}"] = float(pa[i])
+            out[f"candidate_{key}"] = float(pb[i])
     return out
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from tokenswarm import names
 from tokenswarm.manifest import RunManifest
 
 
@@ -35,10 +36,10 @@ def cost_rows(rows: list[dict[str, Any]], p: Mapping[str, Any] | None) -> list[d
     for r in rows:
         if r["task"] != "all":
             continue  # the GPUs serve every task at once: cost only makes sense for the whole step
-        tps, rps = r.get("output_tokens_per_s"), r.get("requests_per_s")
+        tps, rps = r.get(names.OUTPUT_TOKENS_PER_S), r.get("requests_per_s")
         out.append({
             "step_index": r["step_index"], "step_name": r["step_name"], "task": r["task"],
-            "output_tokens_per_s": tps, "requests_per_s": rps,
+            names.OUTPUT_TOKENS_PER_S: tps, "requests_per_s": rps,
             "cost_per_1m_output_tokens_usd": hour / (tps * 3600.0) * 1e6 if tps else None,
             "cost_per_1k_requests_usd": hour / (rps * 3600.0) * 1e3 if rps else None,
         })

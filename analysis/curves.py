@@ -24,28 +24,29 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from tokenswarm import names
 from tokenswarm.analysis.samples import guard_values
 from tokenswarm.analysis.slo import ALL_TASKS, SloResult
 
 CURVE_COLUMNS: tuple[str, ...] = (
     "requests_per_s",
-    "output_tokens_per_s",
+    names.OUTPUT_TOKENS_PER_S,
     "goodput_requests_per_s",
-    "goodput_share",
-    "error_rate",
-    "ttft_p50_ms",
-    "ttft_p95_ms",
-    "ttft_p99_ms",
-    "tpot_p50_ms",
-    "tpot_p95_ms",
-    "tpot_p99_ms",
-    "itl_p50_ms",
-    "itl_p99_ms",
-    "e2e_p50_ms",
-    "e2e_p95_ms",
-    "e2e_p99_ms",
-    "request_output_tps_p50_tokens_per_s",
-    "request_output_tps_mean_tokens_per_s",
+    names.GOODPUT_SHARE,
+    names.ERROR_RATE,
+    names.TTFT_P50_MS,
+    names.TTFT_P95_MS,
+    names.TTFT_P99_MS,
+    names.TPOT_P50_MS,
+    names.TPOT_P95_MS,
+    names.TPOT_P99_MS,
+    names.ITL_P50_MS,
+    names.ITL_P99_MS,
+    names.E2E_P50_MS,
+    names.E2E_P95_MS,
+    names.E2E_P99_MS,
+    names.REQUEST_OUTPUT_TPS_P50_TOKENS_PER_S,
+    names.REQUEST_OUTPUT_TPS_MEAN_TOKENS_PER_S,
 )
 
 
@@ -55,7 +56,7 @@ def load_of(row: dict[str, Any]) -> float | None:
     return v if v is not None else row.get("step_rate_rps")
 
 
-def curve_points(rows: list[dict[str, Any]], latency_key: str = "e2e_p95_ms") -> list[dict[str, Any]]:
+def curve_points(rows: list[dict[str, Any]], latency_key: str = names.E2E_P95_MS) -> list[dict[str, Any]]:
     """One point per step with a load target (all-tasks rows), sorted by load, Pareto-flagged."""
     pts = []
     for r in rows:
@@ -69,21 +70,21 @@ def curve_points(rows: list[dict[str, Any]], latency_key: str = "e2e_p95_ms") ->
         pts.append(p)
     pts.sort(key=lambda p: p["load_value"])
     for p in pts:
-        t, lat = p["output_tokens_per_s"], p.get(latency_key)
+        t, lat = p[names.OUTPUT_TOKENS_PER_S], p.get(latency_key)
         if t is None or lat is None:
             p["pareto_optimal"] = None
             continue
         dominated = any(
-            q is not p and q["output_tokens_per_s"] is not None and q.get(latency_key) is not None
-            and q["output_tokens_per_s"] >= t and q[latency_key] <= lat
-            and (q["output_tokens_per_s"] > t or q[latency_key] < lat)
+            q is not p and q[names.OUTPUT_TOKENS_PER_S] is not None and q.get(latency_key) is not None
+            and q[names.OUTPUT_TOKENS_PER_S] >= t and q[latency_key] <= lat
+            and (q[names.OUTPUT_TOKENS_PER_S] > t or q[latency_key] < lat)
             for q in pts
         )
         p["pareto_optimal"] = not dominated
     return pts
 
 
-def find_knee(points: list[dict[str, Any]], latency_key: str = "e2e_p95_ms") -> dict[str, Any] | None:
+def find_knee(points: list[dict[str, Any]], latency_key: str = names.E2E_P95_MS) -> dict[str, Any] | None:
     """First step where latency grows faster than throughput (see module docstring).
 
     A step short of samples for ``latency_key`` (its value ``None``) is left out of that
@@ -91,7 +92,7 @@ def find_knee(points: list[dict[str, Any]], latency_key: str = "e2e_p95_ms") -> 
     """
     points = [p for p in points if p.get(latency_key) is not None]
     for prev, cur in zip(points, points[1:]):
-        t0, t1 = prev["output_tokens_per_s"], cur["output_tokens_per_s"]
+        t0, t1 = prev[names.OUTPUT_TOKENS_PER_S], cur[names.OUTPUT_TOKENS_PER_S]
         l0, l1 = prev.get(latency_key), cur.get(latency_key)
         if not (t0 and t1 and l0 and l1) or min(t0, t1, l0, l1) <= 0:
             continue
@@ -124,14 +125,14 @@ def max_load_meeting_slo(points: list[dict[str, Any]], results: list[SloResult])
                 "detail": "no step meets all SLOs" + (f" ({short} check(s) not judged: too few samples)" if short else "")}
     best = max(passing, key=lambda p: p["load_value"])
     return {"step_index": best["step_index"], "step_name": best["step_name"], "load_value": best["load_value"],
-            "output_tokens_per_s": best["output_tokens_per_s"], "detail": "highest load whose steps meet all SLOs"}
+            names.OUTPUT_TOKENS_PER_S: best[names.OUTPUT_TOKENS_PER_S], "detail": "highest load whose steps meet all SLOs"}
 
 
 #: Latencies whose knee is looked for (the summary's ``knee`` is the earliest of them).
-KNEE_METRICS: tuple[str, ...] = ("e2e_p95_ms", "ttft_p99_ms", "tpot_p99_ms")
+KNEE_METRICS: tuple[str, ...] = (names.E2E_P95_MS, names.TTFT_P99_MS, names.TPOT_P99_MS)
 
 
-def curves(rows: list[dict[str, Any]], slo_results: list[SloResult], latency_key: str = "e2e_p95_ms") -> dict[str, Any]:
+def curves(rows: list[dict[str, Any]], slo_results: list[SloResult], latency_key: str = names.E2E_P95_MS) -> dict[str, Any]:
     """Points, knee and SLO limit in one JSON-ready dict."""
     pts = curve_points(rows, latency_key)
     knees = {m: find_knee(pts, m) for m in KNEE_METRICS}

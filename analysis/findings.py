@@ -18,8 +18,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from tokenswarm import names
 from tokenswarm.analysis.samples import MEDIAN_NEED
 from tokenswarm.analysis.slo import SloSpec
+from tokenswarm.names import PERCENTILE_KEY
 
 #: Latency metrics whose regressions are flagged, with their display names.
 REGRESSION_METRICS = {"ttft": "TTFT", "tpot": "TPOT"}
@@ -30,7 +32,7 @@ def latency_regressions(row: dict[str, Any], percentiles: tuple[float, ...]) -> 
     out = []
     for metric, title in REGRESSION_METRICS.items():
         for p in percentiles:
-            name = f"{metric}_p{p:g}_ratio"
+            name = names.METRICS_BY_NAME[metric].ratio_key(PERCENTILE_KEY[p])
             ci = row.get(f"{name}_ci")
             if row.get(name) is not None and ci and ci[0] > 1.0:
                 out.append(f"{title} p{p:g} x{row[name]:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]")

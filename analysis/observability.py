@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from tokenswarm import names
 from tokenswarm.analysis.loader import ServerMetrics
 from tokenswarm.analysis.tables import Window
 
@@ -240,11 +241,11 @@ def ttft_breakdown(audit_rows: list[dict[str, Any]], step_rows: list[dict[str, A
         if r["task"] != "all":
             continue
         q = _value(audit_rows, "queue_wait", r["step_name"])
-        ttft_mean = r.get("ttft_mean_ms")
+        ttft_mean = r.get(names.TTFT_MEAN_MS)
         out.append({
             "step_index": r["step_index"], "step_name": r["step_name"],
-            "ttft_p50_ms": r.get("ttft_p50_ms"), "ttft_p99_ms": r.get("ttft_p99_ms"), "ttft_mean_ms": ttft_mean,
-            "ttft_count": r.get("ttft_count"),
+            names.TTFT_P50_MS: r.get(names.TTFT_P50_MS), names.TTFT_P99_MS: r.get(names.TTFT_P99_MS), names.TTFT_MEAN_MS: ttft_mean,
+            names.TTFT_COUNT: r.get(names.TTFT_COUNT),
             "server_queue_wait_mean_ms": q,
             "queue_wait_of_ttft_share": q / ttft_mean if q is not None and ttft_mean else None,
             "draft_time_share": _value(audit_rows, "draft_time_share", r["step_name"]),

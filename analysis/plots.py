@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from tokenswarm import names
 from tokenswarm.analysis.loader import Run
 from tokenswarm.analysis.tables import Window, derived
 
@@ -120,14 +121,14 @@ def percentiles_vs_load(curves_by_run: dict[str, list[dict[str, Any]]]) -> bytes
         return None
     plt = _plt()
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for ax, metric in zip(axes, ("ttft", "tpot", "e2e")):
+    for ax, metric in zip(axes, (names.TTFT, names.TPOT, names.E2E)):
         for r, (run_label, pts) in enumerate(curves_by_run.items()):
             for i, p in enumerate(("p50", "p95", "p99")):
-                xs, ys = _xy(pts, f"{metric}_{p}_ms")
+                xs, ys = _xy(pts, metric.key(p))
                 if xs:
                     ax.plot(xs, ys, marker="o", linestyle=("-", "--")[r % 2], color=_COLORS[i],
                             label=f"{run_label} {p}" if len(curves_by_run) > 1 else p)
-        ax.set_title(f"{metric.upper()} (ms)")
+        ax.set_title(f"{metric.name.upper()} ({metric.unit})")
         ax.set_xlabel(_xlabel(pts_all))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
@@ -142,11 +143,11 @@ def throughput_vs_load(curves_by_run: dict[str, list[dict[str, Any]]]) -> bytes 
     plt = _plt()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
     for r, (run_label, pts) in enumerate(curves_by_run.items()):
-        xs, ys = _xy(pts, "output_tokens_per_s")
+        xs, ys = _xy(pts, names.OUTPUT_TOKENS_PER_S)
         ax1.plot(xs, ys, marker="o", color=_COLORS[r], label=f"{run_label} output tokens/s")
-        xs, ys = _xy(pts, "request_output_tps_p50_tokens_per_s")
+        xs, ys = _xy(pts, names.REQUEST_OUTPUT_TPS_P50_TOKENS_PER_S)
         ax2.plot(xs, ys, marker="o", color=_COLORS[r], label=f"{run_label} p50")
-        xs, ys = _xy(pts, "request_output_tps_mean_tokens_per_s")
+        xs, ys = _xy(pts, names.REQUEST_OUTPUT_TPS_MEAN_TOKENS_PER_S)
         ax2.plot(xs, ys, marker="x", linestyle=":", color=_COLORS[r], label=f"{run_label} mean")
     ax1.set_xlabel(_xlabel(pts_all))
     ax1.set_ylabel("aggregate output tokens/s")
@@ -159,7 +160,7 @@ def throughput_vs_load(curves_by_run: dict[str, list[dict[str, Any]]]) -> bytes 
     return _png(fig)
 
 
-def latency_vs_throughput(curves_by_run: dict[str, list[dict[str, Any]]], latency_key: str = "e2e_p95_ms") -> bytes | None:
+def latency_vs_throughput(curves_by_run: dict[str, list[dict[str, Any]]], latency_key: str = names.E2E_P95_MS) -> bytes | None:
     """The Pareto view: latency vs aggregate throughput, points labelled with their load."""
     pts_all = [p for pts in curves_by_run.values() for p in pts]
     if len(pts_all) < 2:
@@ -167,11 +168,11 @@ def latency_vs_throughput(curves_by_run: dict[str, list[dict[str, Any]]], latenc
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for r, (run_label, pts) in enumerate(curves_by_run.items()):
-        good = [p for p in pts if p.get("output_tokens_per_s") is not None and p.get(latency_key) is not None]
-        ax.plot([p["output_tokens_per_s"] for p in good], [p[latency_key] for p in good], marker="o",
+        good = [p for p in pts if p.get(names.OUTPUT_TOKENS_PER_S) is not None and p.get(latency_key) is not None]
+        ax.plot([p[names.OUTPUT_TOKENS_PER_S] for p in good], [p[latency_key] for p in good], marker="o",
                 color=_COLORS[r], label=run_label)
         for p in good:
-            ax.annotate(f"{p['load_value']:g}", (p["output_tokens_per_s"], p[latency_key]), fontsize=7,
+            ax.annotate(f"{p['load_value']:g}", (p[names.OUTPUT_TOKENS_PER_S], p[latency_key]), fontsize=7,
                         xytext=(3, 3), textcoords="offset points")
     ax.set_xlabel("aggregate output tokens/s")
     ax.set_ylabel(latency_key.replace("_", " "))
@@ -210,10 +211,10 @@ def soak_series(windows: list[dict[str, Any]]) -> bytes | None:
     t = [w["window_offset_s"] / 60.0 for w in windows]
     fig, axes = plt.subplots(2, 3, figsize=(13, 6), sharex=True)
     panels = [
-        ("output tokens/s", [("output_tokens_per_s", "")]),
-        ("TTFT (ms)", [("ttft_p50_ms", "p50"), ("ttft_p99_ms", "p99")]),
-        ("TPOT (ms)", [("tpot_p50_ms", "p50"), ("tpot_p99_ms", "p99")]),
-        ("error rate", [("error_rate", "")]),
+        ("output tokens/s", [(names.OUTPUT_TOKENS_PER_S, "")]),
+        ("TTFT (ms)", [(names.TTFT_P50_MS, "p50"), (names.TTFT_P99_MS, "p99")]),
+        ("TPOT (ms)", [(names.TPOT_P50_MS, "p50"), (names.TPOT_P99_MS, "p99")]),
+        ("error rate", [(names.ERROR_RATE, "")]),
         ("server queue (waiting)", [("server_queue_waiting_mean_count", "mean"), ("server_queue_waiting_max_count", "max")]),
         ("KV-cache use", [("server_kv_cache_usage_mean_perc", "mean"), ("server_kv_cache_usage_max_perc", "max")]),
     ]

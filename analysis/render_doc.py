@@ -9,21 +9,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from tokenswarm import names
 from tokenswarm.analysis.samples import MEDIAN_NEED, prune_short_columns, short_text, shortfall
 from tokenswarm.analysis.slo import judged_label
+from tokenswarm.names import SummaryMetric
 
 Block = tuple[Any, ...]
 
-LATENCY_TITLES = {
-    "ttft": ("TTFT", "ms"),
-    "tpot": ("TPOT", "ms"),
-    "itl": ("ITL (per token)", "ms"),
-    "inter_chunk": ("Inter-chunk latency", "ms"),
-    "e2e": ("E2E latency", "ms"),
-    "schedule_lag": ("Schedule lag", "ms"),
-    "request_output_tps": ("Per-request output tokens/s", "tokens_per_s"),
-    "ttft_from_schedule": ("Schedule-inclusive TTFT (open loop)", "ms"),
-    "e2e_from_schedule": ("Schedule-inclusive E2E (open loop)", "ms"),
+#: The latency table of each metric, with its title (keys and units: the table of names).
+LATENCY_TITLES: dict[SummaryMetric, str] = {
+    names.TTFT: "TTFT",
+    names.TPOT: "TPOT",
+    names.ITL: "ITL (per token)",
+    names.INTER_CHUNK: "Inter-chunk latency",
+    names.E2E: "E2E latency",
+    names.SCHEDULE_LAG: "Schedule lag",
+    names.REQUEST_OUTPUT_TPS: "Per-request output tokens/s",
+    names.TTFT_FROM_SCHEDULE: "Schedule-inclusive TTFT (open loop)",
+    names.E2E_FROM_SCHEDULE: "Schedule-inclusive E2E (open loop)",
 }
 
 
@@ -170,18 +173,18 @@ def step_summary_blocks(s: dict[str, Any]) -> list[Block]:
         headers += ["$/1M out tok", "$/1k req"]
     rows = []
     for r in steps:
-        row = [r["step_name"], _load(r), fmt(r["window_duration_s"]), fmt(r["requests_count"]), pct(r["error_rate"]),
-               fmt(r["requests_per_s"]), fmt(r["output_tokens_per_s"]), fmt(r["goodput_requests_per_s"]),
-               pct(r["goodput_share"])]
+        row = [r["step_name"], _load(r), fmt(r["window_duration_s"]), fmt(r["requests_count"]), pct(r[names.ERROR_RATE]),
+               fmt(r["requests_per_s"]), fmt(r[names.OUTPUT_TOKENS_PER_S]), fmt(r["goodput_requests_per_s"]),
+               pct(r[names.GOODPUT_SHARE])]
         if cost:
             c = cost.get(r["step_index"], {})
             row += [fmt(c.get("cost_per_1m_output_tokens_usd")), fmt(c.get("cost_per_1k_requests_usd"))]
         rows.append(row)
     b.append(("table", headers, rows))
     b += judged_table(["step", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "ITL p99", "E2E p99", "failed share"],
-                      [[r["step_name"], guarded(r, "ttft_p50_ms"), guarded(r, "ttft_p99_ms"), guarded(r, "tpot_p50_ms"),
-                        guarded(r, "tpot_p99_ms"), guarded(r, "itl_p99_ms"), guarded(r, "e2e_p99_ms"),
-                        pct(r["ttft_failed_share"])] for r in steps])
+                      [[r["step_name"], guarded(r, names.TTFT_P50_MS), guarded(r, names.TTFT_P99_MS), guarded(r, names.TPOT_P50_MS),
+                        guarded(r, names.TPOT_P99_MS), guarded(r, names.ITL_P99_MS), guarded(r, names.E2E_P99_MS),
+                        pct(r[names.TTFT_FAILED_SHARE])] for r in steps])
     b.append(("p", "Latencies in ms. " + s["methods"]["failures"]))
     return b
 
@@ -210,9 +213,26 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
     b += sent_blocks(s.get("sent"))
     b += model_blocks(s.get("models"))
     b += _workload_blocks(s)
-    # SLOs and curves
+    b += _curve_blocks(s, images)
+    b += _latency_blocks(s, images)
+    b += _error_blocks(s["errors"])
+    b += observability_blocks(s.get("observability"), s.get("ttft_breakdown"))
+    # Speculative decoding
+    sd = s["spec_decode"]
+    b.append(("h2", "Speculative decoding"))
+    if not sd["observed"]:
+        b.append(("p", "No speculative-decoding signal: no server counters, no per-request stats, and every chunk "
+                       "carried at most one token."))
+    else:
+        b += _spec_blocks(sd, images)
+    b += _cost_blocks(s)
+    return _tail_blocks(s, b, images)
+
+
+def _curve_blocks(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
+    """Load curves, the knee, the highest load meeting the SLOs and the capacity search."""
     c = s["curves"]
-    b.append(("h2", "Load curves, knee and SLO limit"))
+    b: list[Block] = [("h2", "Load curves, knee and SLO limit")]
     if c["knee"]:
         k = c["knee"]
         b.append(("p", f"Knee: at step {k['knee_step_name']} (load {k['knee_load_value']:g}) {k['latency_metric']} "
@@ -231,7 +251,7 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
         b.append(("banner", "yellow", m["detail"][0].upper() + m["detail"][1:] + "."))
     else:
         b.append(("p", f"Highest load meeting all SLOs: {m['load_value']:g} (step {m['step_name']}, "
-                       f"{fmt(m['output_tokens_per_s'])} output tokens/s)."))
+                       f"{fmt(m[names.OUTPUT_TOKENS_PER_S])} output tokens/s)."))
     b += capacity_blocks(s.get("capacity"))
     for name, cap in (("throughput_vs_load", "Throughput and per-request tokens/s vs load"),
                       ("percentiles_vs_load", "Latency percentiles vs load"),
@@ -240,57 +260,58 @@ def report_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
             b.append(("img", name, cap))
     if c["points"]:
         b += judged_table(["step", "load", "out tok/s", "E2E p95 ms", "TTFT p95 ms", "per-req tok/s p50", "Pareto-optimal"],
-                          [[p["step_name"], fmt(p["load_value"]), fmt(p["output_tokens_per_s"]), point_cell(p, "e2e_p95_ms"),
-                            point_cell(p, "ttft_p95_ms"), point_cell(p, "request_output_tps_p50_tokens_per_s"),
+                          [[p["step_name"], fmt(p["load_value"]), fmt(p[names.OUTPUT_TOKENS_PER_S]), point_cell(p, names.E2E_P95_MS),
+                            point_cell(p, names.TTFT_P95_MS), point_cell(p, names.REQUEST_OUTPUT_TPS_P50_TOKENS_PER_S),
                             fmt(p["pareto_optimal"])] for p in c["points"]], keep=2)
     if s["slo_results"]:
         b.append(("p", "SLO results: " + slo_counts_text(s["slo_results"]) + " (the matrix is in the verdict above)."))
-    # Latency tables per metric
-    b.append(("h2", "Latency distributions per step and task"))
+    return b
+
+
+def _latency_blocks(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
+    """One table per latency metric (steps x tasks): the tail percentiles, failures as infinite."""
+    b: list[Block] = [("h2", "Latency distributions per step and task")]
     for name in ("ttft_by_task", "e2e_by_task", "ttft_by_step", "tpot_by_task"):
         if name in images:
             b.append(("img", name, name.replace("_", " ")))
-    for metric, (title, unit) in LATENCY_TITLES.items():
-        lat_rows = [r for r in s["steps"] if r.get(f"{metric}_count")]
+    for metric, title in LATENCY_TITLES.items():
+        key = metric.key
+        lat_rows = [r for r in s["steps"] if r.get(key("count"))]
         if not lat_rows:
             continue
-        b.append(("h3", f"{title} ({unit.replace('_per_s', '/s')})"))
+        b.append(("h3", f"{title} ({metric.unit.replace('_per_s', '/s')})"))
         # mean and min are in the CSV tables; the page keeps the tail
         hdr = ["step", "task", "count", "failed share", "p50", "p90", "p95", "p99", "p99.9", "max"]
-        prec = max((r.get(f"{metric}_percentile_precision_share") or 0.0) for r in lat_rows)
+        prec = max((r.get(f"{metric.name}_percentile_precision_share") or 0.0) for r in lat_rows)
         if prec:  # percentiles from the store's histograms: the precision goes next to each number
             hdr[4:9] = [f"{h} (±{prec * 100:.1f} %)" for h in hdr[4:9]]
-        with_inf = f"{metric}_p99_failed_as_inf_{unit}" in lat_rows[0]
+        with_inf = "p99_failed_as_inf" in metric.stats
         if with_inf:
             hdr.append("p99 failures=inf")
         table = []
         for sr in lat_rows:
-            row = [sr["step_name"], sr["task"], fmt(sr[f"{metric}_count"]), pct(sr.get(f"{metric}_failed_share"))]
-            row += [guarded(sr, f"{metric}_{k}_{unit}") for k in ("p50", "p90", "p95", "p99", "p99_9", "max")]
+            failed = sr.get(key("failed_share")) if "failed_share" in metric.stats else None
+            row = [sr["step_name"], sr["task"], fmt(sr[key("count")]), pct(failed)]
+            row += [guarded(sr, key(k)) for k in ("p50", "p90", "p95", "p99", "p99_9", "max")]
             if with_inf:
-                v = sr[f"{metric}_p99_failed_as_inf_{unit}"]
-                short = shortfall(sr, f"{metric}_p99_{unit}")
+                v = sr[key("p99_failed_as_inf")]
+                short = shortfall(sr, key("p99"))
                 row.append(short_text(short[1]) if short else "unbounded" if v is None else fmt(v))
             table.append(row)
         b += judged_table(hdr, table, keep=4)
-        if metric == "itl" and any(sr.get("itl_per_chunk_samples_share") for sr in lat_rows):
+        if metric == names.ITL and any(sr.get("itl_per_chunk_samples_share") for sr in lat_rows):
             b.append(("p", "Some requests had no exact per-chunk token counts: their ITL samples are per chunk, not per token."))
-    if s["errors"]:
-        b.append(("h2", "Errors and timeouts by kind"))
-        b.append(("table", ["step", "task", "outcome", "error", "HTTP status", "count", "share"],
-                  [[str(e["step_name"]), e["task"], e["outcome"], str(e["error"]), fmt(e["http_status"]),
-                    fmt(e["requests_count"]), pct(e["requests_share"])] for e in s["errors"]]))
-    b += observability_blocks(s.get("observability"), s.get("ttft_breakdown"))
-    # Speculative decoding
-    sd = s["spec_decode"]
-    b.append(("h2", "Speculative decoding"))
-    if not sd["observed"]:
-        b.append(("p", "No speculative-decoding signal: no server counters, no per-request stats, and every chunk "
-                       "carried at most one token."))
-    else:
-        b += _spec_blocks(sd, images)
-    b += _cost_blocks(s)
-    return _tail_blocks(s, b, images)
+    return b
+
+
+def _error_blocks(errors: list[dict[str, Any]]) -> list[Block]:
+    """Errors and timeouts grouped by kind, or nothing when there were none."""
+    if not errors:
+        return []
+    return [("h2", "Errors and timeouts by kind"),
+            ("table", ["step", "task", "outcome", "error", "HTTP status", "count", "share"],
+             [[str(e["step_name"]), e["task"], e["outcome"], str(e["error"]), fmt(e["http_status"]),
+               fmt(e["requests_count"]), pct(e["requests_share"])] for e in errors])]
 
 
 def _spec_blocks(sd: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
@@ -322,7 +343,7 @@ def _cost_blocks(s: dict[str, Any]) -> list[Block]:
         b.append(("h2", "Cost"))
         b.append(("p", f"Price: {p['gpu_hour_usd']:g} USD per GPU-hour x {p['gpus_count']:g} GPUs ({p['price_source']})."))
         b.append(("table", ["step", "out tok/s", "req/s", "USD per 1M output tokens", "USD per 1k requests"],
-                  [[str(c["step_name"]), fmt(c["output_tokens_per_s"]), fmt(c["requests_per_s"]),
+                  [[str(c["step_name"]), fmt(c[names.OUTPUT_TOKENS_PER_S]), fmt(c["requests_per_s"]),
                     fmt(c["cost_per_1m_output_tokens_usd"]), fmt(c["cost_per_1k_requests_usd"])] for c in s["cost"]]))
     return b
 
@@ -422,8 +443,11 @@ def sent_blocks(sent: list[dict[str, Any]] | None) -> list[Block]:
     if not sent:
         return []
     out: list[Block] = [("h3", "What was sent (successful requests of the steady windows, server-counted tokens)")]
-    out.append(("table", ["task", "requests", "prompt p50", "prompt p90", "output p50", "output p90",
-                          "max_tokens mean", "prompt requested", "prompt counted", "counted/requested"],
+    # requested lengths (max_tokens, the prompt asked for) and server-counted ones (output,
+    # prompt counted) are named apart: the record's output_tokens is what the server counted
+    out.append(("table", ["task", "requests", "prompt p50", "prompt p90", "output p50 (counted)",
+                          "output p90 (counted)", "max_tokens mean (requested)", "prompt requested",
+                          "prompt counted", "counted/requested"],
                 [[r["task"], fmt(r["requests_count"]), fmt(r["prompt_p50_tokens"]), fmt(r["prompt_p90_tokens"]),
                   fmt(r["output_p50_tokens"]), fmt(r["output_p90_tokens"]),
                   fmt(r["max_tokens_mean_tokens"]), fmt(r["requested_prompt_mean_tokens"]),
@@ -445,10 +469,10 @@ def model_blocks(models: dict[str, Any] | None) -> list[Block]:
     out: list[Block] = [("h3", "Per model (steady windows, all tasks): " + ", ".join(models["models"]))]
     out.append(("table", ["step", "model", "requests", "errors", "out tok/s", "TTFT p50", "TTFT p99", "TPOT p50",
                           "TPOT p99", "ITL p99", "E2E p99"],
-                [[r["step_name"], r["model"], fmt(r["requests_count"]), pct(r["error_rate"]),
-                  fmt(r["output_tokens_per_s"]), guarded(r, "ttft_p50_ms"), guarded(r, "ttft_p99_ms"),
-                  guarded(r, "tpot_p50_ms"), guarded(r, "tpot_p99_ms"), guarded(r, "itl_p99_ms"),
-                  guarded(r, "e2e_p99_ms")] for r in models["rows"]]))
+                [[r["step_name"], r["model"], fmt(r["requests_count"]), pct(r[names.ERROR_RATE]),
+                  fmt(r[names.OUTPUT_TOKENS_PER_S]), guarded(r, names.TTFT_P50_MS), guarded(r, names.TTFT_P99_MS),
+                  guarded(r, names.TPOT_P50_MS), guarded(r, names.TPOT_P99_MS), guarded(r, names.ITL_P99_MS),
+                  guarded(r, names.E2E_P99_MS)] for r in models["rows"]]))
     failing = [r for r in models["slo_results"] if not r["passed"]]
     if failing:
         out.append(("list", [f"{r['step_name']} / {r['model']}: {r['slo_name']} observed {fmt(r['observed_value'])}, "
@@ -499,7 +523,7 @@ def observability_blocks(obs: list[dict[str, Any]] | None, breakdown: list[dict[
         out.append(("h3", "How much of TTFT is queueing"))
         out.append(("table", ["step", "TTFT mean ms", "TTFT p50 ms", "TTFT p99 ms", "server queue wait ms",
                               "queue share of TTFT", "draft share of engine time"],
-                    [[str(r["step_name"]), fmt(r["ttft_mean_ms"]), guarded(r, "ttft_p50_ms"), guarded(r, "ttft_p99_ms"),
+                    [[str(r["step_name"]), fmt(r[names.TTFT_MEAN_MS]), guarded(r, names.TTFT_P50_MS), guarded(r, names.TTFT_P99_MS),
                       fmt(r["server_queue_wait_mean_ms"]), pct(r["queue_wait_of_ttft_share"], 0),
                       pct(r["draft_time_share"], 0)] for r in breakdown]))
         out.append(("p", "Queue wait is the server's mean (its histogram's sum / count over the window); the "
@@ -513,9 +537,9 @@ def resource_blocks(res: dict[str, Any] | None, images: dict[str, bytes]) -> lis
         return []
     out: list[Block] = [("h2", "Resource cost (GPU)")]
     if res["gpus"]:
-        names = ", ".join(sorted({f"{g['model'] or g['vendor']} x{sum(1 for h in res['gpus'] if h['model'] == g['model'])}"
+        gpu_names = ", ".join(sorted({f"{g['model'] or g['vendor']} x{sum(1 for h in res['gpus'] if h['model'] == g['model'])}"
                                   for g in res["gpus"]}))
-        out.append(("p", f"GPUs: {names} (from {', '.join(sorted({g['source'] for g in res['gpus']}))}). "
+        out.append(("p", f"GPUs: {gpu_names} (from {', '.join(sorted({g['source'] for g in res['gpus']}))}). "
                          "Means over the scrapes inside each step's steady window; power is per GPU, energy "
                          "summed over GPUs."))
     for note in res["notes"]:
@@ -569,6 +593,45 @@ def _workload_blocks(s: dict[str, Any]) -> list[Block]:
     return b
 
 
+def _gpu_cost_ratio_blocks(res: dict[str, Any] | None) -> list[Block]:
+    """What the candidate's speedup costs the GPU (memory, power, tokens/J), or nothing."""
+    b: list[Block] = []
+    if res and res["rows"]:
+        b.append(("h2", "What the speedup costs the GPU"))
+        if not res["observed"]:
+            b.append(("p", "No GPU exporter in either run: throughput only (add a DCGM or AMD exporter to "
+                           "target.extra_metrics)."))
+        b.append(("table", ["step", "candidate vs baseline", "memory delta MiB", "power delta W", "tokens/J ratio",
+                            "$/1M good tok ratio"],
+                  [[str(r["step_name"]), r["summary_text"], fmt(r["gpu_memory_used_mib_delta"]),
+                    fmt(r["gpu_power_w_delta"]), fmt(r["output_tokens_per_joule_ratio"]),
+                    fmt(r["cost_per_1m_good_output_tokens_ratio"])] for r in res["rows"]]))
+    return b
+
+
+def _consistency_blocks(c: dict[str, Any]) -> list[Block]:
+    """Output consistency of the joined request pairs, with diverging examples."""
+    b: list[Block] = []
+    b.append(("h2", "Output consistency"))
+    b.append(("table", ["joined pairs", "both ok", "judged", "exact matches", "exact-match rate", "diverging",
+                        "greedy pairs", "greedy diverging", "mean similarity", "median first divergence (chars)"],
+              [[fmt(c["joined_pairs_count"]), fmt(c["both_ok_pairs_count"]), fmt(c["judged_pairs_count"]),
+                fmt(c["exact_match_count"]), pct(c["exact_match_rate"]), fmt(c["diverging_count"]),
+                fmt(c["greedy_pairs_count"]), fmt(c["greedy_diverging_count"]), fmt(c["mean_similarity_ratio"]),
+                fmt(c["first_divergence_char_index_median_count"])]]))
+    if not c["texts_compared"]:
+        b.append(("p", "Outputs compared by output_sha256 only (the runs kept no output_text): no divergence "
+                       "position or similarity."))
+    if c["examples"]:
+        b.append(("table", ["request_key", "task", "greedy", "first divergence (char/word)", "similarity",
+                            "baseline excerpt", "candidate excerpt"],
+                  [[e["request_key"][:12], e["task"], fmt(e["greedy"]),
+                    f"{fmt(e['first_divergence_char_index'])}/{fmt(e['first_divergence_word_index'])}",
+                    fmt(e["similarity_ratio"], 3), repr(e.get("baseline_excerpt", "")), repr(e.get("candidate_excerpt", ""))]
+                   for e in c["examples"]]))
+    return b
+
+
 def compare_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
     """Blocks of a baseline-vs-candidate comparison."""
     c = s["consistency"]
@@ -592,9 +655,9 @@ def compare_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
     for r in s["rows"]:
         row = [r["step_name"], r["task"], ratio_cell(r, "request_output_tps_p50_speedup"),
                ratio_cell(r, "output_tokens_per_s_speedup")]
-        for m in ("ttft", "tpot", "e2e"):
+        for m in (names.TTFT, names.TPOT, names.E2E):
             for p in ("p50", "p95", "p99"):
-                row.append(ratio_cell(r, f"{m}_{p}"))
+                row.append(ratio_cell(r, m.stem(p)))
         row.append(f"{fmt(r['baseline_mean_acceptance_length_tokens'], 3)} -> {fmt(r['candidate_mean_acceptance_length_tokens'], 3)}")
         rows.append(row)
     b.append(("h2", "Speedup and latency ratios per step and task"))
@@ -615,34 +678,8 @@ def compare_doc(s: dict[str, Any], images: dict[str, bytes]) -> list[Block]:
                       ("e2e_overlay", "E2E distribution, baseline vs candidate")):
         if name in images:
             b.append(("img", name, cap))
-    res = s.get("resources")
-    if res and res["rows"]:
-        b.append(("h2", "What the speedup costs the GPU"))
-        if not res["observed"]:
-            b.append(("p", "No GPU exporter in either run: throughput only (add a DCGM or AMD exporter to "
-                           "target.extra_metrics)."))
-        b.append(("table", ["step", "candidate vs baseline", "memory delta MiB", "power delta W", "tokens/J ratio",
-                            "$/1M good tok ratio"],
-                  [[str(r["step_name"]), r["summary_text"], fmt(r["gpu_memory_used_mib_delta"]),
-                    fmt(r["gpu_power_w_delta"]), fmt(r["output_tokens_per_joule_ratio"]),
-                    fmt(r["cost_per_1m_good_output_tokens_ratio"])] for r in res["rows"]]))
-    b.append(("h2", "Output consistency"))
-    b.append(("table", ["joined pairs", "both ok", "judged", "exact matches", "exact-match rate", "diverging",
-                        "greedy pairs", "greedy diverging", "mean similarity", "median first divergence (chars)"],
-              [[fmt(c["joined_pairs_count"]), fmt(c["both_ok_pairs_count"]), fmt(c["judged_pairs_count"]),
-                fmt(c["exact_match_count"]), pct(c["exact_match_rate"]), fmt(c["diverging_count"]),
-                fmt(c["greedy_pairs_count"]), fmt(c["greedy_diverging_count"]), fmt(c["mean_similarity_ratio"]),
-                fmt(c["first_divergence_char_index_median_count"])]]))
-    if not c["texts_compared"]:
-        b.append(("p", "Outputs compared by output_sha256 only (the runs kept no output_text): no divergence "
-                       "position or similarity."))
-    if c["examples"]:
-        b.append(("table", ["request_key", "task", "greedy", "first divergence (char/word)", "similarity",
-                            "baseline excerpt", "candidate excerpt"],
-                  [[e["request_key"][:12], e["task"], fmt(e["greedy"]),
-                    f"{fmt(e['first_divergence_char_index'])}/{fmt(e['first_divergence_word_index'])}",
-                    fmt(e["similarity_ratio"], 3), repr(e.get("baseline_excerpt", "")), repr(e.get("candidate_excerpt", ""))]
-                   for e in c["examples"]]))
+    b += _gpu_cost_ratio_blocks(s.get("resources"))
+    b += _consistency_blocks(c)
     if s["notes"]:
         b.append(("h2", "Notes"))
         b.append(("list", s["notes"]))
@@ -668,7 +705,7 @@ def capacity_blocks(cap: dict[str, Any] | None) -> list[tuple[Any, ...]]:
         b.append(("p", text + "."))
         rows = [[p["step_name"], f"{p['load_value']:g}", p.get("verdict") or ("pass" if p["passed"] else "FAIL"),
                  p["reason"] or "-",
-                 fmt(p.get("requests_count")), fmt(p.get("output_tokens_per_s"))] for p in cap.get("probes") or []]
+                 fmt(p.get("requests_count")), fmt(p.get(names.OUTPUT_TOKENS_PER_S))] for p in cap.get("probes") or []]
         if rows:
             b.append(("table", ["probe", "load", "SLOs", "why not", "requests", "output tok/s"], rows))
         if cap.get("stop_reason"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tokenswarm import names
 from tokenswarm.analysis.render_doc import fmt, guarded, pct, ratio_cell, slo_counts_text, slo_label
 from tokenswarm.analysis.samples import prune_short_columns, short_text
 
@@ -41,9 +42,9 @@ def verdict_lines(s: dict[str, Any], limit: int = 12) -> list[str]:
 
 def step_lines(s: dict[str, Any]) -> list[str]:
     """One row per step (all tasks); columns too short in every row are left out with a note."""
-    rows = [[str(r["step_name"]), fmt(r["requests_count"]), pct(r["error_rate"]), fmt(r["requests_per_s"]),
-             fmt(r["output_tokens_per_s"]), pct(r["goodput_share"]), guarded(r, "ttft_p50_ms"), guarded(r, "ttft_p99_ms"),
-             guarded(r, "tpot_p50_ms"), guarded(r, "tpot_p99_ms"), guarded(r, "e2e_p99_ms")]
+    rows = [[str(r["step_name"]), fmt(r["requests_count"]), pct(r[names.ERROR_RATE]), fmt(r["requests_per_s"]),
+             fmt(r[names.OUTPUT_TOKENS_PER_S]), pct(r[names.GOODPUT_SHARE]), guarded(r, names.TTFT_P50_MS), guarded(r, names.TTFT_P99_MS),
+             guarded(r, names.TPOT_P50_MS), guarded(r, names.TPOT_P99_MS), guarded(r, names.E2E_P99_MS)]
             for r in s["steps"] if r["task"] == "all"]
     headers, rows, note = prune_short_columns(["step", "requests", "errors", "req/s", "out tok/s", "goodput", "TTFT p50",
                                                "TTFT p99", "TPOT p50", "TPOT p99", "E2E p99"], rows)
@@ -97,8 +98,8 @@ def report_text(s: dict[str, Any]) -> str:
 def compare_text(s: dict[str, Any]) -> str:
     """Per-step speedups, then consistency, with the greedy flag on its own line."""
     rows = [[str(r["step_name"]), r["task"], ratio_cell(r, "request_output_tps_p50_speedup"),
-             ratio_cell(r, "output_tokens_per_s_speedup"), _short_or(r, "ttft_p50"), _short_or(r, "tpot_p50"),
-             _short_or(r, "e2e_p99"), f"{r['baseline_ok_count']}/{r['candidate_ok_count']}"]
+             ratio_cell(r, "output_tokens_per_s_speedup"), _short_or(r, names.TTFT.stem("p50")), _short_or(r, names.TPOT.stem("p50")),
+             _short_or(r, names.E2E.stem("p99")), f"{r['baseline_ok_count']}/{r['candidate_ok_count']}"]
             for r in s["rows"] if r["task"] == "all"]
     headers, rows, note = prune_short_columns(["step", "task", "per-req tok/s", "aggregate tok/s", "TTFT p50 x",
                                                "TPOT p50 x", "E2E p99 x", "successful requests base/cand"], rows, 2)

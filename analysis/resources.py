@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from tokenswarm import names
 from tokenswarm.analysis.gpu import GpuMetrics, window_stats
 from tokenswarm.analysis.stats import theil_sen
 from tokenswarm.analysis.tables import Window, derived
@@ -64,8 +65,8 @@ def resource_rows(run: Any, wins: list[Window], step_rows: list[dict[str, Any]],
         energies = [p["energy_j"] for p in per if p["energy_j"] is not None]
         row["gpu_energy_j"] = float(sum(energies)) if per and len(energies) == len(per) else None
         row["gpu_energy_source"] = per[0]["energy_source"] if per else None
-        tps = r.get("output_tokens_per_s")
-        row["output_tokens_per_s"] = tps
+        tps = r.get(names.OUTPUT_TOKENS_PER_S)
+        row[names.OUTPUT_TOKENS_PER_S] = tps
         row["output_tokens_per_s_per_gpu"] = tps / gpus_for_rate if tps is not None and gpus_for_rate else None
         out_tokens = r.get("output_tokens_count")
         row["output_tokens_per_joule"] = (out_tokens / row["gpu_energy_j"]
@@ -142,7 +143,7 @@ def compare_resources(base_rows: list[dict[str, Any]], cand_rows: list[dict[str,
         if b is None:
             continue
         row: dict[str, Any] = {"step_name": c["step_name"]}
-        row["output_tokens_per_s_ratio"] = _ratio(c["output_tokens_per_s"], b["output_tokens_per_s"])
+        row["output_tokens_per_s_ratio"] = _ratio(c[names.OUTPUT_TOKENS_PER_S], b[names.OUTPUT_TOKENS_PER_S])
         mb, mc = b["gpu_memory_used_mib_mean"], c["gpu_memory_used_mib_mean"]
         row["gpu_memory_used_mib_delta"] = mc - mb if mb is not None and mc is not None else None
         pb, pc = b["gpu_power_w_mean"], c["gpu_power_w_mean"]

@@ -1,9 +1,9 @@
 """What was sent: prompt and output token distributions per task, and requested vs server-counted sizes.
 
 From the successful records of the steady windows (``prompt_tokens`` and ``output_tokens``
-as the server counted them, ``max_tokens`` as sent), per task: count, p50/p90/p99/max and
+as the server counted them, ``max_tokens`` as requested), per task: count, p50/p90/p99/max and
 mean. The requested prompt length is the mean of the scenario's ``prompt_tokens`` (or
-``document_tokens``) distribution for the task; for multi-turn tasks only first turns are
+``document_tokens``) distribution for the task, as the manifest's scenario echo states it; for multi-turn tasks only first turns are
 compared (later turns carry the history). ``prompt_ratio`` = server-counted mean / requested
 mean; a ratio off by more than 25 % *and* 32 tokens (a chat template adds a few dozen) is
 flagged: the prompts were sized with a tokenizer that is not the server's. A task whose prompts
@@ -37,28 +37,22 @@ def _dist(x: np.ndarray, prefix: str) -> dict[str, Any]:
 
 
 def requested_prompt_mean(manifest: RunManifest, task: str) -> float | None:
-    """Mean of the scenario's prompt-length distribution for ``task``.
+    """Nominal mean of the scenario's prompt-length distribution for ``task``, as the manifest says.
 
-    ``None`` when the task's prompts are not sized by tokens: no length distribution, or a
-    ``dataset`` task (its prompts are sent as they are; the resolved scenario still lists the
-    kind's default ``prompt_tokens``, which nothing drew from).
+    The scenario echo carries it (``traffic.classes.<task>.requested_mean_tokens.prompt_tokens``,
+    written from format version 3), so the analysis needs none of the generator's distribution
+    code. ``None`` when the task's prompts are not sized by tokens (a ``dataset`` task: its
+    prompts are sent as they are) and for runs written before the echo carried the means.
     """
-    from tokenswarm.workload.distributions import DistSpecError, make_dist
-
     classes = (manifest.scenario_dict.get("traffic") or {}).get("classes") or {}
     if isinstance(classes, list):
         classes = {c.get("name"): c for c in classes if isinstance(c, dict)}
     cfg = classes.get(task) if isinstance(classes, dict) else None
     if not isinstance(cfg, dict) or cfg.get("dataset"):
         return None
-    spec = cfg.get("prompt_tokens", cfg.get("document_tokens"))
-    if spec is None:
-        return None
-    try:
-        dist: Any = make_dist(spec, f"scenario.traffic.classes.{task}")
-        return float(dist.mean)  # every shipped distribution has a ``mean`` property
-    except (DistSpecError, TypeError, ValueError, AttributeError):
-        return None
+    means = cfg.get("requested_mean_tokens")
+    value = means.get("prompt_tokens") if isinstance(means, dict) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def what_was_sent(run: Any, wins: list[Window]) -> list[dict[str, Any]]:

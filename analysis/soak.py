@@ -25,17 +25,18 @@ from typing import Any
 
 import numpy as np
 
+from tokenswarm import names
 from tokenswarm.analysis.loader import Run
 from tokenswarm.analysis.stats import mann_kendall, min_samples_for, theil_sen
 from tokenswarm.analysis.tables import derived
 
 DRIFT_SERIES: tuple[str, ...] = (
-    "ttft_p50_ms",
-    "ttft_p99_ms",
-    "tpot_p50_ms",
-    "tpot_p99_ms",
-    "output_tokens_per_s",
-    "error_rate",
+    names.TTFT_P50_MS,
+    names.TTFT_P99_MS,
+    names.TPOT_P50_MS,
+    names.TPOT_P99_MS,
+    names.OUTPUT_TOKENS_PER_S,
+    names.ERROR_RATE,
     "server_queue_waiting_mean_count",
     "server_kv_cache_usage_mean_perc",
 )
@@ -84,15 +85,15 @@ def time_windows(run: Run, window_s: float = 60.0) -> list[dict[str, Any]]:
             "requests_count": int(sel.size),
             "ok_count": int(ok.size),
             "failed_count": failed,
-            "error_rate": failed / denom if denom else None,
+            names.ERROR_RATE: failed / denom if denom else None,
             "requests_per_s": ok.size / length if length > 0 else None,
-            "output_tokens_per_s": float(np.nansum(run["output_tokens"][ok])) / length if length > 0 else None,
-            "ttft_count": int(np.count_nonzero(~np.isnan(run["ttft_ms"][ok]))),
-            "tpot_count": int(np.count_nonzero(~np.isnan(d["tpot_ms"][ok]))),
-            "ttft_p50_ms": _pct(run["ttft_ms"][ok], 50),
-            "ttft_p99_ms": _pct(run["ttft_ms"][ok], 99),
-            "tpot_p50_ms": _pct(d["tpot_ms"][ok], 50),
-            "tpot_p99_ms": _pct(d["tpot_ms"][ok], 99),
+            names.OUTPUT_TOKENS_PER_S: float(np.nansum(run["output_tokens"][ok])) / length if length > 0 else None,
+            names.TTFT_COUNT: int(np.count_nonzero(~np.isnan(run["ttft_ms"][ok]))),
+            names.TPOT_COUNT: int(np.count_nonzero(~np.isnan(d["tpot_ms"][ok]))),
+            names.TTFT_P50_MS: _pct(run["ttft_ms"][ok], 50),
+            names.TTFT_P99_MS: _pct(run["ttft_ms"][ok], 99),
+            names.TPOT_P50_MS: _pct(d["tpot_ms"][ok], 50),
+            names.TPOT_P99_MS: _pct(d["tpot_ms"][ok], 99),
         }
         for key, series in (("server_queue_waiting", queue), ("server_kv_cache_usage", kv)):
             unit = "count" if key == "server_queue_waiting" else "perc"
@@ -172,7 +173,7 @@ def error_bursts(rows: list[dict[str, Any]], min_errors: int = 3, z_limit: float
                            "end_offset_s": r["window_offset_s"] + r["window_duration_s"],
                            "errors_count": r["failed_count"], "requests_count": r["requests_count"]})
     for b in bursts:
-        b["error_rate"] = b["errors_count"] / b["requests_count"] if b["requests_count"] else None
+        b[names.ERROR_RATE] = b["errors_count"] / b["requests_count"] if b["requests_count"] else None
         b["run_error_rate"] = p
     return bursts
 

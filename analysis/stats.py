@@ -28,16 +28,11 @@ import numpy as np
 
 from tokenswarm.metrics import SAMPLES_PER_TAIL as SAMPLES_PER_TAIL  # re-exported: the glossary's rule
 from tokenswarm.metrics import min_samples_for as min_samples_for
+from tokenswarm.names import PERCENTILE_KEYS as PERCENTILE_KEYS  # re-exported: the table of names'
+from tokenswarm.names import PERCENTILES as PERCENTILES
+from tokenswarm.names import SummaryMetric
 
-#: Percentiles reported for every latency metric, and their key spellings.
-PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0, 99.9)
-PERCENTILE_KEYS: tuple[str, ...] = ("p50", "p90", "p95", "p99", "p99_9")
 PERCENTILE_METHOD = "numpy.percentile method='linear' (Hyndman-Fan type 7) on the raw values"
-
-
-def pkey(p: float) -> str:
-    """Key spelling of a percentile: 99.9 -> ``p99_9``."""
-    return "p" + (f"{p:g}").replace(".", "_")
 
 
 def _lerp(a: Any, b: Any, t: Any) -> np.ndarray:  # a, b, t: arrays or numpy scalars
@@ -108,38 +103,37 @@ def percentiles_failed_as_inf(
 
 def describe(
     values: np.ndarray,
-    prefix: str,
-    unit: str,
+    metric: SummaryMetric,
     n_failed: int | None = None,
     weights: np.ndarray | None = None,
     failed_share: float | None = None,
 ) -> dict[str, float | int | None]:
     """Percentiles, mean, min, max and count of ``values`` (NaN already removed).
 
-    Keys are ``{prefix}_{stat}_{unit}`` (``ttft_p99_ms``) plus ``{prefix}_count``. With
-    ``n_failed`` the share of failed requests (excluded from these values) is added as
-    ``{prefix}_failed_share`` and the failures-as-infinite percentiles as
-    ``{prefix}_{pNN}_failed_as_inf_{unit}``. With integer ``weights`` every value counts
+    Keys are ``metric.key(stat)`` (``TTFT`` -> ``ttft_p99_ms``, ``ttft_count``: the table of
+    names, tokenswarm.names). With ``n_failed`` the share of failed requests (excluded from
+    these values) is added as ``failed_share`` and the failures-as-infinite percentiles as
+    ``pNN_failed_as_inf``. With integer ``weights`` every value counts
     ``weight`` times (``count`` is then the number of expanded samples). For metrics with
     several samples per request (ITL, inter-chunk gaps) pass ``failed_share`` (the share of
     failed *requests*) instead of ``n_failed``; no failures-as-infinite percentiles then.
     """
     out: dict[str, float | int | None] = {}
-    suffix = f"_{unit}" if unit else ""
+    key = metric.key
     if weights is not None:
         keep = weights > 0
         values, weights = values[keep], weights[keep]
     n = int(values.shape[0]) if weights is None else int(weights.sum())
     if n == 0:
         for k in PERCENTILE_KEYS + ("mean", "min", "max"):
-            out[f"{prefix}_{k}{suffix}"] = None
-        out[f"{prefix}_count"] = 0
+            out[key(k)] = None
+        out[key("count")] = 0
         if failed_share is not None:
-            out[f"{prefix}_failed_share"] = failed_share
+            out[key("failed_share")] = failed_share
         elif n_failed is not None:
-            out[f"{prefix}_failed_share"] = None if n_failed == 0 else 1.0
+            out[key("failed_share")] = None if n_failed == 0 else 1.0
             for k in PERCENTILE_KEYS:
-                out[f"{prefix}_{k}_failed_as_inf{suffix}"] = None
+                out[key(f"{k}_failed_as_inf")] = None
         return out
     if weights is None:
         xs = _order_statistics(values, n_failed)
@@ -154,18 +148,18 @@ def describe(
             pct = weighted_percentiles_sorted(xs, np.cumsum(w, dtype=np.int64), PERCENTILES)
         mean = float(np.dot(values.astype(np.float64), weights.astype(np.float64)) / n)
     for k, v in zip(PERCENTILE_KEYS, pct):
-        out[f"{prefix}_{k}{suffix}"] = float(v)
-    out[f"{prefix}_mean{suffix}"] = mean
-    out[f"{prefix}_min{suffix}"] = float(xs[0])
-    out[f"{prefix}_max{suffix}"] = float(xs[-1])
-    out[f"{prefix}_count"] = n
+        out[key(k)] = float(v)
+    out[key("mean")] = mean
+    out[key("min")] = float(xs[0])
+    out[key("max")] = float(xs[-1])
+    out[key("count")] = n
     if failed_share is not None:
-        out[f"{prefix}_failed_share"] = failed_share
+        out[key("failed_share")] = failed_share
     elif n_failed is not None:
-        out[f"{prefix}_failed_share"] = n_failed / (n + n_failed)
+        out[key("failed_share")] = n_failed / (n + n_failed)
         if weights is None:
             for k, v in zip(PERCENTILE_KEYS, percentiles_failed_as_inf(xs, n_failed, PERCENTILES)):
-                out[f"{prefix}_{k}_failed_as_inf{suffix}"] = v
+                out[key(f"{k}_failed_as_inf")] = v
     return out
 
 
@@ -462,22 +456,24 @@ class SortedParts:
         return _lerp(a, b, h - lo)
 
 
-def describe_parts(sp: SortedParts, prefix: str, unit: str, failed_share: float | None = None) -> dict[str, float | int | None]:
+def describe_parts(
+    sp: SortedParts, metric: SummaryMetric, failed_share: float | None = None
+) -> dict[str, float | int | None]:
     """:func:`describe` for a :class:`SortedParts` (percentiles, mean, min, max, count)."""
-    suffix = f"_{unit}" if unit else ""
+    key = metric.key
     out: dict[str, float | int | None] = {}
     n = sp.count
     if n == 0:
         for k in PERCENTILE_KEYS + ("mean", "min", "max"):
-            out[f"{prefix}_{k}{suffix}"] = None
+            out[key(k)] = None
     else:
         for k, v in zip(PERCENTILE_KEYS, sp.percentiles(PERCENTILES)):
-            out[f"{prefix}_{k}{suffix}"] = float(v)
-        out[f"{prefix}_mean{suffix}"] = sp.sum() / n
-        out[f"{prefix}_min{suffix}"] = sp.min()
-        out[f"{prefix}_max{suffix}"] = sp.max()
-    out[f"{prefix}_count"] = n
-    out[f"{prefix}_failed_share"] = failed_share
+            out[key(k)] = float(v)
+        out[key("mean")] = sp.sum() / n
+        out[key("min")] = sp.min()
+        out[key("max")] = sp.max()
+    out[key("count")] = n
+    out[key("failed_share")] = failed_share
     return out
 
 

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from tokenswarm import names
 from tokenswarm.analysis.compare import _binned_throughput_reps, consistency
 from tokenswarm.analysis.errors import RunInputError
 from tokenswarm.analysis.findings import goodput_fields, latency_regressions
@@ -49,6 +50,7 @@ from tokenswarm.analysis.stats import bootstrap_percentiles, min_samples_for, pe
 from tokenswarm.analysis.study_capacity import study_capacity
 from tokenswarm.analysis.study_runs import RunExtras, arm_observability, cell_resources, run_extras
 from tokenswarm.analysis.tables import Window, derived, good_mask, windows
+from tokenswarm.names import PERCENTILE_KEY
 from tokenswarm.redact import redact
 
 N_BOOT = 1000
@@ -116,8 +118,8 @@ def run_cells(run: Run, rng: np.random.Generator, n_boot: int = N_BOOT) -> dict[
     for w in wins:
         if w.target is None:
             continue
-        names = [ALL_TASKS] + sorted({tasks[c] for c in np.unique(run["task"][w.mask])})
-        for task in names:
+        task_names = [ALL_TASKS] + sorted({tasks[c] for c in np.unique(run["task"][w.mask])})
+        for task in task_names:
             m = w.mask if task == ALL_TASKS else w.mask & (run["task"] == run.code("task", task))
             out[(str(w.kind), float(w.target), task)] = _cell(run, d, w, m, good, spec_rows.get((w.index, task)),
                                                               rng, n_boot)
@@ -433,7 +435,7 @@ def analyse_study(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 0) ->
             for metric in LATENCY:
                 for p in LATENCY_PERCENTILES:
                     comb, short = _latency_ratio(cand_c, base_c, metric, p, rng, n_boot)
-                    name = f"{metric}_p{p:g}_ratio"
+                    name = names.METRICS_BY_NAME[metric].ratio_key(PERCENTILE_KEY[p])
                     row[name] = comb["point"] if comb else None
                     row[f"{name}_ci"] = comb["ci"] if comb else None
                     row[f"{name}_insufficient"] = short
@@ -555,8 +557,8 @@ def crossovers(verdict: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _models_of(run: Run) -> list[str]:
     if "model" not in run.columns:
         return []
-    names = run.categories["model"]
-    return sorted(names[c] for c in np.unique(run["model"]).tolist() if c >= 0)
+    model_names = run.categories["model"]
+    return sorted(model_names[c] for c in np.unique(run["model"]).tolist() if c >= 0)
 
 
 def _request_accept_len(run: Run, ok: np.ndarray) -> float | None:
@@ -624,8 +626,9 @@ def model_verdict(runs: dict[tuple[str, int], Run], base_arm: str, candidates: l
             }
             for metric in ("ttft", "tpot"):
                 comb, short = _latency_ratio(cand_c, base_c, metric, 50.0, rng, n_boot)
-                row[f"{metric}_p50_ratio"] = comb["point"] if comb else None
-                row[f"{metric}_p50_ratio_insufficient"] = short
+                name = names.METRICS_BY_NAME[metric].ratio_key("p50")
+                row[name] = comb["point"] if comb else None
+                row[f"{name}_insufficient"] = short
             rows.append(row)
     return rows
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from tokenswarm import names
 from tokenswarm.analysis.chunkhist import METHOD as CHUNK_HIST_METHOD
 from tokenswarm.analysis.chunkhist import HistogramParts, window_hist_parts
 from tokenswarm.analysis.errors import NoSuccessError
@@ -37,21 +38,15 @@ from tokenswarm.analysis.prefixcache import prefix_cache_rows
 from tokenswarm.analysis.slo import ALL_TASKS, SloResult, SloSpec, evaluate_rows, parse_slos, scenario_slos
 from tokenswarm.analysis.stats import SortedParts, describe, describe_parts
 from tokenswarm.metrics import itl_samples
+from tokenswarm.names import SummaryMetric
 from tokenswarm.record import OUTCOMES
 
 FAILED_OUTCOMES: tuple[str, ...] = ("http_error", "stream_error", "timeout")
 
-#: (metric prefix, unit suffix, source) for the latency block of each row.
-LATENCY_METRICS: tuple[tuple[str, str], ...] = (
-    ("ttft", "ms"),
-    ("tpot", "ms"),
-    ("itl", "ms"),
-    ("inter_chunk", "ms"),
-    ("e2e", "ms"),
-    ("schedule_lag", "ms"),
-    ("request_output_tps", "tokens_per_s"),
-    ("ttft_from_schedule", "ms"),
-    ("e2e_from_schedule", "ms"),
+#: The metrics of each row's latency block (their keys: the table of names, tokenswarm.names).
+LATENCY_METRICS: tuple[SummaryMetric, ...] = (
+    names.TTFT, names.TPOT, names.ITL, names.INTER_CHUNK, names.E2E, names.SCHEDULE_LAG,
+    names.REQUEST_OUTPUT_TPS, names.TTFT_FROM_SCHEDULE, names.E2E_FROM_SCHEDULE,
 )
 
 FAILURE_TREATMENT = (
@@ -291,9 +286,9 @@ def chunk_parts(chunks: dict[str, np.ndarray]) -> tuple[SortedParts, SortedParts
 def _chunk_stats(parts: tuple[Any, Any, float | None], failed_share: float | None) -> dict[str, Any]:
     itl, inter, inexact = parts
     out: dict[str, Any] = {}
-    out.update(describe_parts(itl, "itl", "ms", failed_share=failed_share))
+    out.update(describe_parts(itl, names.ITL, failed_share=failed_share))
     out["itl_per_chunk_samples_share"] = inexact
-    out.update(describe_parts(inter, "inter_chunk", "ms", failed_share=failed_share))
+    out.update(describe_parts(inter, names.INTER_CHUNK, failed_share=failed_share))
     # 0 = exact percentiles; else the histogram's relative precision (see analysis.chunkhist)
     out["itl_percentile_precision_share"] = getattr(itl, "precision_share", 0.0)
     out["inter_chunk_percentile_precision_share"] = getattr(inter, "precision_share", 0.0)
@@ -313,29 +308,29 @@ def _latency_block(
     failed_share = n_failed / (n_ok + n_failed) if n_ok + n_failed else None
     out: dict[str, Any] = {}
     sources = {
-        "ttft": run["ttft_ms"],
-        "tpot": d["tpot_ms"],
-        "e2e": run["e2e_ms"],
-        "request_output_tps": d["request_output_tps"],
+        names.TTFT: run["ttft_ms"],
+        names.TPOT: d["tpot_ms"],
+        names.E2E: run["e2e_ms"],
+        names.REQUEST_OUTPUT_TPS: d["request_output_tps"],
     }
-    for name, unit in LATENCY_METRICS:
-        if name in ("itl", "inter_chunk"):
-            if name == "itl":
+    for metric in LATENCY_METRICS:
+        if metric in (names.ITL, names.INTER_CHUNK):
+            if metric == names.ITL:
                 out.update(_chunk_stats(parts, failed_share))
             continue
-        if name == "schedule_lag":
+        if metric == names.SCHEDULE_LAG:
             v = d["schedule_lag_ms"][req_idx]
-            out.update(describe(v[~np.isnan(v)], name, unit))
+            out.update(describe(v[~np.isnan(v)], metric))
             continue
-        if name.endswith("_from_schedule"):
+        if metric in (names.TTFT_FROM_SCHEDULE, names.E2E_FROM_SCHEDULE):
             if open_loop:
-                v = d[name + "_ms"][ok]
-                out.update(describe(v[~np.isnan(v)], name, unit, n_failed=n_failed))
+                v = d[metric.term][ok]
+                out.update(describe(v[~np.isnan(v)], metric, n_failed=n_failed))
             else:
-                out.update({k: None for k in describe(np.empty(0), name, unit, n_failed=0)})
+                out.update({k: None for k in describe(np.empty(0), metric, n_failed=0)})
             continue
-        v = sources[name][ok]
-        out.update(describe(v[~np.isnan(v)], name, unit, n_failed=n_failed))
+        v = sources[metric][ok]
+        out.update(describe(v[~np.isnan(v)], metric, n_failed=n_failed))
     out["ttft_missing_count"] = int(np.isnan(run["ttft_ms"][ok]).sum())
     return out
 
@@ -349,9 +344,10 @@ def phase_block(run: Run, req: np.ndarray) -> dict[str, Any]:
     counts of 0 and nulls.
     """
     out: dict[str, Any] = {}
-    for name in ("connect", "send_delay", "headers"):
-        v = run[f"{name}_ms"][req] if f"{name}_ms" in run.columns else np.empty(0)
-        out.update(describe(v[~np.isnan(v)], name, "ms"))
+    for metric in (names.CONNECT, names.SEND_DELAY, names.HEADERS):
+        column = metric.term  # the record field of the same name (connect_ms ...)
+        v = run[column][req] if column in run.columns else np.empty(0)
+        out.update(describe(v[~np.isnan(v)], metric))
     reused = run["conn_reused"][req] if "conn_reused" in run.columns else np.empty(0)
     reused = reused[~np.isnan(reused)]
     out["conn_reused_share"] = float(reused.mean()) if reused.size else None
@@ -493,9 +489,9 @@ def reasoning_block(run: Run, ok: np.ndarray) -> dict[str, Any]:
     rc_all = run.columns["reasoning_chunks"]
     sel = ok & ~np.isnan(rc_all)
     out: dict[str, Any] = {"reasoning_streams_count": int(sel.sum())}
-    for name in ("first_reasoning_token", "first_answer_token"):
-        v = run[name + "_ms"][sel]
-        out.update(describe(v[~np.isnan(v)], name, "ms"))
+    for metric in (names.FIRST_REASONING_TOKEN, names.FIRST_ANSWER_TOKEN):
+        v = run[metric.term][sel]  # the record field of the same name
+        out.update(describe(v[~np.isnan(v)], metric))
     r_tok = run["reasoning_tokens"][sel]
     out["reasoning_tokens_count"] = float(np.nansum(r_tok)) if sel.any() else None
     # Position of every gap within its request, and the request's reasoning chunk count.
@@ -508,10 +504,10 @@ def reasoning_block(run: Run, ok: np.ndarray) -> dict[str, Any]:
     exact = np.repeat(run["has_chunk_tokens"][sel], ng)
     gaps, toks = run.gap_ms[gm], run.gap_tokens[gm]
     # a phase's first gap starts its deliveries anew (metrics.itl_samples)
-    for phase, keep, first in (("reasoning_itl", pos + 1 < rc, pos == 0), ("answer_itl", pos >= rc, pos == rc)):
+    for phase, keep, first in ((names.REASONING_ITL, pos + 1 < rc, pos == 0), (names.ANSWER_ITL, pos >= rc, pos == rc)):
         itl, _, _ = chunk_parts({"gap_ms": gaps[keep], "gap_tokens": toks[keep], "exact": exact[keep],
                                  "first_gap": first[keep]})
-        out.update(describe_parts(itl, phase, "ms"))
+        out.update(describe_parts(itl, phase))
     return out
 
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from tokenswarm import names
 from tokenswarm.analysis.findings import threshold_text
 from tokenswarm.analysis.samples import prune_short_columns, short_text
 from tokenswarm.analysis.stats import min_samples_for
 from tokenswarm.analysis.study_capacity import capacity_lines
+from tokenswarm.names import PERCENTILE_KEY
 
 
 def _x(v: float | None, ci: list[float] | None = None) -> str:
@@ -23,7 +25,7 @@ def _x(v: float | None, ci: list[float] | None = None) -> str:
 
 
 def _lat(row: dict[str, Any], metric: str, p: float) -> str:
-    name = f"{metric}_p{p:g}_ratio"
+    name = names.METRICS_BY_NAME[metric].ratio_key(PERCENTILE_KEY[p])
     if row.get(f"{name}_insufficient"):
         return short_text(min_samples_for(p))
     return _x(row.get(name))

@@ -103,7 +103,7 @@ def scenario(case: str, streams: int, seconds: float, server: str, output_tokens
             "traffic": {"seed": 1, "classes": {"code": {
                 # short prompts, varied answers: streams stay out of lockstep
                 "weight": 1, "prompt_tokens": {"dist": "fixed", "value": 32},
-                "output_tokens": {"dist": "uniform", "min": output_tokens[0], "max": output_tokens[1]},
+                "max_tokens": {"dist": "uniform", "min": output_tokens[0], "max": output_tokens[1]},
                 "sampling": {"ignore_eos": True, "temperature": 0.0}}}},
             "load": load}
 

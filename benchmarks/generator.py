@@ -152,7 +152,7 @@ def run_client(kind: str, sim: SimHandle, streams: int, seconds: float, workdir:
         scenario.write_text(json.dumps({
             "name": "bench", "target": {"metrics_url": None, "timeouts": {"first_token_s": 600, "total_s": 600}},
             "traffic": {"seed": 1, "classes": {"qa": {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 8},
-                                                      "output_tokens": {"dist": "fixed", "value": output_tokens},
+                                                      "max_tokens": {"dist": "fixed", "value": output_tokens},
                                                       "sampling": {"ignore_eos": True}}}},
             "load": {"mode": "closed", "steps": [streams], "warmup_s": 0, "step_duration_s": seconds,
                      "stop_timeout_s": 0}}))

@@ -133,7 +133,7 @@ def tokenswarm_run(args: argparse.Namespace, host: str, work: Path, tag: str) ->
         "name": "peers", "target": {"metrics_url": None, "timeouts": {"first_token_s": 600, "total_s": 600}},
         "traffic": {"seed": 1, "classes": {"qa": {
             "weight": 1, "prompt_tokens": {"dist": "fixed", "value": args.prompt_tokens},
-            "output_tokens": {"dist": "fixed", "value": args.output_tokens},
+            "max_tokens": {"dist": "fixed", "value": args.output_tokens},
             "sampling": {"ignore_eos": True, "temperature": 0.0}}}},
         "load": {"mode": "closed", "steps": [args.streams], "warmup_s": 0, "step_duration_s": args.seconds,
                  "spawn_rate": 1000, "stop_timeout_s": 10}, "slo": {}}))

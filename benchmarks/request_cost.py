@@ -216,7 +216,7 @@ def run_split(args: argparse.Namespace, work: Path) -> None:
                     run = work / f"split-{tree}-{length}-{n}"
                     out = json.dumps({"dist": "fixed", "value": length})
                     cmd = tokenswarm_command(srv.base_url, "scenarios/qa.yaml", args.streams, args.seconds, run,
-                                             [f"traffic.classes.qa.output_tokens={out}",
+                                             [f"traffic.classes.qa.max_tokens={out}",
                                               'traffic.classes.qa.sampling={"ignore_eos": true, "temperature": 0.7}'],
                                              src)
                     row = run_process(f"{tree} {length} tokens", cmd, {}, args.seconds, src)
@@ -343,7 +343,7 @@ def run_ceiling(args: argparse.Namespace, work: Path) -> None:
                 run = work / f"ceiling-{length}-{streams}"
                 out = json.dumps({"dist": "fixed", "value": length})
                 cmd = tokenswarm_command(srv.base_url, "scenarios/qa.yaml", streams, args.seconds, run,
-                                         [f"traffic.classes.qa.output_tokens={out}",
+                                         [f"traffic.classes.qa.max_tokens={out}",
                                           'traffic.classes.qa.sampling={"ignore_eos": true, "temperature": 0.7}'])
                 row = run_process(f"{streams} streams", cmd, {}, args.seconds)
                 row.update(run=run, streams=streams)

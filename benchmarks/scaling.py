@@ -91,7 +91,7 @@ def scenario(work: Path, users: int, seconds: float, output_tokens: int) -> Path
     path.write_text(json.dumps({
         "name": "scaling", "target": {"metrics_url": None, "timeouts": {"first_token_s": 600, "total_s": 600}},
         "traffic": {"seed": 1, "classes": {"qa": {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 8},
-                                                  "output_tokens": {"dist": "fixed", "value": output_tokens},
+                                                  "max_tokens": {"dist": "fixed", "value": output_tokens},
                                                   "sampling": {"ignore_eos": True}}}},
         "load": {"mode": "closed", "steps": [users], "warmup_s": 0, "step_duration_s": seconds, "stop_timeout_s": 5}}))
     return path

@@ -45,11 +45,11 @@ def main() -> int:
         "name": "soak-bench", "target": {"scrape_interval_s": 5},
         "traffic": {"seed": 3, "classes": {
             "qa": {"weight": 3, "prompt_tokens": {"dist": "uniform", "min": 20, "max": 200},
-                   "output_tokens": {"dist": "uniform", "min": 16, "max": 128}},
+                   "max_tokens": {"dist": "uniform", "min": 16, "max": 128}},
             "code": {"weight": 1, "prompt_tokens": {"dist": "uniform", "min": 200, "max": 800},
-                     "output_tokens": {"dist": "uniform", "min": 32, "max": 128}},
+                     "max_tokens": {"dist": "uniform", "min": 32, "max": 128}},
             "multi_turn": {"weight": 1, "turns": {"dist": "uniform", "min": 2, "max": 4},
-                           "output_tokens": {"dist": "uniform", "min": 16, "max": 64},
+                           "max_tokens": {"dist": "uniform", "min": 16, "max": 64},
                            "think_time_s": {"dist": "fixed", "value": 0.2}}}},
         "load": {"mode": "closed", "steps": [args.users], "warmup_s": 5, "step_duration_s": args.minutes * 60,
                  "stop_timeout_s": 10, "report_interval_s": 60}}))

@@ -59,7 +59,7 @@ def client_command(kind: str, host: str, args, run: Path) -> tuple[list[str], di
         env = {"PYTHONPATH": str(src)}
     return ([sys.executable, "-m", "locust", "-f", str(src / "locustfiles" / "llm.py"),
              "--scenario", str(ROOT / "scenarios" / "qa.yaml"), "--out", str(run), *common,
-             "--set", f"traffic.classes.qa.output_tokens={out}",
+             "--set", f"traffic.classes.qa.max_tokens={out}",
              "--set", 'traffic.classes.qa.sampling={"ignore_eos": true, "temperature": 0.7}',
              "--set", "target.metrics_url=null", "--set", "slo={}"], env)
 

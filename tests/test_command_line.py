@@ -15,7 +15,7 @@ from tokenswarm.orchestrate import plugin
 from tokenswarm.sim.testing import start_sim
 
 TRAFFIC = {"seed": 3, "classes": {"qa": {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 30},
-                                         "output_tokens": {"dist": "fixed", "value": 16}}}}
+                                         "max_tokens": {"dist": "fixed", "value": 16}}}}
 LOAD = {"mode": "closed", "steps": [2], "warmup_s": 0.5, "step_duration_s": 5, "stop_timeout_s": 5}
 
 

@@ -36,6 +36,29 @@ class ManifestError(ValueError):
     """A manifest that cannot be read; the message names the file (when known) and the field."""
 
 
+#: Fields of a scenario class renamed in format version 3: old name -> new name. The requested
+#: lengths (sent as ``max_tokens``) were called ``output_tokens``, the record's name for the
+#: length the server counted. Manifests of versions 1 and 2 are read under the new name; the
+#: scenario parser still takes the old one, with a warning.
+V2_RENAMED_CLASS_FIELDS: dict[str, str] = {"output_tokens": "max_tokens"}
+
+
+def upgrade_v2_scenario(scenario: Mapping[str, Any]) -> dict[str, Any]:
+    """A version-1/2 scenario echo with its classes' renamed fields under today's names (a copy)."""
+    out = dict(scenario)
+    traffic = out.get("traffic")
+    if not isinstance(traffic, Mapping) or not isinstance(traffic.get("classes"), Mapping):
+        return out
+    classes: Mapping[str, Any] = traffic["classes"]
+    renamed = {}
+    for name, cfg in classes.items():
+        if isinstance(cfg, Mapping):
+            cfg = {V2_RENAMED_CLASS_FIELDS.get(k, k): v for k, v in cfg.items()}
+        renamed[name] = cfg
+    out["traffic"] = {**traffic, "classes": renamed}
+    return out
+
+
 def _where(source: str | None, path: str) -> str:
     return f"{source}: {path}" if source else path
 
@@ -312,7 +335,7 @@ class RunManifest:
             host=_str(data.get("host"), w("host")),
             command=tuple(str(c) for c in _list(data.get("command"), w("command"))),
             scenario_name=_str(data.get("scenario_name"), w("scenario_name")),
-            scenario=None if scenario is None else dict(scenario),
+            scenario=None if scenario is None else (dict(scenario) if version >= 3 else upgrade_v2_scenario(scenario)),
             target=RunTarget.from_json(data.get("target"), w("target")),
             records_store=RecordsStore.from_json(data.get("records_store"), w("records_store")),
             load_mode=_str(data.get("load_mode"), w("load_mode")),

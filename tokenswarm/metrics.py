@@ -32,6 +32,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Sequence
 
+from tokenswarm import names
+
 if TYPE_CHECKING:  # imported by the functions that use it: the generator itself needs no numpy
     import numpy as np
 
@@ -143,19 +145,20 @@ GLOSSARY: dict[str, tuple[str, str]] = {
 
 #: Step-level SLOs a scenario may set (``slo:``), defined once for the scenario loader and the
 #: analysis: name -> (column of a step-table row, "max" (observed <= threshold) or "min" (>=), unit).
+#: The columns are summary keys of the one table of names (tokenswarm.names).
 SLO_METRICS: dict[str, tuple[str, str, str]] = {
-    "ttft_p50_ms": ("ttft_p50_ms", "max", "ms"),
-    "ttft_p95_ms": ("ttft_p95_ms", "max", "ms"),
-    "ttft_p99_ms": ("ttft_p99_ms", "max", "ms"),
-    "tpot_p50_ms": ("tpot_p50_ms", "max", "ms"),
-    "tpot_p95_ms": ("tpot_p95_ms", "max", "ms"),
-    "tpot_p99_ms": ("tpot_p99_ms", "max", "ms"),
-    "itl_p99_ms": ("itl_p99_ms", "max", "ms"),
-    "e2e_p95_ms": ("e2e_p95_ms", "max", "ms"),
-    "e2e_p99_ms": ("e2e_p99_ms", "max", "ms"),
-    "error_rate": ("error_rate", "max", "fraction"),
-    "min_output_tokens_per_s": ("output_tokens_per_s", "min", "tokens/s"),
-    "min_goodput_share": ("goodput_share", "min", "fraction"),
+    names.TTFT_P50_MS: (names.TTFT_P50_MS, "max", "ms"),
+    names.TTFT_P95_MS: (names.TTFT_P95_MS, "max", "ms"),
+    names.TTFT_P99_MS: (names.TTFT_P99_MS, "max", "ms"),
+    names.TPOT_P50_MS: (names.TPOT_P50_MS, "max", "ms"),
+    names.TPOT_P95_MS: (names.TPOT_P95_MS, "max", "ms"),
+    names.TPOT_P99_MS: (names.TPOT_P99_MS, "max", "ms"),
+    names.ITL_P99_MS: (names.ITL_P99_MS, "max", "ms"),
+    names.E2E_P95_MS: (names.E2E_P95_MS, "max", "ms"),
+    names.E2E_P99_MS: (names.E2E_P99_MS, "max", "ms"),
+    names.ERROR_RATE: (names.ERROR_RATE, "max", "fraction"),
+    "min_output_tokens_per_s": (names.OUTPUT_TOKENS_PER_S, "min", "tokens/s"),
+    "min_goodput_share": (names.GOODPUT_SHARE, "min", "fraction"),
 }
 
 

@@ -20,7 +20,9 @@ carries :data:`FORMAT_VERSION`. Rules that every producer and consumer relies on
 Renaming or removing a field requires bumping :data:`FORMAT_VERSION`; adding an
 optional field does not. Readers accept every version in :data:`READABLE_FORMAT_VERSIONS`:
 version 1 differs from 2 only in two names (:data:`V1_RENAMED_FIELDS`), which
-:func:`upgrade_v1` maps.
+:func:`upgrade_v1` maps. Version 3 changed no record field: the manifest's scenario echo names
+a class's requested lengths ``max_tokens`` (version 2: ``output_tokens``, the name of the
+record's observed length; :func:`tokenswarm.manifest.upgrade_v2_scenario` maps it).
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ from typing import Any, Iterable
 import orjson
 
 #: Version of the records/manifest format. Readers refuse versions they do not know.
-FORMAT_VERSION = 2
-#: Versions the readers accept (version 1: the same record, two fields without their unit).
-READABLE_FORMAT_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+#: Versions the readers accept (version 1: the same record, two fields without their unit;
+#: version 2: the scenario echo's requested lengths named output_tokens).
+READABLE_FORMAT_VERSIONS = (1, 2, 3)
 #: Version-1 name -> current name. Version 2 gave the two wall-clock fields their unit.
 V1_RENAMED_FIELDS = {"scheduled_at": "scheduled_at_s", "sent_at": "sent_at_s"}
 

@@ -2,8 +2,8 @@
 
 * ``docs/reference/record-fields.md`` from :class:`tokenswarm.record.RequestRecord` and
   :data:`tokenswarm.record.FIELD_DOCS`,
-* ``docs/reference/glossary.md`` from :data:`tokenswarm.metrics.GLOSSARY` and
-  :data:`tokenswarm.metrics.SLO_METRICS`,
+* ``docs/reference/glossary.md`` from :data:`tokenswarm.metrics.GLOSSARY`,
+  :data:`tokenswarm.metrics.SLO_METRICS` and the table of summary keys (:mod:`tokenswarm.names`),
 * ``docs/reference/scenario-schema.md`` from the scenario parser's field lists and the defaults
   it fills in (a minimal scenario per task kind, parsed and resolved).
 
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
-from tokenswarm import metrics, record  # noqa: E402
+from tokenswarm import metrics, names, record  # noqa: E402
 from tokenswarm.workload.scenario import model, parse, sections  # noqa: E402
 
 OUT_DIR = ROOT / "docs" / "reference"
@@ -65,21 +65,47 @@ def record_page() -> str:
     )
 
 
+def summary_keys_section() -> str:
+    """The summary keys of a step-table row, from the table of names: metric x statistic."""
+    stat_rows = [f"| `{stat}` | {'no' if stat in names.UNITLESS_STATISTICS else 'yes'} | {_cell(text)} |"
+                 for stat, text in names.STATISTICS.items()]
+    metric_rows = []
+    for m in names.SUMMARY_METRICS:
+        keys = ", ".join(f"`{k}`" for k in m.key_names())
+        metric_rows.append(f"| `{m.name}` | {m.unit.replace('_per_', '/')} | `{m.term}` | {keys} |")
+    other = [f"| `{k}` | {unit} | {_cell(text)} |" for k, (unit, text) in names.STEP_KEYS.items()]
+    return (
+        "\n\n## Summary keys\n\n"
+        + "Every key of a step-table row (`summary.json`, the reports, the SLOs and the CI verdict) that is a "
+        + "metric and a statistic, defined once in `tokenswarm/names.py` (`SUMMARY_METRICS`): "
+        + "`{metric}_{statistic}_{unit}`, e.g. `ttft_p99_ms`; `count` and `failed_share` carry no unit. "
+        + "The live twins (`live_ttft_p99_ms`) are approximate, see above.\n\n"
+        + "| statistic | unit in the key | meaning |\n|---|---|---|\n"
+        + "\n".join(stat_rows)
+        + "\n\n| metric | unit | definition | keys |\n|---|---|---|---|\n"
+        + "\n".join(metric_rows)
+        + "\n\nStep-level keys that are not a metric x statistic:\n\n"
+        + "| key | unit | meaning |\n|---|---|---|\n"
+        + "\n".join(other)
+    )
+
+
 def glossary_page() -> str:
-    """The metric glossary and the SLO names a scenario may set."""
+    """The metric glossary, the summary keys and the SLO names a scenario may set."""
     rows = [f"| `{name}` | {unit} | {_cell(text)} |" for name, (unit, text) in metrics.GLOSSARY.items()]
     slo_rows = []
     for name, (column, direction, unit) in metrics.SLO_METRICS.items():
         rule = "observed <= threshold" if direction == "max" else "observed >= threshold"
         slo_rows.append(f"| `{name}` | `{column}` | {rule} | {unit} |")
     return (
-        _HEADER.format(src="tokenswarm/metrics.py")
+        _HEADER.format(src="tokenswarm/metrics.py and tokenswarm/names.py")
         + "# Metric glossary\n\n"
         + "Every metric tokenswarm reports, defined once in `tokenswarm/metrics.py` (`GLOSSARY`) and used "
         + "by the live statistics, the analysis and this page. A **chunk** is one SSE event that carried "
         + "generated content; a **token** is as counted by the server.\n\n"
         + "| metric | unit | definition |\n|---|---|---|\n"
         + "\n".join(rows)
+        + summary_keys_section()
         + "\n\n## SLOs\n\n"
         + "Step-level thresholds a scenario may set under `slo:` (and `slo.per_task.<task>`), each checked "
         + "against a column of the analysis's step table (`SLO_METRICS`).\n\n"

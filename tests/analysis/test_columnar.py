@@ -17,6 +17,7 @@ from tokenswarm.buckets import bucket_value_ms
 from tokenswarm.collect.parquet_store import ParquetRecordsWriter
 from tokenswarm.load.livestats import bucket_keys
 from tokenswarm.metrics import itl_samples
+from tokenswarm.names import TTFT
 from tokenswarm.record import RequestRecord
 
 
@@ -228,7 +229,7 @@ def test_per_request_percentiles_at_soak_scale_equal_numpys_on_the_raw_values():
 
     rng = np.random.default_rng(9)
     v = rng.lognormal(4.0, 1.0, 300_000)
-    out = describe(v, "ttft", "ms", n_failed=600)
+    out = describe(v, TTFT, n_failed=600)
     for p, k in zip((50, 90, 95, 99, 99.9), PERCENTILE_KEYS):
         assert out[f"ttft_{k}_ms"] == np.percentile(v, p)
         with np.errstate(invalid="ignore"):  # numpy interpolates finite and infinite values to NaN

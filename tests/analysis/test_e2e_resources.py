@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 TRAFFIC = {"seed": 7, "keep_outputs": False, "sampling": {"temperature": 0.0},
            "classes": {"code": {"weight": 1, "prompt_tokens": {"dist": "uniform", "min": 300, "max": 600},
-                                "output_tokens": {"dist": "fixed", "value": 48}}}}
+                                "max_tokens": {"dist": "fixed", "value": 48}}}}
 LOAD = {"mode": "closed", "steps": [1, 4], "warmup_s": 0.5, "step_duration_s": 4, "stop_timeout_s": 10}
 
 

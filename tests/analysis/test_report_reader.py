@@ -44,7 +44,8 @@ def test_a_sweep_gets_no_drift_test(tmp_path):
 
 
 def test_what_was_sent_compares_requested_with_server_counted_prompt_lengths(tmp_path):
-    sc = {"traffic": {"classes": {"qa": {"prompt_tokens": {"dist": "fixed", "value": 40}}}}}
+    sc = {"traffic": {"classes": {"qa": {"prompt_tokens": {"dist": "fixed", "value": 40},
+                                         "requested_mean_tokens": {"prompt_tokens": 40.0}}}}}
     run = _sweep(tmp_path, sc)
     (row,) = what_was_sent(run, windows(run)[0])
     assert row["task"] == "qa" and row["requests_count"] == 598

@@ -8,11 +8,13 @@ from tokenswarm.analysis.sent import requested_prompt_mean, what_was_sent
 from tokenswarm.analysis.tables import windows
 
 # What Scenario.resolved() writes for a dataset class: the kind's default prompt_tokens is
-# listed though nothing drew from it (the prompts come from the file).
+# listed though nothing drew from it (the prompts come from the file), and no requested mean.
 _SCENARIO = {"traffic": {"classes": {
     "chat": {"kind": "qa", "prompt_tokens": {"dist": "fixed", "value": 40},
-             "dataset": {"path": "/data/prompts.jsonl", "format": "jsonl"}},
-    "qa": {"kind": "qa", "prompt_tokens": {"dist": "fixed", "value": 40}},
+             "dataset": {"path": "/data/prompts.jsonl", "format": "jsonl"},
+             "requested_mean_tokens": {"max_tokens": 16.0}},
+    "qa": {"kind": "qa", "prompt_tokens": {"dist": "fixed", "value": 40},
+           "requested_mean_tokens": {"prompt_tokens": 40.0, "max_tokens": 16.0}},
 }}}
 
 
@@ -26,7 +28,7 @@ def _run(tmp_path):
 def test_a_dataset_task_has_no_requested_prompt_length():
     from tokenswarm.manifest import RunManifest
 
-    m = RunManifest.from_json({"format_version": 2, "run_id": "r", "scenario": _SCENARIO})
+    m = RunManifest.from_json({"format_version": 3, "run_id": "r", "scenario": _SCENARIO})
     assert requested_prompt_mean(m, "chat") is None
     assert requested_prompt_mean(m, "qa") == 40
 

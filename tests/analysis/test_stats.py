@@ -18,6 +18,7 @@ from tokenswarm.analysis.stats import (
     weighted_percentiles_select,
     weighted_percentiles_sorted,
 )
+from tokenswarm.names import TTFT
 
 RNG = np.random.default_rng(7)
 
@@ -67,9 +68,9 @@ def test_failures_as_infinite_match_numpy_where_finite():
 
 
 def test_describe_reports_failed_share_and_none_when_empty():
-    d = describe(np.array([1.0, 2.0, 3.0]), "ttft", "ms", n_failed=1)
+    d = describe(np.array([1.0, 2.0, 3.0]), TTFT, n_failed=1)
     assert d["ttft_failed_share"] == 0.25 and d["ttft_count"] == 3 and d["ttft_mean_ms"] == 2.0
-    e = describe(np.empty(0), "ttft", "ms", n_failed=2)
+    e = describe(np.empty(0), TTFT, n_failed=2)
     assert e["ttft_p50_ms"] is None and e["ttft_count"] == 0 and e["ttft_failed_share"] == 1.0
 
 

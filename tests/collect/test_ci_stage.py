@@ -16,7 +16,7 @@ from tokenswarm.sim.testing import start_sim
 pytestmark = pytest.mark.slow
 
 TRAFFIC = {"seed": 2, "classes": {"qa": {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 30},
-                                         "output_tokens": {"dist": "fixed", "value": 16}}}}
+                                         "max_tokens": {"dist": "fixed", "value": 16}}}}
 LOAD = {"mode": "closed", "steps": [2], "warmup_s": 0.5, "step_duration_s": 2, "stop_timeout_s": 5}
 
 

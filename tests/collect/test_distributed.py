@@ -20,9 +20,9 @@ pytestmark = pytest.mark.slow
 
 TRAFFIC = {"seed": 11, "classes": {
     "qa": {"weight": 3, "prompt_tokens": {"dist": "uniform", "min": 20, "max": 80},
-           "output_tokens": {"dist": "uniform", "min": 16, "max": 64}},
+           "max_tokens": {"dist": "uniform", "min": 16, "max": 64}},
     "code": {"weight": 1, "prompt_tokens": {"dist": "uniform", "min": 200, "max": 400},
-             "output_tokens": {"dist": "uniform", "min": 16, "max": 64}}}}
+             "max_tokens": {"dist": "uniform", "min": 16, "max": 64}}}}
 
 
 def counter(lines, name):

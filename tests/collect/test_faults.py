@@ -19,7 +19,7 @@ from tokenswarm.sim.testing import start_sim
 pytestmark = pytest.mark.slow
 
 QA = {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 30},
-      "output_tokens": {"dist": "fixed", "value": 24}, "sampling": {"ignore_eos": True}}
+      "max_tokens": {"dist": "fixed", "value": 24}, "sampling": {"ignore_eos": True}}
 
 
 def wait_until(pred, timeout_s: float, what: str) -> None:
@@ -167,7 +167,7 @@ def test_draft_model_faults_fall_back_to_plain_decoding(tmp_path):
 
 
 def test_abnormal_inputs_get_clear_answers_and_are_recorded(tmp_path):
-    classes = {"abnormal": {"kind": "abnormal", "weight": 1, "output_tokens": {"dist": "fixed", "value": 8}}}
+    classes = {"abnormal": {"kind": "abnormal", "weight": 1, "max_tokens": {"dist": "fixed", "value": 8}}}
     sc = scenario_file(tmp_path, traffic={"seed": 4, "classes": classes}, load=short_load(steps=[2]),
                        target={"timeouts": {"connect_s": 2, "first_token_s": 5, "total_s": 10}})
     with start_sim("--profile", "tiny-fast") as sim:

@@ -121,7 +121,7 @@ def test_only_loopback_addresses_count_as_local():
 
 def _scenario(tmp_path):
     return scenario_file(tmp_path, traffic={"seed": 1, "classes": {"qa": {
-        "weight": 1, "prompt_tokens": {"dist": "fixed", "value": 30}, "output_tokens": {"dist": "fixed", "value": 8},
+        "weight": 1, "prompt_tokens": {"dist": "fixed", "value": 30}, "max_tokens": {"dist": "fixed", "value": 8},
         "sampling": {"ignore_eos": True}}}},
         load={"mode": "closed", "steps": [2], "warmup_s": 0, "step_duration_s": 20, "stop_timeout_s": 3})
 

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 TRAFFIC = {"seed": 7, "classes": {
     "qa": {"weight": 1, "prompt_tokens": {"dist": "uniform", "min": 20, "max": 80},
-           "output_tokens": {"dist": "uniform", "min": 16, "max": 48}}}}
+           "max_tokens": {"dist": "uniform", "min": 16, "max": 48}}}}
 
 
 def test_a_distributed_run_with_records_format_parquet_stores_and_analyses_every_record(tmp_path):

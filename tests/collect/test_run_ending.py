@@ -20,7 +20,7 @@ from tokenswarm.sim.testing import start_sim
 pytestmark = pytest.mark.slow
 
 TRAFFIC = {"seed": 3, "classes": {"qa": {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 30},
-                                         "output_tokens": {"dist": "fixed", "value": 64}}}}
+                                         "max_tokens": {"dist": "fixed", "value": 64}}}}
 #: a plan of ten minutes whose graceful stop would wait five more for the streams in flight
 ENDLESS = {"mode": "closed", "steps": [2], "warmup_s": 0, "step_duration_s": 600, "stop_timeout_s": 300}
 
@@ -126,7 +126,7 @@ def test_a_signal_finalises_the_manifest_with_partial_steps_and_exits_130(tmp_pa
 
 def test_run_time_caps_a_scenarios_plan_gracefully_and_marks_the_step_it_cut_partial(tmp_path):
     sc = scenario_file(tmp_path, traffic={**TRAFFIC, "classes": {"qa": {**TRAFFIC["classes"]["qa"],
-                                                                         "output_tokens": {"dist": "fixed", "value": 8}}}},
+                                                                         "max_tokens": {"dist": "fixed", "value": 8}}}},
                        load={**ENDLESS, "stop_timeout_s": 10})
     out = tmp_path / "run"
     with start_sim("--profile", "tiny-fast") as sim:

@@ -29,7 +29,7 @@ TOKEN = "worker-token-for-this-test-6f1e2d"
 SECRET = "gw-header-secret-in-the-spawn-7734"
 KEY = "sk-admission-planted-key-5566778899"
 QA = {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 20},
-      "output_tokens": {"dist": "fixed", "value": 8}}
+      "max_tokens": {"dist": "fixed", "value": 8}}
 
 
 def received(path: Path) -> list[dict]:

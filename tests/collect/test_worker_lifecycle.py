@@ -22,7 +22,7 @@ from tokenswarm.load.lifecycle import watch_parent
 from tokenswarm.sim.testing import start_sim
 
 TRAFFIC = {"seed": 5, "classes": {"qa": {"weight": 1, "prompt_tokens": {"dist": "uniform", "min": 20, "max": 60},
-                                         "output_tokens": {"dist": "uniform", "min": 8, "max": 32}}}}
+                                         "max_tokens": {"dist": "uniform", "min": 8, "max": 32}}}}
 
 
 # -- units -------------------------------------------------------------------------------------

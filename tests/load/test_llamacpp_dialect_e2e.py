@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 
 def test_a_llama_cpp_server_is_sized_counted_and_audited_in_its_own_dialect(tmp_path):
     traffic = {"seed": 5, "classes": {"qa": {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 300},
-                                             "output_tokens": {"dist": "fixed", "value": 30},
+                                             "max_tokens": {"dist": "fixed", "value": 30},
                                              "sampling": {"temperature": 0.0}}}}
     load = {"mode": "closed", "steps": [2], "warmup_s": 0.5, "step_duration_s": 4, "stop_timeout_s": 10}
     with helper_server("fake_llamacpp.py") as base:

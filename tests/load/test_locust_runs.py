@@ -14,13 +14,13 @@ pytestmark = pytest.mark.slow
 
 ONE_TASK = {
     "qa": {"weight": 1, "prompt_tokens": {"dist": "uniform", "min": 20, "max": 80},
-           "output_tokens": {"dist": "uniform", "min": 16, "max": 48}},
+           "max_tokens": {"dist": "uniform", "min": 16, "max": 48}},
     "summarization": {"weight": 1, "document_tokens": {"dist": "uniform", "min": 1000, "max": 2000},
-                      "output_tokens": {"dist": "fixed", "value": 24}},
+                      "max_tokens": {"dist": "fixed", "value": 24}},
     "code": {"weight": 1, "prompt_tokens": {"dist": "uniform", "min": 200, "max": 600},
-             "output_tokens": {"dist": "uniform", "min": 16, "max": 48}},
+             "max_tokens": {"dist": "uniform", "min": 16, "max": 48}},
     "multi_turn": {"weight": 1, "turns": {"dist": "fixed", "value": 3},
-                   "output_tokens": {"dist": "uniform", "min": 8, "max": 24},
+                   "max_tokens": {"dist": "uniform", "min": 8, "max": 24},
                    "think_time_s": {"dist": "fixed", "value": 0.05}},
 }
 
@@ -94,7 +94,7 @@ def test_timings_agree_with_the_server_within_2ms_at_64_streams(tmp_path):
     # instant would measure the simulator's intake queue, not the client.
     sc = scenario_file(tmp_path, traffic={"seed": 3, "classes": {"qa": {
         "weight": 1, "prompt_tokens": {"dist": "fixed", "value": 40},
-        "output_tokens": {"dist": "uniform", "min": 50, "max": 150}, "sampling": {"ignore_eos": True}}}},
+        "max_tokens": {"dist": "uniform", "min": 50, "max": 150}, "sampling": {"ignore_eos": True}}}},
         load={"mode": "closed", "steps": [64], "warmup_s": 1, "step_duration_s": 6, "stop_timeout_s": 10})
     with start_sim("--profile", "bench-10ms", truth=True) as sim:
         res = run_locust(sc, sim.base_url, tmp_path / "run")

@@ -18,7 +18,7 @@ from tokenswarm.workload.scenario import ScenarioError, parse_scenario
 
 SPLIT = {"base": 0.5, "lora-sql": 0.3, "lora-chat": 0.2}
 QA = {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 30},
-      "output_tokens": {"dist": "fixed", "value": 8}, "sampling": {"ignore_eos": True}}
+      "max_tokens": {"dist": "fixed", "value": 8}, "sampling": {"ignore_eos": True}}
 
 
 def _parse(target_model=None, **classes):

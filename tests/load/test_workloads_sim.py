@@ -19,11 +19,11 @@ OPEN = {"mode": "open", "steps": [10], "warmup_s": 0.3, "step_duration_s": 3, "s
 def test_extraction_answers_are_quality_checked_and_their_shares_reach_the_summary(tmp_path):
     classes = {
         "extraction": {"kind": "extraction", "weight": 1, "document_tokens": {"dist": "fixed", "value": 200},
-                       "output_tokens": {"dist": "fixed", "value": 400}, "extra_body": {"top_k": 10}},
+                       "max_tokens": {"dist": "fixed", "value": 400}, "extra_body": {"top_k": 10}},
         "cut_extraction": {"kind": "extraction", "weight": 1, "document_tokens": {"dist": "fixed", "value": 200},
-                           "output_tokens": {"dist": "fixed", "value": 12}},  # too short for the JSON
+                           "max_tokens": {"dist": "fixed", "value": 12}},  # too short for the JSON
         "qa": {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 30},
-               "output_tokens": {"dist": "fixed", "value": 16}},
+               "max_tokens": {"dist": "fixed", "value": 16}},
     }
     sc = scenario_file(tmp_path, traffic={"seed": 3, "classes": classes}, load=OPEN)  # every task drawn
     with start_sim("--profile", "tiny-fast") as sim:
@@ -50,7 +50,7 @@ def test_extraction_answers_are_quality_checked_and_their_shares_reach_the_summa
 
 def test_reasoning_streams_and_shared_prefixes_against_the_simulator_with_its_prefix_cache(tmp_path):
     classes = {"qa": {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 40},
-                      "output_tokens": {"dist": "fixed", "value": 24},
+                      "max_tokens": {"dist": "fixed", "value": 24},
                       "shared_prefix": {"tokens": 600, "count": 2, "popularity": "zipf", "zipf_s": 1.2}}}
     sc = scenario_file(tmp_path, traffic={"seed": 3, "classes": classes}, load=SHORT,
                        target={"scrape_interval_s": 0.5})

@@ -17,9 +17,9 @@ SKEWED = {
     "task_draw": "per_request",
     "classes": {
         "qa": {"weight": 19, "prompt_tokens": {"dist": "uniform", "min": 20, "max": 60},
-               "output_tokens": {"dist": "fixed", "value": 8}},
+               "max_tokens": {"dist": "fixed", "value": 8}},
         "code": {"weight": 1, "prompt_tokens": {"dist": "uniform", "min": 100, "max": 200},
-                 "output_tokens": {"dist": "fixed", "value": 8}},
+                 "max_tokens": {"dist": "fixed", "value": 8}},
     },
 }
 

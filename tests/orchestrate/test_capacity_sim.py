@@ -36,7 +36,7 @@ SLO = {"tpot_p50_ms": 21}
 def scenario(tmp_path: Path, name: str, load: dict) -> Path:
     data = {"name": name, "target": {"api": "chat", "model": "auto"},
             "traffic": {"seed": 1, "classes": {"qa": {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 32},
-                                                      "output_tokens": {"dist": "fixed", "value": 6}}}},
+                                                      "max_tokens": {"dist": "fixed", "value": 6}}}},
             "load": {"warmup_s": 1, **load}, "slo": SLO}
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))

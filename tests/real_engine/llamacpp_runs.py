@@ -39,9 +39,9 @@ GREEDY = {"temperature": 0.0}
 #: Prompt classes sized in tokens (the server's own count must match what was asked for).
 CLASSES: dict[str, dict[str, Any]] = {
     "qa": {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 300},
-           "output_tokens": {"dist": "fixed", "value": 64}, "sampling": GREEDY},
+           "max_tokens": {"dist": "fixed", "value": 64}, "sampling": GREEDY},
     "code": {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 900},
-             "output_tokens": {"dist": "fixed", "value": 96}, "sampling": GREEDY},
+             "max_tokens": {"dist": "fixed", "value": 96}, "sampling": GREEDY},
 }
 
 

@@ -57,15 +57,15 @@ GREEDY = {"temperature": 0.0}  # speculative checks need T=0 on the CPU build (t
 #: One class of each kind, sized for --max-model-len 2048 and a few seconds per run.
 CLASSES: dict[str, dict[str, Any]] = {
     "qa": {"weight": 1, "prompt_tokens": {"dist": "uniform", "min": 20, "max": 120},
-           "output_tokens": {"dist": "uniform", "min": 48, "max": 128}, "sampling": GREEDY},
+           "max_tokens": {"dist": "uniform", "min": 48, "max": 128}, "sampling": GREEDY},
     "summarization": {"weight": 1, "document_tokens": {"dist": "uniform", "min": 300, "max": 800},
-                      "output_tokens": {"dist": "uniform", "min": 48, "max": 96}, "sampling": GREEDY},
+                      "max_tokens": {"dist": "uniform", "min": 48, "max": 96}, "sampling": GREEDY},
     "code": {"weight": 1, "prompt_tokens": {"dist": "uniform", "min": 100, "max": 400},
-             "output_tokens": {"dist": "uniform", "min": 48, "max": 128}, "sampling": GREEDY},
+             "max_tokens": {"dist": "uniform", "min": 48, "max": 128}, "sampling": GREEDY},
     "multi_turn": {"weight": 1, "turns": {"dist": "fixed", "value": 3},
                    "prompt_tokens": {"dist": "uniform", "min": 20, "max": 80},
                    "followup_tokens": {"dist": "uniform", "min": 8, "max": 30},
-                   "output_tokens": {"dist": "uniform", "min": 32, "max": 64},
+                   "max_tokens": {"dist": "uniform", "min": 32, "max": 64},
                    "think_time_s": {"dist": "fixed", "value": 0.05}, "sampling": GREEDY},
 }
 
@@ -73,14 +73,14 @@ CLASSES: dict[str, dict[str, Any]] = {
 #: request have no n-gram to match yet, so long outputs keep the chunk estimate of acceptance
 #: close to the counters' figure.
 COMPARE_QA = {"weight": 1, "prompt_tokens": {"dist": "uniform", "min": 20, "max": 80},
-              "output_tokens": {"dist": "fixed", "value": 192}, "sampling": GREEDY}
+              "max_tokens": {"dist": "fixed", "value": 192}, "sampling": GREEDY}
 
 #: Requests vLLM itself must refuse (plus one normal class so the run has successes). A prompt
 #: over max_model_len is not among them: tokenswarm's preflight refuses such a scenario before
 #: the first request (tests/security/test_auth_runs.py).
 ERROR_CLASSES: dict[str, dict[str, Any]] = {
     "qa": {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 24},
-           "output_tokens": {"dist": "fixed", "value": 16}, "sampling": GREEDY},
+           "max_tokens": {"dist": "fixed", "value": 16}, "sampling": GREEDY},
     "abnormal": {"weight": 1, "cases": {"invalid_params": 1, "huge_max_tokens": 1},
                  "think_time_s": {"dist": "fixed", "value": 0.3}},
 }

@@ -18,7 +18,7 @@ from tokenswarm.sim.testing import start_sim
 pytestmark = pytest.mark.slow
 
 QA = {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 30},
-      "output_tokens": {"dist": "fixed", "value": 16}, "sampling": {"ignore_eos": True}}
+      "max_tokens": {"dist": "fixed", "value": 16}, "sampling": {"ignore_eos": True}}
 KEY = "sk-sim-right-key-4321"
 KINDS = ("/v1/models", "/tokenize", "/metrics", "/v1/chat/completions")
 

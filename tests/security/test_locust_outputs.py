@@ -10,7 +10,7 @@ from tokenswarm.sim.testing import start_sim
 
 PASSWORD = "gw-pass-html-31337"
 QA = {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 20},
-      "output_tokens": {"dist": "fixed", "value": 8}}
+      "max_tokens": {"dist": "fixed", "value": 8}}
 
 
 @pytest.mark.slow

@@ -52,7 +52,7 @@ def fetch(url: str) -> str:
 @pytest.mark.parametrize("mode", ["local", "processes", "master"])
 def test_no_planted_secret_reaches_any_file_print_or_web_page(tmp_path, mode):
     sc = scenario_file(tmp_path, traffic={"seed": 3, "classes": {"qa": {
-        "weight": 1, "prompt_tokens": {"dist": "fixed", "value": 20}, "output_tokens": {"dist": "fixed", "value": 8},
+        "weight": 1, "prompt_tokens": {"dist": "fixed", "value": 20}, "max_tokens": {"dist": "fixed", "value": 8},
         "sampling": {"ignore_eos": True}}}},
         load={"mode": "closed", "steps": [2], "warmup_s": 0, "step_duration_s": 3, "stop_timeout_s": 5},
         target={"api_key_env": "I18_PLANTED_KEY", "scrape_interval_s": 1,
@@ -131,7 +131,7 @@ target: {{base_url: "http://127.0.0.1:8000", api: chat, model: auto, api_key_env
 traffic:
   seed: 3
   classes:
-    qa: {{weight: 1, prompt_tokens: {{dist: fixed, value: 20}}, output_tokens: {{dist: fixed, value: 8}},
+    qa: {{weight: 1, prompt_tokens: {{dist: fixed, value: 20}}, max_tokens: {{dist: fixed, value: 8}},
           sampling: {{ignore_eos: true}}}}
 load: {{mode: closed, steps: [1], warmup_s: 0, step_duration_s: 2, stop_timeout_s: 5}}
 """

@@ -31,7 +31,7 @@ KEY = "sk-guard-planted-key-9081726354"
 GATEWAY = "gw-header-secret-5150"
 EVIL = "http://evil.example"
 QA = {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 20},
-      "output_tokens": {"dist": "fixed", "value": 8}}
+      "max_tokens": {"dist": "fixed", "value": 8}}
 
 
 def scenario(tmp_path: Path) -> Path:

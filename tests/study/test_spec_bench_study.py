@@ -19,7 +19,7 @@ def test_a_spec_bench_study_reports_speedup_and_acceptance_per_category(tmp_path
     # the shipped scenario, shortened: short answers, one load, a few seconds
     text = (ROOT / "scenarios" / "spec_bench.yaml").read_text()
     text = text.replace("path: data/spec_bench_sample.jsonl", f"path: {ROOT / 'scenarios/data/spec_bench_sample.jsonl'}")
-    text = text.replace("output_tokens: {dist: fixed, value: 1024}", "output_tokens: {dist: fixed, value: 16}")
+    text = text.replace("max_tokens: {dist: fixed, value: 1024}", "max_tokens: {dist: fixed, value: 16}")
     text = text.replace("steps: [1, 4]", "steps: [4]").replace("warmup_s: 5", "warmup_s: 0.5")
     text = text.replace("step_duration_s: 60", "step_duration_s: 4\n  stop_timeout_s: 5")
     scenario.write_text(text)

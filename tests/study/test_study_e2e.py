@@ -22,8 +22,8 @@ traffic:
   keep_outputs: true
   sampling: {temperature: 0.0}
   classes:
-    qa: {weight: 1, prompt_tokens: {dist: uniform, min: 20, max: 60}, output_tokens: {dist: fixed, value: 12}}
-    code: {weight: 1, prompt_tokens: {dist: uniform, min: 200, max: 400}, output_tokens: {dist: fixed, value: 12}}
+    qa: {weight: 1, prompt_tokens: {dist: uniform, min: 20, max: 60}, max_tokens: {dist: fixed, value: 12}}
+    code: {weight: 1, prompt_tokens: {dist: uniform, min: 200, max: 400}, max_tokens: {dist: fixed, value: 12}}
 load: {mode: closed, steps: [1, 4], warmup_s: 0.5, step_duration_s: 3, stop_timeout_s: 5}
 """
 

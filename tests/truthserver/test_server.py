@@ -112,7 +112,7 @@ def test_its_truth_log_joins_every_tokenswarm_record_with_exact_tokens_and_chunk
         "name": "truthjoin", "target": {"metrics_url": None},
         "traffic": {"seed": 3, "classes": {"code": {
             "weight": 1, "prompt_tokens": {"dist": "fixed", "value": 16},
-            "output_tokens": {"dist": "uniform", "min": 20, "max": 60}, "sampling": {"ignore_eos": True}}}},
+            "max_tokens": {"dist": "uniform", "min": 20, "max": 60}, "sampling": {"ignore_eos": True}}}},
         "load": {"mode": "closed", "steps": [4], "warmup_s": 0, "step_duration_s": 3, "spawn_rate": 100,
                  "stop_timeout_s": 10}}))
     with start_truth(truth, *ARGS) as srv:

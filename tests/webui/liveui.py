@@ -22,9 +22,9 @@ from tests.helpers.runs import ROOT, scenario_file
 
 TWO_TASKS = {
     "qa": {"weight": 2, "prompt_tokens": {"dist": "uniform", "min": 20, "max": 80},
-           "output_tokens": {"dist": "uniform", "min": 16, "max": 48}},
+           "max_tokens": {"dist": "uniform", "min": 16, "max": 48}},
     "code": {"weight": 1, "prompt_tokens": {"dist": "uniform", "min": 100, "max": 300},
-             "output_tokens": {"dist": "uniform", "min": 16, "max": 48}},
+             "max_tokens": {"dist": "uniform", "min": 16, "max": 48}},
 }
 
 

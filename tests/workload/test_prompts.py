@@ -108,7 +108,7 @@ def test_prompt_targets_follow_the_distribution_and_max_tokens_the_output_dist()
     t = task(
         "qa",
         prompt_tokens={"dist": "uniform", "min": 100, "max": 200},
-        output_tokens={"dist": "uniform", "min": 10, "max": 20},
+        max_tokens={"dist": "uniform", "min": 10, "max": 20},
     )
     source = PromptSource(t, None, seed=1, pool_size=4)
     rng = random.Random(2)
@@ -136,7 +136,7 @@ def test_qa_prompt_asks_about_the_topic_of_its_excerpt():
 
 def test_summarization_prompt_has_instruction_and_long_document():
     source = PromptSource(
-        task("summarization", document_tokens=3000, output_tokens=120), None, seed=1, pool_size=4
+        task("summarization", document_tokens=3000, max_tokens=120), None, seed=1, pool_size=4
     )
     p = source.next_prompt(random.Random(1))
     text = content(p)
@@ -162,7 +162,7 @@ def test_multi_turn_conversation_structure():
         "multi_turn",
         turns={"dist": "uniform", "min": 2, "max": 4},
         think_time_s={"dist": "uniform", "min": 0.5, "max": 2},
-        output_tokens=50,
+        max_tokens=50,
     )
     source = PromptSource(t, WordCounter(), seed=1, pool_size=8)
     rng = random.Random(7)
@@ -210,7 +210,7 @@ def test_jsonl_dataset_prompts_keep_their_max_tokens(tmp_path):
     path.write_text(
         '{"prompt": "alpha beta", "max_tokens": 7}\n{"messages": [{"role": "user", "content": "gamma"}]}\n'
     )
-    t = task("qa", dataset={"path": str(path)}, output_tokens=33)
+    t = task("qa", dataset={"path": str(path)}, max_tokens=33)
     chat = PromptSource(t, None, seed=1, pool_size=4)
     seen = {content(p): p.max_tokens for p in (chat.next_prompt(random.Random(i)) for i in range(30))}
     assert seen == {"alpha beta": 7, "gamma": 33}

@@ -212,8 +212,8 @@ def test_parse_override():
         ),
         (
             "traffic.classes",
-            {"qa": {"output_tokens": {"dist": "uniform", "min": 9, "max": 3}}},
-            "traffic.classes.qa.output_tokens.min",
+            {"qa": {"max_tokens": {"dist": "uniform", "min": 9, "max": 3}}},
+            "traffic.classes.qa.max_tokens.min",
             "min <= max",
         ),
         ("traffic.classes", {"qa": {"turns": 3}}, "traffic.classes.qa.turns", "unknown field"),
@@ -227,7 +227,7 @@ def test_parse_override():
             "traffic.classes",
             {"qa": {"sampling": {"max_tokens": 9}}},
             "traffic.classes.qa.sampling.max_tokens",
-            "output_tokens",
+            "max_tokens on the class",
         ),
         (
             "traffic.classes",

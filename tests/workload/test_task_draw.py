@@ -10,9 +10,9 @@ TRAFFIC = {
     "seed": 5, "task_draw": "per_request",
     "classes": {
         "qa": {"weight": 3, "prompt_tokens": {"dist": "uniform", "min": 20, "max": 60},
-               "output_tokens": {"dist": "fixed", "value": 8}},
+               "max_tokens": {"dist": "fixed", "value": 8}},
         "code": {"weight": 1, "prompt_tokens": {"dist": "uniform", "min": 200, "max": 300},
-                 "output_tokens": {"dist": "fixed", "value": 8}},
+                 "max_tokens": {"dist": "fixed", "value": 8}},
     },
 }
 

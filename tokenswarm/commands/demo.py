@@ -45,8 +45,8 @@ DEMO_OVERRIDES = (
     "traffic.task_draw=stratified",
     "traffic.classes.summarization.weight=0",
     "traffic.classes.extraction.weight=0",
-    "traffic.classes.qa.output_tokens={dist: uniform, min: 16, max: 48}",
-    "traffic.classes.code.output_tokens={dist: uniform, min: 16, max: 48}",
+    "traffic.classes.qa.max_tokens={dist: uniform, min: 16, max: 48}",
+    "traffic.classes.code.max_tokens={dist: uniform, min: 16, max: 48}",
     f"load.until={{min_requests_per_task: {MIN_REQUESTS_PER_TASK}, max_step_s: {MAX_STEP_S}}}",
 )
 

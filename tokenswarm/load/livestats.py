@@ -17,6 +17,20 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from tokenswarm.buckets import INV_LOG_BASE, ZERO_BUCKET, bucket_of_us, bucket_value_ms
 from tokenswarm.metrics import itl_samples, tpot_ms
+from tokenswarm.names import (
+    ERROR_RATE,
+    LIVE_E2E_P50_MS,
+    LIVE_E2E_P99_MS,
+    LIVE_ITL_P50_MS,
+    LIVE_ITL_P99_MS,
+    LIVE_TPOT_P50_MS,
+    LIVE_TPOT_P95_MS,
+    LIVE_TPOT_P99_MS,
+    LIVE_TTFT_P50_MS,
+    LIVE_TTFT_P95_MS,
+    LIVE_TTFT_P99_MS,
+    OUTPUT_TOKENS_PER_S,
+)
 from tokenswarm.wire.native import native_function
 
 #: C: one stream's per-delivery ITL into the bucket counts, as ``_flush`` does for many in numpy.
@@ -406,12 +420,12 @@ def window_summary(now: TaskStats, before: TaskStats | None, seconds: float) -> 
     reqs = now.requests - before.requests
     fails = now.failures - before.failures
     return {"window_s": round(seconds, 3), "requests": reqs, "failures": fails,
-            "error_rate": round(fails / reqs, 6) if reqs else None,
+            ERROR_RATE: round(fails / reqs, 6) if reqs else None,
             "requests_per_s": round(reqs / seconds, 4) if seconds > 0 else None,
-            "output_tokens_per_s": round((now.output_tokens - before.output_tokens) / seconds, 2) if seconds > 0 else None,
-            "live_ttft_p50_ms": q("ttft_ms", .5), "live_ttft_p99_ms": q("ttft_ms", .99),
-            "live_tpot_p50_ms": q("tpot_ms", .5), "live_tpot_p99_ms": q("tpot_ms", .99),
-            "live_e2e_p50_ms": q("e2e_ms", .5), "live_e2e_p99_ms": q("e2e_ms", .99)}
+            OUTPUT_TOKENS_PER_S: round((now.output_tokens - before.output_tokens) / seconds, 2) if seconds > 0 else None,
+            LIVE_TTFT_P50_MS: q("ttft_ms", .5), LIVE_TTFT_P99_MS: q("ttft_ms", .99),
+            LIVE_TPOT_P50_MS: q("tpot_ms", .5), LIVE_TPOT_P99_MS: q("tpot_ms", .99),
+            LIVE_E2E_P50_MS: q("e2e_ms", .5), LIVE_E2E_P99_MS: q("e2e_ms", .99)}
 
 
 def snapshot(stats: TaskStats) -> TaskStats:
@@ -435,9 +449,9 @@ def summary_rows(stats: LiveStats, names: Iterable[str] | None = None) -> list[d
 
         rows.append({
             "name": name, "requests": t.requests, "failures": t.failures,
-            "live_ttft_p50_ms": q("ttft_ms", .5), "live_ttft_p95_ms": q("ttft_ms", .95), "live_ttft_p99_ms": q("ttft_ms", .99),
-            "live_tpot_p50_ms": q("tpot_ms", .5), "live_tpot_p95_ms": q("tpot_ms", .95), "live_tpot_p99_ms": q("tpot_ms", .99),
-            "live_itl_p50_ms": q("itl_ms", .5), "live_itl_p99_ms": q("itl_ms", .99),
+            LIVE_TTFT_P50_MS: q("ttft_ms", .5), LIVE_TTFT_P95_MS: q("ttft_ms", .95), LIVE_TTFT_P99_MS: q("ttft_ms", .99),
+            LIVE_TPOT_P50_MS: q("tpot_ms", .5), LIVE_TPOT_P95_MS: q("tpot_ms", .95), LIVE_TPOT_P99_MS: q("tpot_ms", .99),
+            LIVE_ITL_P50_MS: q("itl_ms", .5), LIVE_ITL_P99_MS: q("itl_ms", .99),
             "output_tokens": t.output_tokens,
             "tokens_per_chunk": round(t.chunk_tokens / t.chunks, 2) if t.chunks else None,
             "spec_mean_accepted_len": round(1 + t.spec_accepted / t.spec_drafts, 2) if t.spec_drafts else None,

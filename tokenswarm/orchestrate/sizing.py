@@ -117,7 +117,7 @@ def request_seconds(task: Any, rate: RateModel) -> float:
     """Mean seconds one request (one turn) of ``task`` holds a closed-loop user, think time included."""
     rng = random.Random(0)
     prompt = _mean(task.document_tokens, rng) if task.document_tokens is not None else _mean(task.prompt_tokens, rng)
-    out = _mean(task.output_tokens, rng)
+    out = _mean(task.max_tokens, rng)
     think = _mean(task.think_time_s, rng)
     return rate.first_token_s + prompt / rate.prefill_tokens_per_s + out / rate.stream_tokens_per_s + think
 

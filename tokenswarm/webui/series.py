@@ -13,6 +13,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from tokenswarm import names
 from tokenswarm.load.livestats import LiveStats, LogHistogram
 
 WAITING = "vllm:num_requests_waiting"
@@ -93,17 +94,17 @@ class ChartSampler:
         point: dict[str, Any] = {"t": round(obs.at_s, 3), "users": obs.users, "step": obs.step, "phase": obs.phase,
                                  "in_flight": obs.in_flight, "requests": snap.requests, "failures": snap.failures}
         if dt > 0:
-            point["output_tokens_per_s"] = round((snap.tokens["Total"] - base.tokens.get("Total", 0)) / dt, 1)
+            point[names.OUTPUT_TOKENS_PER_S] = round((snap.tokens["Total"] - base.tokens.get("Total", 0)) / dt, 1)
             point["req_s"] = round((snap.requests - base.requests) / dt, 2)
             point["err_s"] = round((snap.failures - base.failures) / dt, 2)
         else:
-            point["output_tokens_per_s"] = point["req_s"] = point["err_s"] = None
-        for metric, cur, prev in (("ttft", snap.ttft, base.ttft), ("tpot", snap.tpot, base.tpot)):
+            point[names.OUTPUT_TOKENS_PER_S] = point["req_s"] = point["err_s"] = None
+        for metric, cur, prev in ((names.TTFT, snap.ttft, base.ttft), (names.TPOT, snap.tpot, base.tpot)):
             if dt <= 0:
                 prev = {}  # the first sample: everything so far
             for p in (50, 95, 99):
                 v = delta_quantile(cur, prev, p / 100)
-                point[f"live_{metric}_p{p}_ms"] = None if v is None else round(v, 1)
+                point[names.live_key(metric, f"p{p}")] = None if v is None else round(v, 1)
         point["waiting"] = gauge(obs.scrape, WAITING)
         point["running"] = gauge(obs.scrape, RUNNING)
         kv = gauge(obs.scrape, KV_CACHE, how="mean")

@@ -14,6 +14,7 @@ import io
 from collections.abc import Iterable
 from typing import Any
 
+from tokenswarm import names
 from tokenswarm.load.livestats import LiveStats, summary_rows
 
 #: (key, title) of each column, in display order. Keys are the JSON/CSV field names.
@@ -21,14 +22,14 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("name", "Task"),
     ("requests", "Requests"),
     ("failures", "Failures"),
-    ("live_ttft_p50_ms", "TTFT p50 (ms, live)"),
-    ("live_ttft_p95_ms", "TTFT p95 (ms, live)"),
-    ("live_ttft_p99_ms", "TTFT p99 (ms, live)"),
-    ("live_tpot_p50_ms", "TPOT p50 (ms, live)"),
-    ("live_tpot_p95_ms", "TPOT p95 (ms, live)"),
-    ("live_tpot_p99_ms", "TPOT p99 (ms, live)"),
-    ("live_itl_p50_ms", "ITL p50 (ms, live)"),
-    ("live_itl_p99_ms", "ITL p99 (ms, live)"),
+    (names.LIVE_TTFT_P50_MS, "TTFT p50 (ms, live)"),
+    (names.LIVE_TTFT_P95_MS, "TTFT p95 (ms, live)"),
+    (names.LIVE_TTFT_P99_MS, "TTFT p99 (ms, live)"),
+    (names.LIVE_TPOT_P50_MS, "TPOT p50 (ms, live)"),
+    (names.LIVE_TPOT_P95_MS, "TPOT p95 (ms, live)"),
+    (names.LIVE_TPOT_P99_MS, "TPOT p99 (ms, live)"),
+    (names.LIVE_ITL_P50_MS, "ITL p50 (ms, live)"),
+    (names.LIVE_ITL_P99_MS, "ITL p99 (ms, live)"),
     ("output_tokens_per_s_recent", "Output tok/s (last 10 s)"),
     ("output_tokens_per_s_run", "Output tok/s (run)"),
     ("output_tokens", "Output tokens"),

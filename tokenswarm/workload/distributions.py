@@ -64,6 +64,11 @@ class Dist(Protocol):
         """One draw rounded to the nearest integer, still within ``[min, max]``."""
         ...
 
+    @property
+    def mean(self) -> float:
+        """Nominal mean (before clipping): what the scenario asks for on average."""
+        ...
+
 
 @dataclass(frozen=True)
 class _Base:

@@ -198,7 +198,7 @@ class PromptSource:
         kind = self.task.kind
         if kind == "abnormal":
             return self._abnormal(rng)
-        max_tokens = self.task.output_tokens.sample_int(rng)
+        max_tokens = self.task.max_tokens.sample_int(rng)
         if self.items is not None:
             return self._dataset_prompt(rng, max_tokens)
         target = self.task.prompt_tokens.sample_int(rng)
@@ -240,7 +240,7 @@ class PromptSource:
         if self.prefixes:
             prefix = self.prefixes[self.draw_prefix(rng)]
             system = prefix if system is None else f"{prefix}\n\n{system}"
-        max_tokens = tuple(task.output_tokens.sample_int(rng) for _ in range(n))
+        max_tokens = tuple(task.max_tokens.sample_int(rng) for _ in range(n))
         think = (0.0,) + tuple(task.think_time_s.sample(rng) for _ in range(1, n))
         return Conversation(n, tuple(messages), max_tokens, think, tuple(targets), source, system)
 
@@ -487,7 +487,7 @@ class PromptSource:
             if x < 0:
                 case = name
                 break
-        max_tokens = self.task.output_tokens.sample_int(rng)
+        max_tokens = self.task.max_tokens.sample_int(rng)
         source = f"abnormal:{case}"
         if case == "empty_prompt":
             return self._wrap("", 0, max_tokens, source, abnormal=case)

@@ -108,7 +108,7 @@ class TaskConfig:
     kind: str
     weight: float
     prompt_tokens: Dist
-    output_tokens: Dist
+    max_tokens: Dist  # the requested lengths (each request's max_tokens); the record's output_tokens is observed
     document_tokens: Dist | None
     turns: Dist | None
     think_time_s: Dist
@@ -385,16 +385,33 @@ class Scenario:
         }
 
 
+def requested_means(task: TaskConfig) -> dict[str, float]:
+    """Nominal mean of each requested length of ``task``, by field; no prompt length for a dataset.
+
+    ``prompt_tokens`` is the first turn's prompt (the document, for summarization and
+    extraction); a dataset's prompts are sent as the file has them, so they have no requested
+    length.
+    """
+    out: dict[str, float] = {}
+    if task.dataset is None:
+        out["prompt_tokens"] = float(task.prompt_tokens.mean)
+    out["max_tokens"] = float(task.max_tokens.mean)
+    return out
+
+
 def _task_dict(task: TaskConfig) -> dict[str, Any]:
     d: dict[str, Any] = {"kind": task.kind, "weight": task.weight}
     if task.kind not in ("summarization", "extraction"):
         d["prompt_tokens"] = dict(task.prompt_tokens.spec)
-    d["output_tokens"] = dict(task.output_tokens.spec)
+    d["max_tokens"] = dict(task.max_tokens.spec)
     for name in ("document_tokens", "turns", "followup_tokens"):
         dist = getattr(task, name)
         if dist is not None:
             d[name] = dict(dist.spec)
     d["think_time_s"] = dict(task.think_time_s.spec)
+    # the nominal means of the requested lengths, for the analysis to compare with what the
+    # server counted (analysis/sent.py reads them here and needs no distribution code)
+    d["requested_mean_tokens"] = requested_means(task)
     d["sampling"] = task.sampling.params()
     if task.dataset is not None:
         d["dataset"] = {"path": task.dataset.path, "format": task.dataset.format}

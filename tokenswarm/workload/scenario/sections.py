@@ -12,9 +12,11 @@ import dataclasses
 import math
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
+from tokenswarm.manifest import V2_RENAMED_CLASS_FIELDS
 from tokenswarm.metrics import DEPRECATED_SLO_NAMES, slo_name
 from tokenswarm.redact import SECRET_HEADER as _SECRET_HEADER
 from tokenswarm.workload.scenario.credentials import _ENV_NAME, _KEY_LIKE
@@ -73,16 +75,16 @@ _TIMEOUTS = ("connect_s", "first_token_s", "total_s")
 _LIMITS = ("output_tokens_factor", "response_bytes")
 _TRAFFIC = ("seed", "keep_outputs", "tokenizer", "sampling", "classes", "task_draw", "extra_body")
 _SAMPLING = ("temperature", "top_p", "seed", "stop", "ignore_eos")
-_TASK_COMMON = ("kind", "weight", "output_tokens", "think_time_s", "sampling", "dataset", "extra_body",
+_TASK_COMMON = ("kind", "weight", "max_tokens", "think_time_s", "sampling", "dataset", "extra_body",
                 "shared_prefix", "model")
 _TASK_FIELDS = {
     "qa": _TASK_COMMON + ("prompt_tokens",),
     "summarization": _TASK_COMMON + ("document_tokens",),
     "code": _TASK_COMMON + ("prompt_tokens", "completion_share"),
     "multi_turn": _TASK_COMMON + ("prompt_tokens", "followup_tokens", "turns"),
-    "abnormal": ("kind", "weight", "prompt_tokens", "output_tokens", "think_time_s", "sampling", "cases",
+    "abnormal": ("kind", "weight", "prompt_tokens", "max_tokens", "think_time_s", "sampling", "cases",
                  "extra_body", "model"),
-    "extraction": ("kind", "weight", "output_tokens", "think_time_s", "sampling", "extra_body", "shared_prefix",
+    "extraction": ("kind", "weight", "max_tokens", "think_time_s", "sampling", "extra_body", "shared_prefix",
                    "document_tokens", "response_format", "model"),
 }
 _SHARED_PREFIX = ("tokens", "count", "popularity", "zipf_s")
@@ -116,30 +118,30 @@ DRAIN_MAX_S = 600.0
 DEFAULTS: dict[str, dict[str, Any]] = {
     "qa": {
         "prompt_tokens": {"dist": "lognormal", "mean": 60, "sigma": 0.5, "min": 8, "max": 400},
-        "output_tokens": {"dist": "uniform", "min": 32, "max": 256},
+        "max_tokens": {"dist": "uniform", "min": 32, "max": 256},
     },
     "summarization": {
         "document_tokens": {"dist": "uniform", "min": 1000, "max": 8000},
-        "output_tokens": {"dist": "uniform", "min": 64, "max": 256},
+        "max_tokens": {"dist": "uniform", "min": 64, "max": 256},
     },
     "code": {
         "prompt_tokens": {"dist": "uniform", "min": 200, "max": 2000},
-        "output_tokens": {"dist": "uniform", "min": 64, "max": 512},
+        "max_tokens": {"dist": "uniform", "min": 64, "max": 512},
     },
     "multi_turn": {
         "prompt_tokens": {"dist": "lognormal", "mean": 80, "sigma": 0.6, "min": 8, "max": 1000},
         "followup_tokens": {"dist": "lognormal", "mean": 30, "sigma": 0.6, "min": 4, "max": 300},
-        "output_tokens": {"dist": "uniform", "min": 32, "max": 256},
+        "max_tokens": {"dist": "uniform", "min": 32, "max": 256},
         "turns": {"dist": "uniform", "min": 2, "max": 5},
         "think_time_s": {"dist": "uniform", "min": 0.5, "max": 2.0},
     },
     "abnormal": {
         "prompt_tokens": {"dist": "fixed", "value": 32},
-        "output_tokens": {"dist": "fixed", "value": 16},
+        "max_tokens": {"dist": "fixed", "value": 16},
     },
     "extraction": {
         "document_tokens": {"dist": "uniform", "min": 200, "max": 1500},
-        "output_tokens": {"dist": "uniform", "min": 128, "max": 384},
+        "max_tokens": {"dist": "uniform", "min": 128, "max": 384},
     },
 }
 
@@ -161,7 +163,7 @@ def _parse_extra_body(sec: _Section, key: str = "extra_body") -> dict[str, Any]:
             raise ScenarioError(sec.file, at, "a field name (a non-empty string)", name)
         if name in RESERVED_BODY_FIELDS:
             raise ScenarioError(sec.file, at, "a field tokenswarm does not set itself", name,
-                                problem="set by tokenswarm (max_tokens comes from output_tokens)")
+                                problem="set by tokenswarm (max_tokens is drawn from the class's max_tokens)")
         if name in _SAMPLING:
             raise ScenarioError(sec.file, at, f"sampling.{name} (one place per field)", name,
                                 problem="a sampling field")
@@ -187,6 +189,71 @@ def _parse_shared_prefix(s: _Section) -> SharedPrefix | None:
                         count=sp.num("count", 1, ge=1, integer=True), popularity=popularity, zipf_s=zipf_s)
 
 
+def _parse_api_key_env(t: _Section) -> str | None:
+    """``target.api_key_env``: the NAME of the variable holding the key, never the key itself."""
+    key_env = t.str_("api_key_env", None)
+    if key_env is not None:
+        if _KEY_LIKE.search(key_env):
+            raise ScenarioError(
+                t.file,
+                t.at("api_key_env"),
+                "the NAME of an environment variable (e.g. OPENAI_API_KEY)",
+                "***",
+                problem="this looks like a key itself",
+            )
+        if not _ENV_NAME.match(key_env):
+            raise t.err("api_key_env", "an environment variable name like OPENAI_API_KEY")
+    return None if key_env is None else str(key_env)
+
+
+def _parse_headers(t: _Section) -> dict[str, str]:
+    """``target.headers``: string values; a secret-looking header's value is masked in errors."""
+    headers_raw = t.raw("headers", {})
+    if not isinstance(headers_raw, dict):
+        raise t.err("headers", "a mapping of header name to string value")
+    headers: dict[str, str] = {}
+    for k, v in headers_raw.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise ScenarioError(
+                t.file,
+                t.at(f"headers.{k}"),
+                "a string header value",
+                "***" if _SECRET_HEADER.search(str(k)) else v,
+            )
+        headers[k] = v
+    return headers
+
+
+def _parse_metrics_url(t: _Section, base_url: str | None) -> str | None:
+    """``target.metrics_url``: ``auto`` (the server root's /metrics), null (none) or a URL."""
+    metrics_raw = t.data.get("metrics_url", "auto")
+    if metrics_raw is None or metrics_raw is False:
+        return None
+    if metrics_raw == "auto":
+        return metrics_url_for(base_url) if base_url else None
+    if isinstance(metrics_raw, str) and re.match(r"^https?://", metrics_raw):
+        return metrics_raw
+    raise t.err("metrics_url", "'auto', null or an http(s) URL")
+
+
+def _parse_extra_metrics(t: _Section) -> list[tuple[str, str]]:
+    """``target.extra_metrics``: uniquely named extra /metrics endpoints (GPU exporters ...)."""
+    extra: list[tuple[str, str]] = []
+    extra_raw = t.raw("extra_metrics", [])
+    if not isinstance(extra_raw, list):
+        raise t.err("extra_metrics", "a list of {name, url}")
+    for i, item in enumerate(extra_raw):
+        e = _Section(item, t.at(f"extra_metrics[{i}]"), t.file, ("name", "url"))
+        ename = e.str_("name")
+        if ename == "target" or ename in {n for n, _ in extra}:
+            raise e.err("name", "a unique name other than 'target'")
+        url = e.str_("url")
+        if not re.match(r"^https?://", url):
+            raise e.err("url", "an http(s) URL")
+        extra.append((ename, url))
+    return extra
+
+
 def _parse_target(top: _Section, file: str) -> TargetConfig:
     t = top.section("target", _TARGET)
     base_url = t.str_("base_url", None)
@@ -199,31 +266,8 @@ def _parse_target(top: _Section, file: str) -> TargetConfig:
     model = models[0][0] if models else t.str_("model", "auto")
     if not model:
         raise t.err("model", "a model name, 'auto' or a mapping of model name to weight")
-    key_env = t.str_("api_key_env", None)
-    if key_env is not None:
-        if _KEY_LIKE.search(key_env):
-            raise ScenarioError(
-                file,
-                t.at("api_key_env"),
-                "the NAME of an environment variable (e.g. OPENAI_API_KEY)",
-                "***",
-                problem="this looks like a key itself",
-            )
-        if not _ENV_NAME.match(key_env):
-            raise t.err("api_key_env", "an environment variable name like OPENAI_API_KEY")
-    headers_raw = t.raw("headers", {})
-    if not isinstance(headers_raw, dict):
-        raise t.err("headers", "a mapping of header name to string value")
-    headers: dict[str, str] = {}
-    for k, v in headers_raw.items():
-        if not isinstance(k, str) or not isinstance(v, str):
-            raise ScenarioError(
-                file,
-                t.at(f"headers.{k}"),
-                "a string header value",
-                "***" if _SECRET_HEADER.search(str(k)) else v,
-            )
-        headers[k] = v
+    key_env = _parse_api_key_env(t)
+    headers = _parse_headers(t)
     to = t.section("timeouts", _TIMEOUTS)
     connect = to.num("connect_s", 10.0, gt=0)
     first = to.num("first_token_s", 120.0, gt=0)
@@ -233,29 +277,9 @@ def _parse_target(top: _Section, file: str) -> TargetConfig:
     lim = t.section("limits", _LIMITS)
     tokens_factor = lim.num("output_tokens_factor", OUTPUT_TOKENS_FACTOR, ge=1)
     response_bytes = lim.num("response_bytes", MAX_RESPONSE_BYTES, ge=1024, integer=True)
-    metrics_raw = t.data.get("metrics_url", "auto")
-    metrics_auto = metrics_raw == "auto"
-    if metrics_raw is None or metrics_raw is False:
-        metrics_url = None
-    elif metrics_auto:
-        metrics_url = metrics_url_for(base_url) if base_url else None
-    elif isinstance(metrics_raw, str) and re.match(r"^https?://", metrics_raw):
-        metrics_url = metrics_raw
-    else:
-        raise t.err("metrics_url", "'auto', null or an http(s) URL")
-    extra: list[tuple[str, str]] = []
-    extra_raw = t.raw("extra_metrics", [])
-    if not isinstance(extra_raw, list):
-        raise t.err("extra_metrics", "a list of {name, url}")
-    for i, item in enumerate(extra_raw):
-        e = _Section(item, t.at(f"extra_metrics[{i}]"), file, ("name", "url"))
-        ename = e.str_("name")
-        if ename == "target" or ename in {n for n, _ in extra}:
-            raise e.err("name", "a unique name other than 'target'")
-        url = e.str_("url")
-        if not re.match(r"^https?://", url):
-            raise e.err("url", "an http(s) URL")
-        extra.append((ename, url))
+    metrics_auto = t.data.get("metrics_url", "auto") == "auto"
+    metrics_url = _parse_metrics_url(t, base_url)
+    extra = _parse_extra_metrics(t)
     return TargetConfig(
         base_url=base_url,
         api=api,
@@ -311,7 +335,7 @@ def _parse_sampling(s: _Section, base: Sampling) -> Sampling:
         raise ScenarioError(
             s.file,
             s.at("max_tokens"),
-            "output_tokens on the class (max_tokens is drawn from it)",
+            "max_tokens on the class (a distribution: each request's max_tokens is drawn from it)",
             s.data["max_tokens"],
             problem="not a sampling field",
         )
@@ -385,16 +409,32 @@ def _parse_traffic(top: _Section, file: str, base_dir: Path,
     )
 
 
-def _parse_task(
-    name: str, cfg: Any, path: str, file: str, base_dir: Path, base_sampling: Sampling,
-    inherited_extra: dict[str, Any] | None = None,
-) -> list[TaskConfig]:
-    """One class, or for a Spec-Bench dataset one class per task category (see :func:`_spec_bench_split`)."""
-    if not _CLASS_NAME.match(name):
-        raise ScenarioError(file, path, "a class name of letters, digits, '_' or '-'", name)
-    if not isinstance(cfg, dict):
-        raise ScenarioError(file, path, "a mapping (kind, weight, prompt_tokens, ...)", cfg)
-    spec_bench = _spec_bench_source(cfg, path, file, base_dir)
+#: Class fields that were renamed: old name -> new name (format version 3: the requested
+#: lengths, sent as max_tokens, shared a name with the record's output_tokens, the length the
+#: server counted). An old name still works, with a FutureWarning naming the file, the field
+#: and the new name.
+RENAMED_TASK_FIELDS: dict[str, str] = V2_RENAMED_CLASS_FIELDS
+
+
+def _renamed_task_fields(cfg: dict[str, Any], path: str, file: str) -> dict[str, Any]:
+    """``cfg`` with renamed fields under their new names (a copy); warns once per old name."""
+    out = dict(cfg)
+    for old, new in RENAMED_TASK_FIELDS.items():
+        if old not in out:
+            continue
+        if new in out:
+            raise ScenarioError(file, f"{path}.{old}", f"{new} only ({old} is its old name)", out[old],
+                                problem=f"both {old} and {new} set")
+        # FutureWarning, not DeprecationWarning: it is meant for whoever wrote the scenario
+        warnings.warn(f"{file}: {path}.{old}: the field {old!r} is deprecated, write {new!r} (the requested "
+                      "lengths, sent as max_tokens; a record's output_tokens is what the server counted)",
+                      FutureWarning, stacklevel=2)
+        out[new] = out.pop(old)
+    return out
+
+
+def _task_kind(name: str, cfg: dict[str, Any], path: str, file: str, spec_bench: bool) -> str:
+    """A class's kind: given, else its name when that is a kind (Spec-Bench: multi_turn)."""
     # Spec-Bench questions are conversations (MT-Bench's have two turns): multi_turn unless told
     kind = cfg.get("kind", name if name in KINDS else ("multi_turn" if spec_bench else None))
     if kind not in KINDS:
@@ -412,10 +452,61 @@ def _parse_task(
             cfg["prompt_tokens"],
             problem="not used by summarization",
         )
+    return str(kind)
+
+
+def _parse_dataset(
+    s: _Section, kind: str, base_dir: Path, spec_bench: bool
+) -> tuple[DatasetConfig, tuple[str, ...] | None]:
+    """A class's ``dataset``, and for a Spec-Bench file the categories to split it into."""
+    ds = s.section("dataset", ("path", "format", "category", "categories"))
+    resolved = _resolve_file(ds.str_("path"), base_dir)
+    if resolved is None:
+        raise ds.err("path", f"an existing dataset file (relative to {base_dir} or the working directory)")
+    fmt = ds.str_("format", "auto", DATASET_FORMATS)
+    categories: tuple[str, ...] | None = None
+    if spec_bench:
+        fmt = "spec_bench"
+        if kind != "multi_turn":
+            raise s.err("kind", "multi_turn for a Spec-Bench dataset (its questions can have several turns, "
+                        "sent as one conversation)", kind)
+        if s.has("turns"):
+            raise s.err("turns", "no turns for a Spec-Bench dataset (every turn of a question is sent)")
+        categories = _categories(ds)
+    elif ds.has("category") or ds.has("categories"):
+        raise ds.err("category" if ds.has("category") else "categories",
+                     "no category: only a spec_bench dataset has categories")
+    return DatasetConfig(resolved, fmt, ds.str_("category") if ds.has("category") else None), categories
+
+
+def _parse_cases(s: _Section) -> tuple[tuple[str, float], ...]:
+    """An abnormal class's ``cases``: a list of names or a mapping of name -> weight."""
+    raw_cases = s.raw("cases", {c: 1 for c in ABNORMAL_CASES})
+    if isinstance(raw_cases, list):
+        raw_cases = {c: 1 for c in raw_cases} if all(isinstance(c, str) for c in raw_cases) else raw_cases
+    cs = _Section(raw_cases, s.at("cases"), s.file, ABNORMAL_CASES)
+    cases = tuple((c, cs.num(c, 0.0, ge=0)) for c in ABNORMAL_CASES if cs.has(c))
+    if not cases or sum(w for _, w in cases) <= 0:
+        raise s.err("cases", "at least one of " + ", ".join(ABNORMAL_CASES) + " with weight > 0")
+    return cases
+
+
+def _parse_task(
+    name: str, cfg: Any, path: str, file: str, base_dir: Path, base_sampling: Sampling,
+    inherited_extra: dict[str, Any] | None = None,
+) -> list[TaskConfig]:
+    """One class, or for a Spec-Bench dataset one class per task category (see :func:`_spec_bench_split`)."""
+    if not _CLASS_NAME.match(name):
+        raise ScenarioError(file, path, "a class name of letters, digits, '_' or '-'", name)
+    if not isinstance(cfg, dict):
+        raise ScenarioError(file, path, "a mapping (kind, weight, prompt_tokens, ...)", cfg)
+    spec_bench = _spec_bench_source(cfg, path, file, base_dir)
+    kind = _task_kind(name, cfg, path, file, spec_bench)
+    cfg = _renamed_task_fields(cfg, path, file)
     s = _Section(cfg, path, file, _TASK_FIELDS[kind])
     d = DEFAULTS[kind]
     weight = s.num("weight", 1.0, ge=0)
-    output = s.required_dist("output_tokens", d["output_tokens"], floor=1, integer=True)
+    max_tokens = s.required_dist("max_tokens", d["max_tokens"], floor=1, integer=True)
     document = s.dist("document_tokens", d.get("document_tokens"), floor=1, integer=True)
     prompt = (
         s.required_dist("document_tokens", d.get("document_tokens"), floor=1, integer=True)
@@ -426,32 +517,11 @@ def _parse_task(
     followup = s.dist("followup_tokens", d.get("followup_tokens"), floor=1, integer=True)
     think = s.required_dist("think_time_s", d.get("think_time_s", 0), floor=0, integer=False)
     sampling = _parse_sampling(s.section("sampling", _SAMPLING + ("max_tokens",)), base_sampling)
-    dataset = None
-    categories: tuple[str, ...] | None = None
-    if s.has("dataset"):
-        ds = s.section("dataset", ("path", "format", "category", "categories"))
-        raw_path = ds.str_("path")
-        resolved = _resolve_file(raw_path, base_dir)
-        if resolved is None:
-            raise ds.err(
-                "path", f"an existing dataset file (relative to {base_dir} or the working directory)"
-            )
-        fmt = ds.str_("format", "auto", DATASET_FORMATS)
-        if spec_bench:
-            fmt = "spec_bench"
-            if kind != "multi_turn":
-                raise s.err("kind", "multi_turn for a Spec-Bench dataset (its questions can have several turns, "
-                            "sent as one conversation)", kind)
-            if s.has("turns"):
-                raise s.err("turns", "no turns for a Spec-Bench dataset (every turn of a question is sent)")
-            turns = None
-            if not s.has("think_time_s"):
-                think = s.required_dist("think_time_s", 0, floor=0, integer=False)  # Spec-Bench: turns back to back
-            categories = _categories(ds)
-        elif ds.has("category") or ds.has("categories"):
-            raise ds.err("category" if ds.has("category") else "categories",
-                         "no category: only a spec_bench dataset has categories")
-        dataset = DatasetConfig(resolved, fmt, ds.str_("category") if ds.has("category") else None)
+    dataset, categories = _parse_dataset(s, kind, base_dir, spec_bench) if s.has("dataset") else (None, None)
+    if spec_bench:
+        turns = None  # every turn of a question is sent
+        if not s.has("think_time_s"):
+            think = s.required_dist("think_time_s", 0, floor=0, integer=False)  # Spec-Bench: turns back to back
     completion_share = s.num("completion_share", 0.5, ge=0, le=1)
     class_extra = _parse_extra_body(s)
     if kind == "extraction" and s.str_("response_format", "json_schema", RESPONSE_FORMATS) != "none":
@@ -459,21 +529,13 @@ def _parse_task(
             if "response_format" in level:
                 raise s.err("response_format", "response_format: none when extra_body sets response_format",
                             s.raw("response_format", "json_schema"))
-    cases: tuple[tuple[str, float], ...] = ()
-    if kind == "abnormal":
-        raw_cases = s.raw("cases", {c: 1 for c in ABNORMAL_CASES})
-        if isinstance(raw_cases, list):
-            raw_cases = {c: 1 for c in raw_cases} if all(isinstance(c, str) for c in raw_cases) else raw_cases
-        cs = _Section(raw_cases, s.at("cases"), file, ABNORMAL_CASES)
-        cases = tuple((c, cs.num(c, 0.0, ge=0)) for c in ABNORMAL_CASES if cs.has(c))
-        if not cases or sum(w for _, w in cases) <= 0:
-            raise s.err("cases", "at least one of " + ", ".join(ABNORMAL_CASES) + " with weight > 0")
+    cases = _parse_cases(s) if kind == "abnormal" else ()
     task = TaskConfig(
         name=name,
         kind=kind,
         weight=weight,
         prompt_tokens=prompt,
-        output_tokens=output,
+        max_tokens=max_tokens,
         document_tokens=document,
         turns=turns,
         think_time_s=think,
