@@ -74,3 +74,31 @@ def test_plain_lint_imports_refuses_a_graph_without_the_analysis():
                            "--no-cache"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1
     assert "Missing layer 'tokenswarm.analysis'" in done.stdout + done.stderr, done.stdout[-2000:]
+
+
+def _drawing_on_the_layout_page() -> dict[str, set[str]]:
+    page = (ROOT / "docs" / "layout.md").read_text()
+    section = page[page.index("`import-linter drawgraph tokenswarm` prints"):]
+    block = section[section.index("```\n") + 4:]
+    block = block[:block.index("```")]
+    drawn = {}
+    for line in block.strip().splitlines():
+        source, targets = line.split("->")
+        drawn[source.strip()] = set(targets.split("(")[0].split())  # "(kstamp only)": a remark
+    return drawn
+
+
+def test_the_layout_pages_drawing_is_the_graph_of_this_tree():
+    # The page shows what the command prints (less .redact, imported by most rooms): an arrow
+    # added or gone without the page following fails here, with the drawing to paste.
+    done = _mapped("import-linter", "drawgraph", "tokenswarm")
+    assert done.returncode == 0, done.stderr[-2000:]
+    measured: dict[str, set[str]] = {}
+    for line in done.stdout.splitlines():
+        if "->" in line:
+            source, target = (part.strip().strip('"') for part in line.split("->"))
+            if target != ".redact":
+                measured.setdefault(source, set()).add(target)
+    width = max(map(len, measured))
+    drawing = "\n".join(f"{s:<{width}} -> {' '.join(sorted(t))}" for s, t in sorted(measured.items()))
+    assert _drawing_on_the_layout_page() == measured, f"docs/layout.md's drawing should read:\n{drawing}"
