@@ -5,14 +5,20 @@ import re
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "tokenswarm"
 
 
 def packages() -> set[str]:
-    """tokenswarm's subpackages (the analysis, a link to the top-level folder, included)."""
-    return {p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    """tokenswarm's subpackages: those under tokenswarm/, and the Python packages that
+    pyproject.toml's package-dir maps into it (the analysis: the top-level analysis/ folder)."""
+    mapped = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    mapped_packages = {name.removeprefix("tokenswarm.") for name, folder in mapped.items()
+                       if name.count(".") == 1 and (ROOT / folder / "__init__.py").exists()}
+    assert "analysis" in mapped_packages
+    return {p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").exists()} | mapped_packages
 
 
 def modules() -> set[str]:

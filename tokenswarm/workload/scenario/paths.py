@@ -1,6 +1,6 @@
 """Where scenario files are found: a path as given, ``scenarios/`` in the working directory, or
-the scenarios shipped with tokenswarm (the checkout's top-level folder, or the installed copy
-that ``tokenswarm/scenarios`` links to).
+the scenarios shipped with tokenswarm (the checkout's top-level folder, or the installed copy,
+which pyproject.toml's package-dir mapping puts at ``tokenswarm/scenarios``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from pathlib import Path
 def shipped_scenarios_dir() -> Path:
     """The shipped scenarios: the checkout's ``scenarios/`` folder, or the installed copy.
 
-    ``tokenswarm/scenarios`` is a link to the top-level folder, so wheels carry the files.
+    A wheel carries the top-level folder as ``tokenswarm/scenarios`` (pyproject.toml's
+    ``[tool.setuptools.package-dir]``).
     """
     # this file is tokenswarm/workload/scenario/paths.py: parents[3] is the checkout, parents[2] the package
     checkout = Path(__file__).resolve().parents[3] / "scenarios"
