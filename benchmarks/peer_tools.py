@@ -11,6 +11,9 @@ answers of exactly ``--output-tokens`` tokens (``ignore_eos`` in every request),
 the run's directory). How each tool is told so, and what its figures mean (its own definitions,
 read from its 2026-12 sources):
 
+The tokenizer counts each of the truth server's words as one token, as the server does
+(:func:`truth_words`), so a tool that re-tokenizes the stream counts the server's tokens.
+
 * **vLLM ``bench serve``** (0.32): ``--backend openai-chat --dataset-name random --ignore-eos
   --max-concurrency N --num-prompts R``; reads ``result.json``: ``median_ttft_ms``,
   ``p99_ttft_ms``, ``median_itl_ms``. TTFT: request sent to the first content chunk. ITL:
@@ -30,7 +33,8 @@ read from its 2026-12 sources):
   output: ``benchmarks[0].metrics.time_to_first_token_ms.successful`` (``median``,
   ``percentiles.p99``) and ``inter_token_latency_ms.successful.median``. TTFT: request start to
   the first token iteration. ITL: per request, (last token - first token) / (output tokens - 1),
-  output tokens from the server's usage (``tpot``).
+  output tokens from the server's usage, each request weighted by its output tokens - 1 (every
+  answer here is as long, so the median is the per-request one: ``tpot``).
 * **inference-perf** (0.7.0): ``inference-perf -c config.yaml`` with ``api.type: chat``, a
   ``concurrent`` load stage (``num_requests`` R at ``concurrency_level`` N, one worker: its
   default is one worker per CPU and the client has one core), ``shared_prefix`` data with no shared
@@ -161,6 +165,23 @@ def itl_samples(chunks: list[tuple[float, int]], itl_def: str,
         else:
             raise ValueError(f"unknown ITL definition {itl_def!r}")
     return out
+
+
+def truth_words(tokenizer_dir: Path) -> Path:
+    """Add the truth server's 1,000 words (" w0" .. " w999") to the tokenizer as whole tokens, in place.
+
+    The server counts one token per word; a client that re-tokenizes the streamed text (AIPerf
+    for its output lengths, inference-perf for its per-token times) must count as many, or its
+    lengths and ITL describe the test tokenizer, not the stream. Byte-level BPE alone cuts each
+    word into 2-3 pieces.
+    """
+    from tokenizers import AddedToken, Tokenizer  # the tokenizer's own library: only this path needs it
+
+    path = tokenizer_dir / "tokenizer.json"
+    tok = Tokenizer.from_file(str(path))
+    tok.add_tokens([AddedToken(token_text(i), normalized=False) for i in range(1000)])
+    tok.save(str(path))
+    return tokenizer_dir
 
 
 def token_counter(tokenizer_dir: Path) -> Callable[[str], int]:

@@ -75,6 +75,7 @@ from peer_tools import (  # noqa: E402
     itl_samples,
     read_result,
     token_counter,
+    truth_words,
 )
 from request_cost import stamp  # noqa: E402
 from spec_workload import _children_cpu  # noqa: E402
@@ -332,7 +333,7 @@ def main() -> int:
     print(f"command: {shlex.join([sys.executable, *sys.argv])}")
     print(f"started {stamp()}")
     work = Path(tempfile.mkdtemp(prefix="tokenswarm-peers-"))
-    args.tokenizer = build_tokenizer(work / "tokenizer")
+    args.tokenizer = truth_words(build_tokenizer(work / "tokenizer"))
     args.hub_cache = hub_cache(args.tokenizer, work / "hub")  # AIPerf's offline view of the same tokenizer
     count_tokens = token_counter(args.tokenizer)
     for profile in args.profiles:

@@ -145,3 +145,43 @@ def test_aiperf_finds_the_local_tokenizer_as_a_hub_cache_entry_offline(tmp_path)
     repo = cache / "models--local--truth-tokenizer"
     revision = (repo / "refs" / "main").read_text()
     assert (repo / "snapshots" / revision / "tokenizer.json").read_text() == "{}"
+
+
+def _peers_module():
+    """benchmarks/peers.py, imported without leaving its sys.path entries behind."""
+    import sys
+
+    saved = list(sys.path)
+    try:
+        spec = importlib.util.spec_from_file_location("peers_bench", ROOT / "benchmarks" / "peers.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = saved
+    return module
+
+
+def test_a_runs_cost_counts_every_chunk_written_in_its_window_and_its_timings_only_completed_answers():
+    peers = _peers_module()
+    truth = {
+        "a": {"received": 10.0, "outcome": "ok", "chunks": [[10.040, 3], [10.050, 3], [10.060, 2]]},
+        "b": {"received": 11.0, "outcome": "ok", "chunks": [[11.050, 3], [11.060, 3], [11.070, 2]]},
+        "cut": {"received": 12.0, "outcome": "aborted", "chunks": [[12.001, 3], [12.002, 3]]},  # cut at the deadline
+        "other run": {"received": 30.0, "outcome": "ok", "chunks": [[30.1, 3]] * 5},
+    }
+    t = peers.truth_figures(truth, 9.0, 20.0, "gap")
+    assert (t["requests"], t["ok"], t["chunks"]) == (3, 2, 8)
+    assert t["ttft_p50"] == pytest.approx(45.0)  # 40 and 50 ms; the cut answer's 1 ms is not a TTFT sample
+    assert t["itl_p50"] == pytest.approx(10.0)
+
+
+def test_with_the_truth_servers_words_added_the_tokenizer_counts_one_token_per_word_as_the_server_does(tmp_path):
+    from tokenswarm.testmodel.tokenizer import save_tokenizer, train_tokenizer
+
+    save_tokenizer(train_tokenizer(512), tmp_path, model_max_length=1024)
+    before = peer_tools.token_counter(tmp_path)
+    assert before(" w0 w1 w2") > 3  # byte-level BPE alone cuts the words
+    count = peer_tools.token_counter(peer_tools.truth_words(tmp_path))
+    assert [count(t) for t in peer_tools.chunk_texts([3, 1, 996, 2])] == [3, 1, 996, 2]
+    # so inference-perf's per-token times on a one-token-per-chunk stream are the chunk gaps
+    assert peer_tools.itl_samples([(0.0, 1), (0.005, 1), (0.010, 1)], "itl_zeros", count) == pytest.approx([5.0, 5.0])
