@@ -352,7 +352,7 @@ def main() -> int:
                     res["itl_def"] = res.get("itl_def", "")
                     if "unavailable" in res:
                         unavailable.add(name)
-                    results.append((name, res))
+                    results.append((f"{name} #{n + 1}" if args.rounds > 1 else name, res))
                     state = "unavailable" if "unavailable" in res else "FAILED" if "error" in res else "done"
                     print(f"{state}: {profile} round {n + 1} {name}", file=sys.stderr)
             srv.flush()
