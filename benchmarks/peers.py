@@ -15,8 +15,9 @@ TTFT p50/p99 as the tool reports it next to the same percentile of the server's 
 requests it received during that run (``tool / truth``), and the tool's ITL p50 next to the
 truth's ITL *by the tool's definition* (tokenswarm: each gap split over its tokens; vLLM: every
 gap between chunks; AIPerf and GuideLLM: per request, (last - first token) / (tokens - 1);
-inference-perf: per token as its tokenizer cuts the chunks, the gap then zeros). tokenswarm's records also join the truth request by request (response id), so its
-row adds the per-request TTFT, chunk-gap and e2e error p99.
+inference-perf: per token as its tokenizer cuts the chunks, the gap then zeros). tokenswarm's
+records also join the truth request by request (response id), so its row adds the per-request
+TTFT, chunk-gap and e2e error p99.
 
 Clients (how each is run and what its figures mean: ``peer_tools.py``'s docstring):
 
@@ -184,9 +185,10 @@ def request_count(args: argparse.Namespace) -> int:
 
 def finish(name: str, res: dict[str, Any], result: Path) -> dict[str, Any]:
     """A peer's run: its figures from its results file, or the failure with its stderr tail."""
-    if res["returncode"] != 0:
+    if (code := res["returncode"]) != 0:
         tail = (res["stderr"] or res["stdout"]).strip()[-600:]
-        return {**res, "error": f"exit {res['returncode']}: {tail}"}
+        how = f"killed by signal {-code} (SIGKILL: past its time limit)" if code == -9 else f"exit {code}"
+        return {**res, "error": f"{how}: {tail}"}
     try:
         return {**res, "reported": read_result(name, result), "itl_def": ITL_DEFS[name]}
     except ResultError as e:
@@ -312,7 +314,8 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
         j = r.get("join")
         errs = (f"{j['ttft_err_p99_ms']:.2f}/{j['gap_err_p99_ms']:.2f}/{j['e2e_err_p99_ms']:.2f} ms"
                 if j and j["joined"] else "-")
-        print(f"{r['client']:<16} {t['requests']:>8} {r['cpu_us_per_chunk'] or 0:>12.1f} {r['peak_rss_mb']:>11.0f} {pair('ttft_p50'):>20} "
+        print(f"{r['client']:<16} {t['requests']:>8} {r['cpu_us_per_chunk'] or 0:>12.1f} {r['peak_rss_mb']:>11.0f} "
+              f"{pair('ttft_p50'):>20} "
               f"{pair('ttft_p99'):>20} {pair('itl_p50'):>20} ({r.get('itl_def', '')})  {errs}")
 
 
