@@ -185,3 +185,21 @@ def test_with_the_truth_servers_words_added_the_tokenizer_counts_one_token_per_w
     assert [count(t) for t in peer_tools.chunk_texts([3, 1, 996, 2])] == [3, 1, 996, 2]
     # so inference-perf's per-token times on a one-token-per-chunk stream are the chunk gaps
     assert peer_tools.itl_samples([(0.0, 1), (0.005, 1), (0.010, 1)], "itl_zeros", count) == pytest.approx([5.0, 5.0])
+
+
+def test_a_peer_that_fails_is_reported_with_the_end_of_its_stderr_never_dropped(tmp_path):
+    peers = _peers_module()
+    crashed = peers.finish("guidellm", {"returncode": 2, "stdout": "", "stderr": "x" * 5000 + "\nValueError: boom"},
+                           tmp_path / "absent.json")
+    assert crashed["error"].startswith("exit 2: ") and crashed["error"].endswith("ValueError: boom")
+    assert len(crashed["error"]) < 700  # the tail, not the whole log
+    killed = peers.finish("aiperf", {"returncode": -9, "stdout": "", "stderr": "still running"}, tmp_path / "a.json")
+    assert killed["error"].startswith("killed by signal 9")
+    silent = peers.finish("vllm", {"returncode": 0, "stdout": "", "stderr": "wrote nothing"}, tmp_path / "absent.json")
+    assert "no results file" in silent["error"] and "wrote nothing" in silent["error"]
+    row = peers.row_for("guidellm #1", crashed, {})
+    assert row == {"client": "guidellm #1", "failed": crashed["error"]}
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps(VLLM))
+    ok = peers.finish("vllm", {"returncode": 0, "stdout": "", "stderr": ""}, path)
+    assert ok["itl_def"] == "gap" and ok["reported"]["ttft_p50"] == pytest.approx(51.38194699975429)
