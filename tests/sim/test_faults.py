@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from tests.helpers.waiting import wait_until
 from tokenswarm.sim.samples import chat_messages
 from tokenswarm.sim.testing import start_sim
 
@@ -90,14 +91,7 @@ def test_client_disconnect_is_recorded_as_aborted():
         resp = conn.getresponse()
         resp.read1(100)
         conn.close()
-        import time
-
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            truth = s.read_truth()
-            if truth:
-                break
-            time.sleep(0.1)
+        truth = wait_until(s.read_truth, 5, "the aborted request in the truth log")
         assert truth and truth[0]["outcome"] == "aborted" and truth[0]["output_tokens"] < 3000
         m = s.metrics()
         assert m[("vllm:num_requests_running", (("engine", "0"), ("model_name", "sim-tiny")))] == 0
