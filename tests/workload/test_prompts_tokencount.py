@@ -80,7 +80,7 @@ def test_tokenize_url_is_at_the_server_root():
     assert tokenize_url("http://h:8000") == "http://h:8000/tokenize"
 
 
-def test_estimate_counter():
+def test_the_estimate_counts_a_token_per_four_characters_rounded_up():
     c = EstimateCounter()
     assert c.count("") == 0 and c.count("abcd") == 1 and c.count("abcde") == 2
     with pytest.raises(ValueError):
@@ -147,7 +147,7 @@ def make_tokenizer_json(path):
     return str(path)
 
 
-def test_local_tokenizer_json(tmp_path):
+def test_a_local_tokenizer_json_counts_with_its_own_vocabulary(tmp_path):
     path = make_tokenizer_json(tmp_path / "tokenizer.json")
     counter = make_token_counter(None, None, path)
     assert isinstance(counter, LocalTokenizerCounter)
@@ -169,7 +169,7 @@ def test_named_tokenizer_without_package_is_a_clear_error(tmp_path, monkeypatch)
     assert "pip install tokenizers" in str(info.value)
 
 
-def test_bad_tokenizer_file(tmp_path):
+def test_an_unparsable_tokenizer_json_is_refused_as_not_valid(tmp_path):
     pytest.importorskip("tokenizers")
     path = tmp_path / "tokenizer.json"
     path.write_text("{not json")
