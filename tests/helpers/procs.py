@@ -56,3 +56,15 @@ def scripted_server(lifetime_s: float = 120.0, tls: tuple[str, str] | None = Non
     """
     env = {"SCRIPTED_TLS_CERT": tls[0], "SCRIPTED_TLS_KEY": tls[1]} if tls else None
     return helper_server("scripted_server.py", lifetime_s, env=env, scheme="https" if tls else "http")
+
+
+@contextlib.contextmanager
+def fake_tokenize_servers():
+    """Yields ``start(mode, key=None) -> base URL`` for fake /tokenize servers
+    (``fake_tokenize.py``: one token per word, in the dialect ``mode``); all stop on exit."""
+    with contextlib.ExitStack() as stack:
+        def start(mode: str, key: str | None = None) -> str:
+            env = {"FAKE_TOKENIZE_MODE": mode, **({"FAKE_TOKENIZE_KEY": key} if key else {})}
+            return stack.enter_context(helper_server("fake_tokenize.py", 60, env=env))
+
+        yield start

@@ -14,11 +14,13 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def wait_until(predicate: Callable[[], T], timeout_s: float, what: str, *, every_s: float = 0.05) -> T:
+def wait_until(predicate: Callable[[], T], timeout_s: float, what: str, *, every_s: float = 0.05,
+               sleep: Callable[[float], object] = time.sleep) -> T:
     """Call ``predicate`` until it returns a truthy value and return that value.
 
     Raises ``AssertionError`` naming ``what`` after ``timeout_s`` seconds. ``every_s`` is the
     polling interval (keep it small: the wait ends at most this long after the condition holds).
+    Inside a gevent test pass ``sleep=gevent.sleep`` so the greenlets awaited can run.
     """
     deadline = time.monotonic() + timeout_s
     while True:
@@ -27,4 +29,4 @@ def wait_until(predicate: Callable[[], T], timeout_s: float, what: str, *, every
             return value
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what} (last: {value!r})")
-        time.sleep(every_s)
+        sleep(every_s)

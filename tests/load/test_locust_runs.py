@@ -6,10 +6,9 @@ import statistics
 import numpy as np
 import pytest
 
-from tests.helpers.runs import read_manifest, read_records, run_locust, scenario_file
+from tests.helpers.runs import read_manifest, run_on_sim, scenario_file
 from tokenswarm.metrics import min_samples_for
 from tokenswarm.record import FORMAT_VERSION
-from tokenswarm.sim.testing import start_sim
 
 pytestmark = pytest.mark.slow
 
@@ -63,11 +62,7 @@ def test_each_user_class_records_match_the_server_exactly(tmp_path, task):
     sc = scenario_file(tmp_path, traffic={"seed": 7, "keep_outputs": True, "classes": {task: ONE_TASK[task]}},
                        load={"mode": "closed", "steps": [2], "warmup_s": 0.5, "step_duration_s": 4,
                              "stop_timeout_s": 10})
-    with start_sim("--profile", "tiny-fast", truth=True) as sim:
-        res = run_locust(sc, sim.base_url, tmp_path / "run")
-        truth = sim.read_truth()
-    assert res.returncode == 0, res.stderr[-3000:]
-    records = read_records(tmp_path / "run")
+    records, truth = run_on_sim(sc, tmp_path / "run", truth=True)
     pairs = check_against_truth(records, truth)
     m = read_manifest(tmp_path / "run")
     assert m["format_version"] == FORMAT_VERSION == 2 and m["complete"] and m["steps"][0]["name"] == "c2"
@@ -104,11 +99,8 @@ def test_ttft_and_chunk_gap_errors_stay_within_the_documented_1ms_p99_at_64_stre
         "weight": 1, "prompt_tokens": {"dist": "fixed", "value": 40},
         "output_tokens": {"dist": "uniform", "min": 20, "max": 60}, "sampling": {"ignore_eos": True}}}},
         load={"mode": "closed", "steps": [64], "warmup_s": 1, "step_duration_s": 8, "stop_timeout_s": 10})
-    with start_sim("--profile", "bench-10ms", truth=True) as sim:
-        res = run_locust(sc, sim.base_url, tmp_path / "run")
-        truth = sim.read_truth()
-    assert res.returncode == 0, res.stderr[-3000:]
-    records = [r for r in read_records(tmp_path / "run") if r["phase"] == "steady"]
+    records, truth = run_on_sim(sc, tmp_path / "run", profile="bench-10ms", truth=True)
+    records = [r for r in records if r["phase"] == "steady"]
     pairs = check_against_truth(records, truth)
     ttft_err, gap_err = timing_errors_ms(pairs)
     assert ttft_err.size >= min_samples_for(99), f"only {ttft_err.size} requests: too few for a TTFT p99"
@@ -129,11 +121,7 @@ def test_open_loop_arrivals_follow_the_configured_rate(tmp_path):
     sc = scenario_file(tmp_path, traffic={"seed": 5, "classes": {"qa": ONE_TASK["qa"]}},
                        load={"mode": "open", "steps": [20, 40], "warmup_s": 1, "step_duration_s": 6,
                              "arrival": "poisson", "max_in_flight": 256, "stop_timeout_s": 10})
-    with start_sim("--profile", "tiny-fast", truth=True) as sim:
-        res = run_locust(sc, sim.base_url, tmp_path / "run")
-        truth = sim.read_truth()
-    assert res.returncode == 0, res.stderr[-3000:]
-    records = read_records(tmp_path / "run")
+    records, truth = run_on_sim(sc, tmp_path / "run", truth=True)
     check_against_truth(records, truth)
     m = read_manifest(tmp_path / "run")
     assert m["load_mode"] == "open" and [s["name"] for s in m["steps"]] == ["r20", "r40"]
@@ -154,11 +142,7 @@ def test_with_keep_alive_off_every_request_opens_its_own_connection_and_says_so(
                        target={"keep_alive": False},
                        load={"mode": "closed", "steps": [2], "warmup_s": 0, "step_duration_s": 2,
                              "stop_timeout_s": 10})
-    with start_sim("--profile", "tiny-fast", truth=True) as sim:
-        res = run_locust(sc, sim.base_url, tmp_path / "run")
-        truth = sim.read_truth()
-    assert res.returncode == 0, res.stderr[-3000:]
-    records = read_records(tmp_path / "run")
+    records, truth = run_on_sim(sc, tmp_path / "run", truth=True)
     check_against_truth(records, truth)
     m = read_manifest(tmp_path / "run")
     assert m["scenario"]["target"]["keep_alive"] is False
