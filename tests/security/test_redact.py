@@ -9,12 +9,7 @@ import pytest
 
 from tokenswarm import redact as r
 
-
-@pytest.fixture(autouse=True)
-def _fresh_registry():
-    r.forget_all()
-    yield
-    r.forget_all()
+pytestmark = pytest.mark.usefixtures("fresh_redaction_registry")
 
 
 def test_a_registered_value_is_masked_wherever_it_appears():
