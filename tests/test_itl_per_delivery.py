@@ -43,7 +43,7 @@ def test_inter_chunk_latency_keeps_the_raw_event_gaps():
         ([5.0, 9.0], [1, 0], []),  # a delivery without tokens gives no sample
     ],
 )
-def test_itl_per_delivery_table(offsets, tokens, expected):
+def test_itl_samples_per_delivery_match_the_hand_computed_table(offsets, tokens, expected):
     assert metrics.itl_ms(offsets, tokens) == pytest.approx(expected)
 
 

@@ -35,22 +35,24 @@ MASK = "***"
 #: values shorter than this are not registered: masking "a" or "1" everywhere would garble output
 MIN_SECRET_LEN = 4
 
+# re.ASCII: \b and \s mean the same on text as on encoded lines (redact_bytes), so every sink masks
+# the same; with Unicode rules a key right after a non-ASCII letter ("ésk-...") had no \b in text.
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # the value of an Authorization header, whatever its scheme (echoed by a gateway, in a --set)
     (re.compile(r"(\b(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?)(?![\s\"']*\*\*\*)(?!(?:true|false|null)\b)"
-                r"[^\"'\r\n,;}]+", re.IGNORECASE),
+                r"[^\"'\r\n,;}]+", re.IGNORECASE | re.ASCII),
      r"\1" + MASK),
     # a bearer credential anywhere else
-    (re.compile(r"\b(Bearer)\s+(?![\s\"']*\*\*\*)[A-Za-z0-9._~+/\-]{8,}=*", re.IGNORECASE), r"\1 " + MASK),
+    (re.compile(r"\b(Bearer)\s+(?![\s\"']*\*\*\*)[A-Za-z0-9._~+/\-]{8,}=*", re.IGNORECASE | re.ASCII), r"\1 " + MASK),
     # user info of a URL: scheme://user:password@host -> scheme://***@host
-    (re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)(?!\*\*\*@)[^/\s@'\"<>]+@"), r"\1" + MASK + "@"),
+    (re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)(?!\*\*\*@)[^/\s@'\"<>]+@", re.ASCII), r"\1" + MASK + "@"),
     # provider key shapes (OpenAI sk-, Hugging Face hf_, Groq gsk_, xAI xai-, GitHub ghp_ ...)
-    (re.compile(r"\b(?:sk|pk|rk|hf|gsk|xai|ghp|gho|glpat)[-_][A-Za-z0-9_\-]{8,}"), MASK),
+    (re.compile(r"\b(?:sk|pk|rk|hf|gsk|xai|ghp|gho|glpat)[-_][A-Za-z0-9_\-]{8,}", re.ASCII), MASK),
     # key=value / "key": "value" forms naming a secret (not "is_secret": false: JSON must stay valid;
     # not the bracket of a list, 'api_key': [...]: a known value inside it is masked, the words stay)
     (re.compile(r"(\b(?:api[_-]?key|access[_-]?token|password|secret)[\"']?\s*[:=]\s*[\"']?)"
                 r"(?![\s\"']*\*\*\*)(?!(?:true|false|null)\b)[^\s\"',;&}[\]]+",
-                re.IGNORECASE), r"\1" + MASK),
+                re.IGNORECASE | re.ASCII), r"\1" + MASK),
 )
 
 _lock = threading.Lock()

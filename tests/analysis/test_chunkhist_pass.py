@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from tokenswarm import metrics
+from tests.helpers import reference as ref
 from tokenswarm.analysis import chunkhist
 from tokenswarm.analysis.chunkhist import TOKENS_CAP, ChunkAccumulator, ChunkHistograms, _positions
 
@@ -82,7 +82,7 @@ def test_the_fused_pass_counts_each_delivery_once(name: str, use_kernel: bool) -
     assert int(ch.gaps[0]) == int(ch.cube[0].sum() + ch.unknown[0].sum() + ch.big[0].sum()) \
         == sum(len(offs) - 1 for offs, _ in good)
     # the ITL the histograms stand for: the glossary's samples, counted and summed exactly
-    samples = [s for offs, toks in good for s in metrics.itl_ms(offs, toks)]
+    samples = [s for offs, toks in good for s in ref.itl_ms(offs, toks)]
     itl = ch.itl([0])
     assert itl.count == len(samples) == sum(t for t, _ in deliveries)
     assert itl.sum() == pytest.approx(sum(samples))

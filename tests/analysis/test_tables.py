@@ -1,10 +1,11 @@
-"""Step tables: every statistic against an independent computation on the raw records."""
+"""Step tables: every statistic against an independent computation on the raw records
+(the glossary's formulas written out in tests/helpers/reference.py, and numpy)."""
 
 import numpy as np
 import pytest
 
 from tests.analysis.runfactory import T0, failed, record, step, write_run
-from tokenswarm import metrics
+from tests.helpers import reference as ref
 from tokenswarm.analysis import load_run, step_table
 from tokenswarm.analysis.stats import PERCENTILE_KEYS, PERCENTILES
 from tokenswarm.analysis.tables import derived
@@ -33,17 +34,17 @@ def random_run(tmp_path_factory):
     return write_run(tmp_path_factory.mktemp("r") / "run", recs), recs
 
 
-def test_vectorised_per_request_metrics_equal_the_glossary(random_run):
+def test_vectorised_per_request_metrics_equal_the_glossary_formulas(random_run):
     path, recs = random_run
     run = load_run(path)
     d = derived(run)
     for i, r in enumerate(recs):
-        exp_tpot = metrics.tpot_ms(r["ttft_ms"], r["e2e_ms"], r["output_tokens"])
-        exp_tps = metrics.request_output_tps(r["output_tokens"], r["e2e_ms"])
+        exp_tpot = ref.tpot_ms(r["ttft_ms"], r["e2e_ms"], r["output_tokens"])
+        exp_tps = ref.request_output_tps(r["output_tokens"], r["e2e_ms"])
         got_tpot, got_tps = d["tpot_ms"][i], d["request_output_tps"][i]
         assert (np.isnan(got_tpot) if exp_tpot is None else got_tpot == pytest.approx(exp_tpot, rel=1e-12))
         assert (np.isnan(got_tps) if exp_tps is None else got_tps == pytest.approx(exp_tps, rel=1e-12))
-        exp_sched = metrics.with_schedule(r["schedule_lag_ms"], r["ttft_ms"])
+        exp_sched = ref.with_schedule(r["schedule_lag_ms"], r["ttft_ms"])
         got_sched = d["ttft_from_schedule_ms"][i]
         assert (np.isnan(got_sched) if exp_sched is None else got_sched == pytest.approx(exp_sched, rel=1e-12))
 
@@ -53,7 +54,7 @@ def test_chunk_csr_layout_reproduces_the_glossary_gaps(random_run):
     run = load_run(path)
     for i, r in enumerate(recs):
         gaps = run.gap_ms[run.gap_ptr[i]:run.gap_ptr[i + 1]]
-        np.testing.assert_allclose(gaps, metrics.inter_chunk_ms(r["chunk_offsets_ms"]), rtol=1e-6, atol=1e-5)
+        np.testing.assert_allclose(gaps, ref.inter_chunk_ms(r["chunk_offsets_ms"]), rtol=1e-6, atol=1e-5)
 
 
 def test_latency_percentiles_equal_numpy_on_the_glossary_values(random_run):
@@ -64,9 +65,9 @@ def test_latency_percentiles_equal_numpy_on_the_glossary_values(random_run):
     expected = {
         "ttft": [r["ttft_ms"] for r in ok],
         "e2e": [r["e2e_ms"] for r in ok],
-        "tpot": [v for r in ok if (v := metrics.tpot_ms(r["ttft_ms"], r["e2e_ms"], r["output_tokens"])) is not None],
-        "itl": [v for r in ok for v in metrics.itl_ms(r["chunk_offsets_ms"], r["chunk_tokens"])],
-        "inter_chunk": [v for r in ok for v in metrics.inter_chunk_ms(r["chunk_offsets_ms"])],
+        "tpot": [v for r in ok if (v := ref.tpot_ms(r["ttft_ms"], r["e2e_ms"], r["output_tokens"])) is not None],
+        "itl": [v for r in ok for v in ref.itl_ms(r["chunk_offsets_ms"], r["chunk_tokens"])],
+        "inter_chunk": [v for r in ok for v in ref.inter_chunk_ms(r["chunk_offsets_ms"])],
         "schedule_lag": [r["schedule_lag_ms"] for r in recs],
     }
     for name, values in expected.items():

@@ -25,6 +25,16 @@ def tokenswarm_run(*args, timeout_s=120):
                           timeout=timeout_s, cwd=ROOT)
 
 
+def run_judged(tmp_path, host: str, *args: str, expect_exit: int, slo: dict | None = None):
+    """``tokenswarm run`` of the short Q&A load against ``host``; asserts the exit status and
+    returns the process and its ``slo.json`` verdict."""
+    sc = scenario_file(tmp_path, traffic=TRAFFIC, load=LOAD, **({"slo": slo} if slo else {}))
+    out = tmp_path / "run"
+    res = tokenswarm_run(str(sc), "--headless", "--host", host, "--out", str(out), *args)
+    assert res.returncode == expect_exit, res.stdout[-2000:] + res.stderr[-2000:]
+    return res, json.loads((out / "slo.json").read_text())
+
+
 @pytest.fixture(scope="module")
 def sim():
     with start_sim("--profile", "tiny-fast") as s:
@@ -32,12 +42,9 @@ def sim():
 
 
 def test_all_slos_met_exits_0_with_slo_json_and_junit(tmp_path, sim):
-    sc = scenario_file(tmp_path, traffic=TRAFFIC, load=LOAD)
+    res, v = run_judged(tmp_path, sim.base_url, "--slo", "ttft_p50_ms=5000", "--slo", "error_rate=0.5",
+                        "--slo", "qa.tpot_p50_ms=1000", expect_exit=0)
     out = tmp_path / "run"
-    res = tokenswarm_run(str(sc), "--headless", "--host", sim.base_url, "--out", str(out),
-                         "--slo", "ttft_p50_ms=5000", "--slo", "error_rate=0.5", "--slo", "qa.tpot_p50_ms=1000")
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    v = json.loads((out / "slo.json").read_text())
     assert v["passed"] and v["exit_status"] == 0
     names = {(c["slo_name"], c["task"]) for c in v["checks"]}
     assert {("ttft_p50_ms", "all"), ("error_rate", "qa"), ("tpot_p50_ms", "qa")} <= names
@@ -48,11 +55,8 @@ def test_all_slos_met_exits_0_with_slo_json_and_junit(tmp_path, sim):
 
 
 def test_a_missed_slo_exits_1_and_names_it(tmp_path, sim):
-    sc = scenario_file(tmp_path, traffic=TRAFFIC, load=LOAD, slo={"ttft_p50_ms": 0.001})
+    res, v = run_judged(tmp_path, sim.base_url, slo={"ttft_p50_ms": 0.001}, expect_exit=1)
     out = tmp_path / "run"
-    res = tokenswarm_run(str(sc), "--headless", "--host", sim.base_url, "--out", str(out))
-    assert res.returncode == 1, res.stdout[-2000:] + res.stderr[-2000:]
-    v = json.loads((out / "slo.json").read_text())
     missed = [c for c in v["checks"] if not c["passed"]]
     assert missed and all(c["slo_name"] == "ttft_p50_ms" for c in missed)
     failures = ET.parse(out / "junit.xml").getroot().findall(".//failure")
@@ -61,11 +65,7 @@ def test_a_missed_slo_exits_1_and_names_it(tmp_path, sim):
 
 
 def test_a_tail_slo_over_too_few_requests_exits_1_saying_not_enough_samples(tmp_path, sim):
-    sc = scenario_file(tmp_path, traffic=TRAFFIC, load=LOAD, slo={"ttft_p99_ms": 100000})
-    out = tmp_path / "run"
-    res = tokenswarm_run(str(sc), "--headless", "--host", sim.base_url, "--out", str(out))
-    assert res.returncode == 1, res.stdout[-2000:] + res.stderr[-2000:]
-    v = json.loads((out / "slo.json").read_text())
+    res, v = run_judged(tmp_path, sim.base_url, slo={"ttft_p99_ms": 100000}, expect_exit=1)
     assert v["checks"] and all(c["not_enough_samples"] and c["observed_value"] is None for c in v["checks"])
     assert "NOT ENOUGH SAMPLES" in res.stdout and "not judged: not enough samples" in res.stdout
 
@@ -87,12 +87,9 @@ def test_unreachable_target_exits_3_with_a_clear_message(tmp_path):
 
 
 def test_no_successful_request_exits_3(tmp_path):
-    sc = scenario_file(tmp_path, traffic=TRAFFIC, load=LOAD, slo={"error_rate": 1.0})
     with start_sim("--profile", "tiny-fast", "--fault-http-500", "1.0") as broken:
-        out = tmp_path / "run"
-        res = tokenswarm_run(str(sc), "--headless", "--host", broken.base_url, "--out", str(out))
-    assert res.returncode == 3, res.stdout[-2000:] + res.stderr[-2000:]
-    v = json.loads((out / "slo.json").read_text())
+        _, v = run_judged(tmp_path, broken.base_url, slo={"error_rate": 1.0}, expect_exit=3)
+    out = tmp_path / "run"
     assert "no successful request" in v["reason"]
     recs = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
     assert recs and all(r["outcome"] == "http_error" and r["http_status"] == 500 for r in recs)

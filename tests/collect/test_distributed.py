@@ -3,7 +3,6 @@
 import json
 import os
 import signal
-import time
 
 import pytest
 
@@ -14,6 +13,7 @@ from tests.helpers.runs import (
     scenario_file,
     start_master_and_workers,
 )
+from tests.helpers.waiting import wait_until
 from tokenswarm.sim.testing import start_sim
 
 pytestmark = pytest.mark.slow
@@ -67,13 +67,10 @@ def test_a_worker_killed_mid_run_is_accounted_for_and_the_run_still_ends(tmp_pat
                              "stop_timeout_s": 5})
     with start_sim("--profile", "tiny-fast", truth=True) as sim:
         master, workers = start_master_and_workers(sc, sim.base_url, tmp_path / "run", 2)
-        deadline = time.monotonic() + 60
         run = tmp_path / "run"
-        while time.monotonic() < deadline:  # wait until records flow from both workers
-            if (run / "records.jsonl").exists() and len({r["worker_id"] for r in read_records(run)}) == 2:
-                break
-            time.sleep(0.5)
-        time.sleep(1.0)
+        # records of both workers have reached the master: the one killed had requests in flight
+        wait_until(lambda: (run / "records.jsonl").exists() and len({r["worker_id"] for r in read_records(run)}) == 2,
+                   60, "records from both workers", every_s=0.2)
         os.killpg(workers[0].pid, signal.SIGKILL)
         code, out = finish_master_and_workers(master, workers)
         truth = sim.read_truth()

@@ -14,21 +14,13 @@ import pytest
 
 from tests.helpers.procs import free_port, wait_port
 from tests.helpers.runs import ROOT, read_manifest, read_records, run_locust, scenario_file
+from tests.helpers.waiting import wait_until
 from tokenswarm.sim.testing import start_sim
 
 pytestmark = pytest.mark.slow
 
 QA = {"weight": 1, "prompt_tokens": {"dist": "fixed", "value": 30},
       "max_tokens": {"dist": "fixed", "value": 24}, "sampling": {"ignore_eos": True}}
-
-
-def wait_until(pred, timeout_s: float, what: str) -> None:
-    """Poll ``pred`` until true; fail naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.1)
 
 
 def _served(port: int) -> int:
@@ -220,9 +212,7 @@ def test_report_works_on_a_run_in_progress(tmp_path):
              "--records-format", "jsonl"],  # a soak's Parquet store writes a row group a minute at most
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, start_new_session=True)
         try:
-            deadline = time.monotonic() + 40
-            while time.monotonic() < deadline and not (run / "live_summary.json").exists():
-                time.sleep(0.5)
+            wait_until((run / "live_summary.json").exists, 40, "the first live summary")
             wait_until(lambda: (run / "records.jsonl").exists() and (run / "records.jsonl").stat().st_size > 0, 30,
                        "the first flush of records (at least every 5 s)")
             assert proc.poll() is None, "the run is still going"

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from dataclasses import dataclass
 
@@ -16,6 +15,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from tests.helpers.procs import free_port
 from tests.helpers.runs import ROOT, scenario_file, start_master_and_workers
+from tests.helpers.waiting import wait_until
 from tokenswarm.load.livestats import LiveStats, LogHistogram
 from tokenswarm.orchestrate.export import TTFT_BUCKETS_S, LiveExporter, is_loopback, prometheus_buckets
 from tokenswarm.record import RequestRecord
@@ -128,21 +128,21 @@ def _scenario(tmp_path):
 
 def _scrape_until_served(port: int, workers: int = 1, timeout_s: float = 60) -> dict:
     """Scrape until finished requests and a health sample of every worker show (bounded)."""
-    families: dict = {}
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def served() -> dict | None:
         try:
             text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         except OSError:
-            time.sleep(0.3)
-            continue
+            return None
         families = {f.name: f for f in text_string_to_metric_families(text)}
         done = [s for s in families.get("tokenswarm_requests", []).samples if s.name.endswith("_total")]
         health = families.get("tokenswarm_generator_cpu_percent")
         if done and sum(s.value for s in done) >= 5 and health is not None and len(health.samples) >= workers:
-            break
-        time.sleep(0.3)
-    return families
+            return families
+        return None
+
+    return wait_until(served, timeout_s, f"5 finished requests and {workers} worker health sample(s) on /metrics",
+                      every_s=0.3)
 
 
 def _check_scrape(families: dict) -> None:

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from tests.helpers.runs import ROOT, read_manifest, read_records, scenario_file
+from tests.helpers.waiting import wait_until
 from tokenswarm.sim.testing import start_sim
 
 pytestmark = pytest.mark.slow
@@ -45,15 +46,6 @@ def finish(proc: subprocess.Popen, timeout_s: float) -> tuple[int, str, str, flo
         out, err = proc.communicate(timeout=30)
         pytest.fail(f"the run was still going {timeout_s} s later:\n{out[-2000:]}\n{err[-3000:]}")
     return proc.returncode, out, err, time.time()
-
-
-def wait_for(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def test_max_run_time_cancels_never_ending_streams_and_exits_within_5_s_of_its_limit(tmp_path, stalling_sim):
@@ -105,7 +97,7 @@ def test_a_signal_finalises_the_manifest_with_partial_steps_and_exits_130(tmp_pa
     before = stalling_sim.stats()["requests"]
     proc = tokenswarm_run(str(sc), "--headless", "--host", stalling_sim.base_url, "--out", str(out), "--no-pilot")
     try:
-        wait_for(lambda: stalling_sim.stats()["requests"] - before >= 2, 60, "both users' requests in flight")
+        wait_until(lambda: stalling_sim.stats()["requests"] - before >= 2, 60, "both users' requests in flight")
     except BaseException:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)

@@ -15,13 +15,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.procs import HERE, free_port, wait_port
 from tests.helpers.runs import ROOT, read_manifest, read_records, scenario_file
+from tests.helpers.waiting import wait_until
 from tokenswarm.orchestrate.exposure import is_loopback, master_refusal, web_ui_warning
 from tokenswarm.sim.testing import start_sim
 
@@ -61,10 +61,8 @@ def test_a_rogue_worker_without_the_token_gets_no_spawn_and_its_records_are_refu
             for mode, out in outs.items():
                 procs.append(subprocess.Popen([sys.executable, str(HERE / "rogue_worker.py"), str(port), mode,
                                                str(out), "60"], cwd=ROOT, start_new_session=True))
-            deadline = time.monotonic() + 30
-            while not all(any(m["type"] == "ack" for m in received(o)) for o in outs.values()):
-                assert time.monotonic() < deadline, "the fake workers never got through to the master"
-                time.sleep(0.1)
+            wait_until(lambda: all(any(m["type"] == "ack" for m in received(o)) for o in outs.values()), 30,
+                       "the fake workers' acknowledgements from the master")
             # the real worker comes last: the fake ones are connected when the run is spawned
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "locust", "-f", locustfile, "--worker", "--master-host", "127.0.0.1",

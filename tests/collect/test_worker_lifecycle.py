@@ -16,6 +16,7 @@ import pytest
 
 from tests.helpers.procs import free_port
 from tests.helpers.runs import ROOT, read_manifest, read_records, scenario_file, start_master_and_workers
+from tests.helpers.waiting import wait_until
 from tokenswarm.collect.relay import Collector
 from tokenswarm.commands.workers import DEFAULT_WORKER_WAIT_S, distributed_argv
 from tokenswarm.load.lifecycle import watch_parent
@@ -143,10 +144,7 @@ def test_a_local_worker_stops_when_its_master_is_killed(tmp_path: Path):
              "--master-bind-port", port, "--master-port", port, "--only-summary"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, start_new_session=True)
         try:
-            deadline = time.monotonic() + 60
-            children: list[psutil.Process] = []
-            while time.monotonic() < deadline and not (tmp_path / "run" / "records.jsonl").exists():
-                time.sleep(0.2)
+            wait_until((tmp_path / "run" / "records.jsonl").exists, 60, "the first records of the run")
             children = psutil.Process(proc.pid).children()
             assert children, "Locust forked no worker"
             os.kill(proc.pid, signal.SIGKILL)

@@ -20,7 +20,9 @@ import os
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # run as a script: its sibling modules
+from jsonhttp import JSONHandler, serve
 
 K, ACCEPT = 4, 2
 STATS = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "predicted": 0, "prompt": 0, "processing": 0}
@@ -48,25 +50,12 @@ def metrics_text() -> str:
     return "\n".join(lines) + "\n"
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args) -> None:  # quiet
-        pass
-
-    def _json(self, code: int, obj) -> None:
-        body = json.dumps(obj).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
+class Handler(JSONHandler):
     def do_GET(self) -> None:
         if self.path == "/v1/models":
-            return self._json(200, {"object": "list", "data": [{"id": "llama-test", "object": "model"}]})
+            return self.answer_json(200, {"object": "list", "data": [{"id": "llama-test", "object": "model"}]})
         if self.path == "/health":
-            return self._json(200, {"status": "ok"})
+            return self.answer_json(200, {"status": "ok"})
         if self.path == "/metrics":
             body = metrics_text().encode()
             self.send_response(200)
@@ -75,15 +64,15 @@ class Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(body)
             return
-        self._json(404, {"error": {"message": "not found", "type": "not_found_error"}})
+        self.answer_json(404, {"error": {"message": "not found", "type": "not_found_error"}})
 
     def do_POST(self) -> None:
         data = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
         if self.path == "/tokenize":
             words = str(data.get("content", "")).split()
-            return self._json(200, {"tokens": list(range(len(words)))})
+            return self.answer_json(200, {"tokens": list(range(len(words)))})
         if self.path != "/v1/chat/completions":
-            return self._json(404, {"error": {"message": "not found", "type": "not_found_error"}})
+            return self.answer_json(404, {"error": {"message": "not found", "type": "not_found_error"}})
         prompt_n = sum(len(str(m.get("content", "")).split()) for m in data.get("messages", []))
         n = int(data.get("max_tokens") or 16)
         self.send_response(200)
@@ -123,12 +112,5 @@ class Handler(BaseHTTPRequestHandler):
             STATS["prompt"] += prompt_n
 
 
-def main() -> None:
-    port = int(sys.argv[1])
-    lifetime = float(sys.argv[2]) if len(sys.argv) > 2 else 120.0
-    threading.Timer(lifetime, lambda: os._exit(0)).start()  # never outlive a crashed test
-    ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
-
-
 if __name__ == "__main__":
-    main()
+    serve(Handler)

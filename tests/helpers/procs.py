@@ -8,8 +8,9 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from tests.helpers.waiting import wait_until
 
 HERE = Path(__file__).parent
 
@@ -20,14 +21,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
 def wait_port(port: int, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout_s}s")
+    """Wait (bounded) until something accepts connections on 127.0.0.1:``port``."""
+    wait_until(lambda: _listening(port), timeout_s, f"a listener on 127.0.0.1:{port}")
 
 
 @contextlib.contextmanager
@@ -55,3 +56,15 @@ def scripted_server(lifetime_s: float = 120.0, tls: tuple[str, str] | None = Non
     """
     env = {"SCRIPTED_TLS_CERT": tls[0], "SCRIPTED_TLS_KEY": tls[1]} if tls else None
     return helper_server("scripted_server.py", lifetime_s, env=env, scheme="https" if tls else "http")
+
+
+@contextlib.contextmanager
+def fake_tokenize_servers():
+    """Yields ``start(mode, key=None) -> base URL`` for fake /tokenize servers
+    (``fake_tokenize.py``: one token per word, in the dialect ``mode``); all stop on exit."""
+    with contextlib.ExitStack() as stack:
+        def start(mode: str, key: str | None = None) -> str:
+            env = {"FAKE_TOKENIZE_MODE": mode, **({"FAKE_TOKENIZE_KEY": key} if key else {})}
+            return stack.enter_context(helper_server("fake_tokenize.py", 60, env=env))
+
+        yield start

@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from tokenswarm.sim.testing import start_sim
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -37,6 +39,19 @@ def run_locust(scenario: Path, host: str, out: Path, *extra: str, timeout_s: flo
            "--scenario", str(scenario), "--host", host, "--out", str(out), "--only-summary", *extra]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT,
                           env={**os.environ, **(env or {})})
+
+
+def run_on_sim(scenario: Path, out: Path, *extra: str, profile: str = "tiny-fast",
+               truth: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Run Locust against a fresh simulator of ``profile``; the run must exit 0.
+
+    Returns the run's records and the simulator's ground-truth log (empty unless ``truth``).
+    """
+    with start_sim("--profile", profile, truth=truth) as sim:
+        res = run_locust(scenario, sim.base_url, out, *extra)
+        truth_log = sim.read_truth() if truth else []
+    assert res.returncode == 0, res.stderr[-3000:]
+    return read_records(out), truth_log
 
 
 def read_records(run_dir: Path) -> list[dict[str, Any]]:

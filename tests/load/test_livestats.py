@@ -5,8 +5,8 @@ import random
 import numpy as np
 import pytest
 
+from tests.helpers.reference import itl_ms
 from tokenswarm.load.livestats import LiveStats, LogHistogram, TaskStats
-from tokenswarm.metrics import itl_ms
 from tokenswarm.record import RequestRecord
 
 

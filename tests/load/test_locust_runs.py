@@ -6,9 +6,9 @@ import statistics
 import numpy as np
 import pytest
 
-from tests.helpers.runs import read_manifest, read_records, run_locust, scenario_file
+from tests.helpers.runs import read_manifest, run_on_sim, scenario_file
+from tokenswarm.metrics import min_samples_for
 from tokenswarm.record import FORMAT_VERSION
-from tokenswarm.sim.testing import start_sim
 
 pytestmark = pytest.mark.slow
 
@@ -62,11 +62,7 @@ def test_each_user_class_records_match_the_server_exactly(tmp_path, task):
     sc = scenario_file(tmp_path, traffic={"seed": 7, "keep_outputs": True, "classes": {task: ONE_TASK[task]}},
                        load={"mode": "closed", "steps": [2], "warmup_s": 0.5, "step_duration_s": 4,
                              "stop_timeout_s": 10})
-    with start_sim("--profile", "tiny-fast", truth=True) as sim:
-        res = run_locust(sc, sim.base_url, tmp_path / "run")
-        truth = sim.read_truth()
-    assert res.returncode == 0, res.stderr[-3000:]
-    records = read_records(tmp_path / "run")
+    records, truth = run_on_sim(sc, tmp_path / "run", truth=True)
     pairs = check_against_truth(records, truth)
     m = read_manifest(tmp_path / "run")
     assert m["format_version"] == FORMAT_VERSION == 2 and m["complete"] and m["steps"][0]["name"] == "c2"
@@ -88,38 +84,44 @@ def test_each_user_class_records_match_the_server_exactly(tmp_path, task):
         assert all(p[0] < p[1] < p[2] for p in by_session.values() if len(p) == 3)
 
 
+#: The accuracy goals of docs/truth-server.md ("The goals"): at 64 streams the TTFT error p99 and
+#: the chunk-gap error p99 are each at most 1 ms.
+ACCURACY_GOAL_P99_MS = 1.0
+
+
 @pytest.mark.timing
-def test_timings_agree_with_the_server_within_2ms_at_64_streams(tmp_path):
+def test_ttft_and_chunk_gap_errors_stay_within_the_documented_1ms_p99_at_64_streams(tmp_path):
     # Varied answer lengths keep the 64 streams out of lockstep: 64 requests arriving in one
-    # instant would measure the simulator's intake queue, not the client.
+    # instant would measure the simulator's intake queue, not the client. Short answers (20-60
+    # tokens, ~2.4 per 10 ms event) give the TTFT p99 the 1,000 requests the project's sample
+    # rule asks of a p99 (tokenswarm.metrics.min_samples_for) and the gap p99 tens of thousands.
     sc = scenario_file(tmp_path, traffic={"seed": 3, "classes": {"qa": {
         "weight": 1, "prompt_tokens": {"dist": "fixed", "value": 40},
-        "max_tokens": {"dist": "uniform", "min": 50, "max": 150}, "sampling": {"ignore_eos": True}}}},
-        load={"mode": "closed", "steps": [64], "warmup_s": 1, "step_duration_s": 6, "stop_timeout_s": 10})
-    with start_sim("--profile", "bench-10ms", truth=True) as sim:
-        res = run_locust(sc, sim.base_url, tmp_path / "run")
-        truth = sim.read_truth()
-    assert res.returncode == 0, res.stderr[-3000:]
-    records = [r for r in read_records(tmp_path / "run") if r["phase"] == "steady"]
+        "max_tokens": {"dist": "uniform", "min": 20, "max": 60}, "sampling": {"ignore_eos": True}}}},
+        load={"mode": "closed", "steps": [64], "warmup_s": 1, "step_duration_s": 8, "stop_timeout_s": 10})
+    records, truth = run_on_sim(sc, tmp_path / "run", profile="bench-10ms", truth=True)
+    records = [r for r in records if r["phase"] == "steady"]
     pairs = check_against_truth(records, truth)
-    assert len(pairs) >= 64
     ttft_err, gap_err = timing_errors_ms(pairs)
+    assert ttft_err.size >= min_samples_for(99), f"only {ttft_err.size} requests: too few for a TTFT p99"
     # Client TTFT includes connect + send; chunk gaps are pure arrival differences.
-    assert np.median(np.abs(ttft_err)) < 1.0, f"TTFT error median {np.median(np.abs(ttft_err)):.3f} ms, tolerance 1 ms"
-    assert np.quantile(np.abs(ttft_err), 0.9) < 2.0, f"TTFT error p90 {np.quantile(np.abs(ttft_err), 0.9):.3f} ms, tolerance 2 ms"
-    assert np.median(np.abs(gap_err)) < 0.5, f"gap error median {np.median(np.abs(gap_err)):.3f} ms, tolerance 0.5 ms"
-    assert np.quantile(np.abs(gap_err), 0.9) < 2.0, f"gap error p90 {np.quantile(np.abs(gap_err), 0.9):.3f} ms, tolerance 2 ms"
+    ttft_p99 = float(np.quantile(np.abs(ttft_err), 0.99))
+    gap_p99 = float(np.quantile(np.abs(gap_err), 0.99))
+    # On a busy machine the client can be preempted between handing the request to the kernel
+    # and reading the clock (``sent``): its TTFT then comes out short, a negative error.
+    measured = (f"TTFT error p99 {ttft_p99:.3f} ms over {ttft_err.size} requests (most negative "
+                f"{ttft_err.min():.3f} ms), chunk-gap error p99 {gap_p99:.3f} ms over {gap_err.size} gaps; "
+                f"documented goal <= {ACCURACY_GOAL_P99_MS} ms each at 64 streams (docs/truth-server.md; met "
+                f"on an idle machine in docs/results/accuracy.md, not on 2 cores shared with other work)")
+    assert ttft_p99 <= ACCURACY_GOAL_P99_MS, measured
+    assert gap_p99 <= ACCURACY_GOAL_P99_MS, measured
 
 
 def test_open_loop_arrivals_follow_the_configured_rate(tmp_path):
     sc = scenario_file(tmp_path, traffic={"seed": 5, "classes": {"qa": ONE_TASK["qa"]}},
                        load={"mode": "open", "steps": [20, 40], "warmup_s": 1, "step_duration_s": 6,
                              "arrival": "poisson", "max_in_flight": 256, "stop_timeout_s": 10})
-    with start_sim("--profile", "tiny-fast", truth=True) as sim:
-        res = run_locust(sc, sim.base_url, tmp_path / "run")
-        truth = sim.read_truth()
-    assert res.returncode == 0, res.stderr[-3000:]
-    records = read_records(tmp_path / "run")
+    records, truth = run_on_sim(sc, tmp_path / "run", truth=True)
     check_against_truth(records, truth)
     m = read_manifest(tmp_path / "run")
     assert m["load_mode"] == "open" and [s["name"] for s in m["steps"]] == ["r20", "r40"]
@@ -140,11 +142,7 @@ def test_with_keep_alive_off_every_request_opens_its_own_connection_and_says_so(
                        target={"keep_alive": False},
                        load={"mode": "closed", "steps": [2], "warmup_s": 0, "step_duration_s": 2,
                              "stop_timeout_s": 10})
-    with start_sim("--profile", "tiny-fast", truth=True) as sim:
-        res = run_locust(sc, sim.base_url, tmp_path / "run")
-        truth = sim.read_truth()
-    assert res.returncode == 0, res.stderr[-3000:]
-    records = read_records(tmp_path / "run")
+    records, truth = run_on_sim(sc, tmp_path / "run", truth=True)
     check_against_truth(records, truth)
     m = read_manifest(tmp_path / "run")
     assert m["scenario"]["target"]["keep_alive"] is False

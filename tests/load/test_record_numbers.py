@@ -10,6 +10,7 @@ from array import array
 import numpy as np
 import pytest
 
+from tests.helpers import reference as ref
 from tokenswarm.load import livestats
 from tokenswarm.load.livestats import LogHistogram
 from tokenswarm.wire import stream
@@ -63,6 +64,11 @@ def test_itl_buckets_equal_the_numpy_flush(seed, monkeypatch):
     assert native.buckets == bulk.buckets and native.count == bulk.count
     assert native.min == bulk.min and native.max == bulk.max
     assert native.total == pytest.approx(bulk.total, rel=1e-12)
+    # and both are the glossary's per-delivery ITL, written out independently
+    samples = [v for offs, toks in data for v in ref.itl_ms(offs, toks)]
+    assert native.count == len(samples)
+    assert (native.min, native.max) == pytest.approx((min(samples), max(samples)), rel=1e-9)
+    assert native.total == pytest.approx(sum(samples), rel=1e-9)
 
 
 def test_a_stream_without_later_deliveries_gives_no_sample():

@@ -11,17 +11,12 @@ from tokenswarm.load.preflight import Answer, PreflightError, PromptTooLongError
 from tokenswarm.wire.auth import split_userinfo, target_headers, url_headers
 from tokenswarm.workload.scenario import parse_scenario
 
+pytestmark = pytest.mark.usefixtures("fresh_redaction_registry")
+
 
 def target(**fields):
     t = {"base_url": "http://127.0.0.1:9/v1", **fields}
     return parse_scenario({"name": "t", "target": t, "traffic": {"classes": {"qa": {"weight": 1}}}}, "<t>").target
-
-
-@pytest.fixture(autouse=True)
-def _fresh_registry():
-    redact.forget_all()
-    yield
-    redact.forget_all()
 
 
 def test_url_user_info_becomes_basic_auth_and_leaves_the_url():

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import logging
+import re
+from pathlib import Path
 
 import pytest
+import yaml
 
 from tokenswarm import redact as r
 
-
-@pytest.fixture(autouse=True)
-def _fresh_registry():
-    r.forget_all()
-    yield
-    r.forget_all()
+pytestmark = pytest.mark.usefixtures("fresh_redaction_registry")
 
 
 def test_a_registered_value_is_masked_wherever_it_appears():
@@ -100,22 +98,38 @@ def test_every_log_line_is_redacted_once_the_factory_is_installed(caplog):
         logging.setLogRecordFactory(old)
 
 
-def test_bytes_redaction_skips_patterns_only_where_they_cannot_match():
-    """redact_bytes runs a pattern only when its literals are present: same bytes as running them all."""
-    import random
+#: Hand-written record lines and what redact_bytes must make of them (a data file: see its comments).
+GATED_CASES = [(line.encode(), expected.encode())
+               for line, expected in yaml.safe_load((Path(__file__).parent / "redact_bytes_cases.yaml").read_text())]
 
-    def every_pattern(data: bytes) -> bytes:
-        if r._known_re_b is not None:
-            data = r._known_re_b.sub(r.MASK.encode(), data)
-        for pattern, repl in r._PATTERNS_B:
-            data = pattern.sub(repl, data)
-        return data
+
+@pytest.mark.parametrize(("line", "expected"), GATED_CASES, ids=[c[0][:24].decode() for c in GATED_CASES])
+def test_bytes_redaction_masks_each_secret_shape_of_a_json_line(line, expected):
+    r.remember("planted-gate-1")
+    assert r.redact_bytes(line) == expected
+
+
+def test_bytes_redaction_skips_patterns_only_where_they_cannot_match():
+    """redact_bytes runs a pattern only when its literals are present: on random byte soups of
+    every literal the patterns need, it gives the bytes of the text path, which runs every pattern
+    unconditionally (redact_text's documented equal), and leaves no planted or key-shaped secret."""
+    import random
 
     r.remember("planted-gate-1")
     atoms = ["Bearer ", "bearer\t", "authorization", "Proxy-Authorization", ": ", "=", '"', "'", "http://", "u:p@",
              "@", "sk-", "hf_", "glpat-", "API_KEY", "api-key", "Access_Token", "password", "SECRET", "abcdefghij",
              "1234567890", "***", ",", ";", "}", "\n", " ", "é", "planted-gate-1", "true", "null", "/"]
+    key_shape = re.compile(rb"\b(?:sk|hf|glpat)[-_][A-Za-z0-9_\-]{8,}")
     rng = random.Random(7)
     for _ in range(5000):
-        data = "".join(rng.choice(atoms) for _ in range(rng.randint(1, 12))).encode()
-        assert r.redact_bytes(data) == every_pattern(data), data
+        text = "".join(rng.choice(atoms) for _ in range(rng.randint(1, 12)))
+        out = r.redact_bytes(text.encode())
+        assert out == r.redact_text(text).encode(), text
+        assert b"planted-gate-1" not in out and key_shape.search(out) is None, (text, out)
+
+
+def test_text_and_encoded_lines_mask_a_key_glued_to_a_non_ascii_letter_alike():
+    """Word boundaries follow ASCII on both paths: 'ésk-...' is a key in a terminal line as in a record."""
+    text = "clé:sk-abcdefghij12 ñBearer abcdefghij"
+    assert r.redact_text(text) == "clé:*** ñBearer ***"
+    assert r.redact_bytes(text.encode()) == r.redact_text(text).encode()

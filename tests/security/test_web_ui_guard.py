@@ -24,6 +24,7 @@ import requests
 
 from tests.helpers.procs import free_port, helper_server, wait_port
 from tests.helpers.runs import ROOT, scenario_file
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -74,16 +75,6 @@ def page_session(ui: str) -> tuple[requests.Session, str]:
     m = re.search(r'<meta name="tokenswarm-csrf" content="([^"]+)">', page.text)
     assert m, "the UI's page carries its session token"
     return s, m.group(1)
-
-
-def wait_for(cond, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +156,7 @@ def test_the_uis_own_page_starts_a_run_and_a_host_changed_in_the_form_gets_no_cr
     r = s.post(ui + "/swarm", data={"user_count": "1", "spawn_rate": "1", "host": grabber},
                headers={"Origin": ui, "X-Tokenswarm-Csrf": token}, timeout=10)
     assert r.status_code == 200 and r.json()["success"] is True, r.text[:300]
-    got = wait_for(lambda: grabbed(grabber), 30, "the run to reach the host typed in the form")
+    got = wait_until(lambda: grabbed(grabber), 30, "the run to reach the host typed in the form")
     assert any(g["path"].endswith("/models") for g in got)
     for g in got:
         names = {k.lower() for k in g["headers"]}
@@ -195,7 +186,7 @@ def test_credentials_reach_the_configured_target_or_any_host_only_when_asked(tmp
             r = s.post(ui + "/swarm", data={"user_count": "1", "spawn_rate": "1", "host": grabber},
                        headers={"Origin": ui, "X-Tokenswarm-Csrf": token}, timeout=10)
             assert r.json()["success"] is True
-            got = wait_for(lambda: grabbed(grabber), 30, "the run's first request")
+            got = wait_until(lambda: grabbed(grabber), 30, "the run's first request")
     first = got[0]
     assert first["headers"].get("Authorization") == f"Bearer {KEY}"
     assert first["headers"].get("X-Gateway-Token") == GATEWAY

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from tests.helpers.waiting import wait_until
 from tokenswarm.sim.samples import chat_messages
 from tokenswarm.sim.testing import start_sim
 
@@ -12,7 +13,7 @@ from .conftest import TINY, chat, post
 
 
 @pytest.mark.parametrize("status", [500, 503, 429])
-def test_http_error_faults(status):
+def test_an_http_error_fault_answers_its_status_counts_it_and_logs_it_as_an_error(status):
     with start_sim(*TINY, f"--fault-http-{status}", "1.0", truth=True) as s:
         r = post(s.base_url, "/v1/chat/completions", chat(chat_messages("qa"), max_tokens=5))
         assert r.status == status and r.body["error"]["code"] == status
@@ -33,7 +34,7 @@ def test_fault_decisions_are_deterministic_given_the_seed():
     assert a == statuses(7) and {200, 500} == set(a) and a != statuses(8)
 
 
-def test_connection_cut_mid_stream():
+def test_a_cut_fault_ends_the_stream_unfinished_and_logs_the_chunks_it_sent():
     with start_sim(*TINY, "--fault-cut", "1.0", truth=True) as s:
         r = post(s.base_url, "/v1/chat/completions", chat(chat_messages("qa"), max_tokens=50, ignore_eos=True))
         assert r.status == 200 and not r.done and r.error is not None
@@ -44,7 +45,7 @@ def test_connection_cut_mid_stream():
         assert t["outcome"] == "fault_cut" and len(t["chunks"]) == len(r.content_events())
 
 
-def test_stall_mid_stream():
+def test_a_stall_fault_holds_one_gap_for_the_stall_and_still_delivers_every_token():
     with start_sim(*TINY, "--fault-stall", "1.0", "--stall-seconds", "0.6", truth=True) as s:
         r = post(s.base_url, "/v1/chat/completions", chat(chat_messages("qa"), max_tokens=30, ignore_eos=True))
         assert r.done and sum(r.tokens_per_chunk()) == 30
@@ -90,14 +91,7 @@ def test_client_disconnect_is_recorded_as_aborted():
         resp = conn.getresponse()
         resp.read1(100)
         conn.close()
-        import time
-
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            truth = s.read_truth()
-            if truth:
-                break
-            time.sleep(0.1)
+        truth = wait_until(s.read_truth, 5, "the aborted request in the truth log")
         assert truth and truth[0]["outcome"] == "aborted" and truth[0]["output_tokens"] < 3000
         m = s.metrics()
         assert m[("vllm:num_requests_running", (("engine", "0"), ("model_name", "sim-tiny")))] == 0

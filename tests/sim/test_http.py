@@ -37,7 +37,7 @@ def test_include_usage_without_continuous_stats_sends_one_final_usage_chunk(sim)
     assert r2.done and all("usage" not in e for e in r2.events)
 
 
-def test_streaming_completions_format(sim):
+def test_streamed_completions_are_text_completion_events_carrying_exactly_max_tokens(sim):
     payload = {"prompt": "Once upon a time", "max_tokens": 12, "stream": True, "ignore_eos": True,
                "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
     r = post(sim.base_url, "/v1/completions", payload)
@@ -118,7 +118,7 @@ def test_wrong_method_and_unknown_path(sim):
     assert get(sim.base_url, "/nope")[0] == 404
 
 
-def test_models_and_health(sim):
+def test_models_lists_the_served_model_with_its_context_length_and_health_answers_200(sim):
     status, body = get(sim.base_url, "/v1/models")
     data = json.loads(body)
     assert status == 200 and data["data"][0]["id"] == "sim-tiny" and data["data"][0]["max_model_len"] == 4096
@@ -186,7 +186,7 @@ def test_truth_log_matches_what_the_client_received(sim):
         assert min(delays) > -0.001 and sorted(delays)[len(delays) // 2] < 0.05
 
 
-def test_truth_log_records_errors(sim):
+def test_a_rejected_request_is_in_the_truth_log_as_an_error_without_chunks(sim):
     r = post(sim.base_url, "/v1/chat/completions", None, raw=b'{"messages": 3}')
     assert r.status == 400
     errors = [t for t in sim.read_truth() if t["status"] == 400]

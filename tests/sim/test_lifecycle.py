@@ -3,10 +3,16 @@
 import threading
 import time
 
+from tests.helpers.waiting import wait_until
 from tokenswarm.sim.samples import chat_messages
 from tokenswarm.sim.testing import start_sim
 
 from .conftest import chat, get, post
+
+
+def metric_total(sim, name: str) -> float:
+    """A metric of the simulator's /metrics summed over its label sets."""
+    return sum(v for (sample, _), v in sim.metrics().items() if sample == name)
 
 
 def test_sigterm_stops_cleanly_and_the_truth_log_is_complete(tmp_path):
@@ -16,7 +22,9 @@ def test_sigterm_stops_cleanly_and_the_truth_log_is_complete(tmp_path):
         t = threading.Thread(target=lambda: results.append(
             post(s.base_url, "/v1/chat/completions", chat(chat_messages("qa"), max_tokens=4000, ignore_eos=True))))
         t.start()
-        time.sleep(0.5)
+        # the long answer is streaming: 5 x 3 tokens of the short ones, then > 100 of its own
+        wait_until(lambda: metric_total(s, "vllm:generation_tokens_total") > 5 * 3 + 100, 20,
+                   "the long answer's first hundred tokens")
         assert s.stop() == 0
         t.join(10)
         truth = s.read_truth()
@@ -42,10 +50,13 @@ def test_excess_requests_wait_and_show_in_metrics_and_ttft(tmp_path):
         t0 = time.perf_counter()
         for th in threads:
             th.start()
-        time.sleep(0.1)
-        m = s.metrics()
-        waiting = m[("vllm:num_requests_waiting", (("engine", "0"), ("model_name", "m")))]
-        running = m[("vllm:num_requests_running", (("engine", "0"), ("model_name", "m")))]
+        labels = (("engine", "0"), ("model_name", "m"))
+        # all six admitted and the engine's first batch taken: max_num_seqs must cap it at two
+        m = wait_until(lambda: (m := s.metrics())[("vllm:num_requests_running", labels)] > 0
+                       and m[("vllm:num_requests_waiting", labels)] + m[("vllm:num_requests_running", labels)] == 6
+                       and m, 10, "all six requests admitted and a first batch running", every_s=0.01)
+        waiting = m[("vllm:num_requests_waiting", labels)]
+        running = m[("vllm:num_requests_running", labels)]
         for th in threads:
             th.join(20)
         assert running == 2 and waiting == 4

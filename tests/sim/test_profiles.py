@@ -8,7 +8,7 @@ import pytest
 from tokenswarm.sim.profiles import ProfileError, available_profiles, load_profile
 
 
-def test_shipped_profiles_load():
+def test_every_shipped_profile_loads_under_its_own_name():
     names = available_profiles()
     assert {"27b-1gpu", "tiny-fast", "bench-10ms"} <= set(names)
     for n in names:

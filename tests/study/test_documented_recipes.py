@@ -12,12 +12,12 @@ import re
 import shlex
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
 
 from tests.helpers.runs import ROOT
+from tests.helpers.waiting import wait_until
 from tokenswarm.sim.testing import free_port
 
 pytestmark = pytest.mark.slow
@@ -54,15 +54,15 @@ def as_python(argv: list[str]) -> list[str]:
 
 
 def wait_ready(port: int, proc: subprocess.Popen, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    def answers() -> bool:
         assert proc.poll() is None, "the simulator exited"
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1).read()
-            return
         except OSError:
-            time.sleep(0.1)
-    pytest.fail(f"simulator on port {port} not ready in {timeout_s} s")
+            return False
+        return True
+
+    wait_until(answers, timeout_s, f"the simulator on port {port} to answer /v1/models", every_s=0.1)
 
 
 @pytest.mark.timeout(1500)

@@ -5,11 +5,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from tests.helpers.runs import ROOT
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -103,15 +103,13 @@ def test_an_interrupted_study_resumes_and_skips_the_finished_arm_rounds(tmp_path
     cmd = study_cmd(scenario, out, f"base={SIM}", f"draft={SIM} --spec-method draft", extra=["--no-report"])
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                             start_new_session=True)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        # interrupt once the second arm-round's run has begun writing its run directory
-        if (out / "runs" / "draft-r1" / "manifest.json").exists():
-            break
+
+    def second_arm_round_started() -> bool:
         assert proc.poll() is None, proc.communicate()
-        time.sleep(0.2)
-    else:
-        pytest.fail("the second arm-round never started within 180 s")
+        return (out / "runs" / "draft-r1" / "manifest.json").exists()
+
+    # interrupt once the second arm-round's run has begun writing its run directory
+    wait_until(second_arm_round_started, 180, "the second arm-round's run directory", every_s=0.2)
     first_run_id = json.loads((out / "runs" / "base-r1" / "manifest.json").read_text())["run_id"]
     os.killpg(proc.pid, signal.SIGINT)
     _stdout, stderr = proc.communicate(timeout=120)

@@ -11,6 +11,7 @@ import pytest
 from benchmarks.truthjoin import join, load_truth
 from benchmarks.truthserver.testing import start_truth
 from tests.helpers.runs import ROOT, read_records, run_locust
+from tests.helpers.waiting import wait_until
 
 ARGS = ("--step-ms", "2", "--ttft-ms", "10", "--tokens-per-chunk", "1-5")
 
@@ -28,14 +29,6 @@ def read_sse(port, path, body):
     raw = resp.read().decode()
     conn.close()
     return resp, [line[6:] for line in raw.split("\n\n") if line.startswith("data: ")]
-
-
-def wait_for(cond, timeout_s=10.0):
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s} s")
-        time.sleep(0.05)
 
 
 def test_a_plain_client_reads_a_chunked_sse_stream_of_exactly_max_tokens(tmp_path):
@@ -99,7 +92,7 @@ def test_a_client_that_hangs_up_mid_stream_is_logged_as_aborted_with_the_chunks_
             srv.flush()
             return any(t["outcome"] == "aborted" for t in load_truth(truth).values())
 
-        wait_for(aborted)
+        wait_until(aborted, 10, "the aborted stream in the truth log")
     t = next(t for t in load_truth(truth).values() if t["outcome"] == "aborted")
     assert 3 <= t["output_tokens"] < 500 and t["output_tokens"] == len(t["chunks"]) and t["finish_reason"] is None
 
@@ -170,19 +163,21 @@ def test_a_request_the_loop_reads_late_is_dated_by_its_arrival_in_the_kernel():
         loop = asyncio.get_running_loop()
         got: asyncio.Future = loop.create_future()
         installed = []
+        accepted = asyncio.Event()
 
         class Probe(asyncio.Protocol):
             kernel_arrival_s: float | None = None
 
             def connection_made(self, transport) -> None:  # type: ignore[override]
                 installed.append(stamp_reads(transport, self))
+                accepted.set()
 
             def data_received(self, data: bytes) -> None:
                 got.set_result((self.kernel_arrival_s, monotonic()))
 
         server = await loop.create_server(Probe, "127.0.0.1", 0)
         client = socket.create_connection(server.sockets[0].getsockname()[:2])
-        await asyncio.sleep(0.05)  # accepted, connection_made ran
+        await asyncio.wait_for(accepted.wait(), 5)  # accepted, connection_made ran
         sent = monotonic()
         client.sendall(b"x")
         time.sleep(0.05)  # the loop is blocked: the byte waits unread in the kernel for 50 ms

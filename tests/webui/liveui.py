@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from typing import Any
 
 from tests.helpers.procs import free_port, wait_port
 from tests.helpers.runs import ROOT, scenario_file
+from tests.helpers.waiting import wait_until
 
 TWO_TASKS = {
     "qa": {"weight": 2, "prompt_tokens": {"dist": "uniform", "min": 20, "max": 80},
@@ -95,14 +95,8 @@ def post_form(url: str, fields: dict[str, Any]) -> Any:
 
 
 def wait_for(pred, timeout_s: float, what: str, every_s: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout_s
-    v = None
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(every_s)
-    raise TimeoutError(f"timed out after {timeout_s}s waiting for {what} (last: {v!r})")
+    """:func:`tests.helpers.waiting.wait_until`, polling a page or the UI's JSON every half second."""
+    return wait_until(pred, timeout_s, what, every_s=every_s)
 
 
 def wait_workers(base: str, n: int, timeout_s: float = 40) -> None:

@@ -13,6 +13,7 @@ import pytest
 from gevent import socket
 from gevent.monkey import get_original
 
+from tests.helpers.waiting import wait_until
 from tokenswarm.wire import kstamp, reader, watch
 from tokenswarm.wire.sse import SSEParser
 
@@ -54,9 +55,9 @@ def _read_second_chunk_after_a_busy_loop(clock):
 
     hub_reader = reader.HubReader(_Resp(client), clock, SSEParser(), on_events, lambda: None)
     g = gevent.spawn(hub_reader.run)
-    gevent.sleep(0.01)  # the reader is registered with the poller and waiting
+    gevent.sleep(0)  # the reader starts and waits on its socket
     server.sendall(FRAME)
-    gevent.sleep(0.01)  # read and parsed
+    wait_until(lambda: seen, 5, "the first chunk read and parsed", every_s=0.001, sleep=gevent.sleep)
     assert hub_reader.fast == (reader.FAST and hub_reader.dechunker is not None)
     sent = clock()
     server.sendall(FRAME)
@@ -292,9 +293,7 @@ def test_events_that_queue_while_the_loop_is_held_keep_their_own_arrival_times(w
                                       lambda now, events: seen.extend([now] * len(events)) or len(seen) == 5,
                                       lambda: None)
         g = gevent.spawn(hub_reader.run)
-        deadline = time.perf_counter() + 10
-        while not seen and time.perf_counter() < deadline:
-            gevent.sleep(0.001)
+        wait_until(lambda: seen, 10, "the first event read", every_s=0.001, sleep=gevent.sleep)
         assert (framing != "simple" or hub_reader.fast) and (framing != "unchunked" or not hub_reader.fast)
         assert hub_reader.watched == watched
         end = time.perf_counter() + 0.15

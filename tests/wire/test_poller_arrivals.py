@@ -6,6 +6,7 @@ triggered registration called the note (a peek system call) on every sweep: ~18 
 at 96 short streams. The sweeps here are called by hand; a local socket pair carries the bytes.
 """
 
+import contextlib
 import time
 
 import pytest
@@ -23,51 +24,45 @@ def _sweeps(poller, n):
         poller._ready()
 
 
-def test_an_arrival_handler_runs_once_per_arrival_while_the_bytes_stay_unread():
+@contextlib.contextmanager
+def _watched_pair(on_arrival: bool, send_first: bytes = b""):
+    """A poller watching one end of a local socket pair: yields (poller, sending end, handler calls).
+
+    ``send_first`` is written before the handler is added (bytes already waiting)."""
     poller = reader.StreamPoller(time.perf_counter)
     a, b = raw_socketpair()
-    calls = []
+    calls: list[float] = []
     try:
-        poller.add(a.fileno(), lambda now, off: calls.append(now), on_arrival=True)
-        _sweeps(poller, 3)
-        assert calls == []  # nothing arrived
-        b.send(b"HTTP/1.1 200 OK\r\n")
-        _sweeps(poller, 5)
-        assert len(calls) == 1  # unread bytes wait, but they arrived once
-        b.send(b"\r\n")
-        _sweeps(poller, 5)
-        assert len(calls) == 2
+        if send_first:
+            b.send(send_first)
+        poller.add(a.fileno(), lambda now, off: calls.append(now), on_arrival=on_arrival)
+        yield poller, b, calls
     finally:
         poller.remove(a.fileno())
         a.close()
         b.close()
+
+
+def test_an_arrival_handler_runs_once_per_arrival_while_the_bytes_stay_unread():
+    with _watched_pair(on_arrival=True) as (poller, sender, calls):
+        _sweeps(poller, 3)
+        assert calls == []  # nothing arrived
+        sender.send(b"HTTP/1.1 200 OK\r\n")
+        _sweeps(poller, 5)
+        assert len(calls) == 1  # unread bytes wait, but they arrived once
+        sender.send(b"\r\n")
+        _sweeps(poller, 5)
+        assert len(calls) == 2
 
 
 def test_a_reading_handler_runs_on_every_sweep_while_bytes_wait():
-    poller = reader.StreamPoller(time.perf_counter)
-    a, b = raw_socketpair()
-    calls = []
-    try:
-        poller.add(a.fileno(), lambda now, off: calls.append(now))
-        b.send(b"data")
+    with _watched_pair(on_arrival=False) as (poller, sender, calls):
+        sender.send(b"data")
         _sweeps(poller, 4)
         assert len(calls) == 4  # level-triggered: the body reader must not miss what it left
-    finally:
-        poller.remove(a.fileno())
-        a.close()
-        b.close()
 
 
 def test_bytes_already_waiting_when_the_handler_is_added_count_as_one_arrival():
-    poller = reader.StreamPoller(time.perf_counter)
-    a, b = raw_socketpair()
-    calls = []
-    try:
-        b.send(b"early")
-        poller.add(a.fileno(), lambda now, off: calls.append(now), on_arrival=True)
+    with _watched_pair(on_arrival=True, send_first=b"early") as (poller, _sender, calls):
         _sweeps(poller, 3)
         assert len(calls) == 1
-    finally:
-        poller.remove(a.fileno())
-        a.close()
-        b.close()

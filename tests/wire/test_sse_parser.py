@@ -33,7 +33,7 @@ def test_any_split_into_segments_gives_the_same_events(size):
     assert feed_all(SSEParser(), pieces) == EXPECTED
 
 
-def test_crlf_line_ends():
+def test_crlf_line_ends_give_the_same_events_as_lf():
     assert feed_all(SSEParser(), [STREAM.replace(b"\n", b"\r\n")]) == EXPECTED
 
 

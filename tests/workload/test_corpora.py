@@ -72,7 +72,7 @@ def write(path: Path, text: str) -> str:
     return str(path)
 
 
-def test_jsonl_prompts_and_messages(tmp_path):
+def test_jsonl_prompt_and_messages_lines_load_with_their_line_numbers_skipping_blank_lines(tmp_path):
     p = write(
         tmp_path / "d.jsonl",
         "\n".join(
@@ -180,7 +180,7 @@ def test_sharegpt_with_no_usable_conversation(tmp_path):
     assert info.value.field == "file" and "at least one usable" in str(info.value)
 
 
-def test_missing_dataset(tmp_path):
+def test_a_missing_dataset_file_is_refused_saying_what_was_expected(tmp_path):
     with pytest.raises(DatasetError) as info:
         load_dataset(str(tmp_path / "nope.jsonl"))
     assert "an existing readable dataset file" in str(info.value)

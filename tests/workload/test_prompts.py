@@ -117,7 +117,7 @@ def test_prompt_targets_follow_the_distribution_and_max_tokens_the_output_dist()
     assert {p.max_tokens for p in ps} == set(range(10, 21))
 
 
-def test_chat_and_completions_shapes():
+def test_chat_prompts_are_message_lists_and_completion_prompts_are_text():
     chat = PromptSource(task("qa"), None, seed=1, pool_size=4, api="chat").next_prompt(random.Random(1))
     assert chat.text is None and chat.messages[0]["role"] == "user" and chat.messages[0]["content"]
     comp = PromptSource(task("qa"), None, seed=1, pool_size=4, api="completions").next_prompt(
@@ -157,7 +157,7 @@ def test_code_prompts_are_real_stdlib_source():
     assert "Write the function below" in content(gen) and gen.source.startswith("stdlib:")
 
 
-def test_multi_turn_conversation_structure():
+def test_a_conversation_draws_new_follow_ups_think_times_in_range_and_its_history_alternates():
     t = task(
         "multi_turn",
         turns={"dist": "uniform", "min": 2, "max": 4},
@@ -219,7 +219,7 @@ def test_jsonl_dataset_prompts_keep_their_max_tokens(tmp_path):
     assert texts == {"alpha beta", "User: gamma\n\nAssistant:"}
 
 
-def test_abnormal_cases():
+def test_each_abnormal_case_draws_its_own_malformed_request():
     t = task(
         "abnormal",
         cases={"empty_prompt": 1, "huge_max_tokens": 1, "invalid_params": 1, "cancel_early": 1, "unicode": 1},

@@ -2,13 +2,13 @@
 
 import json
 import random
-import subprocess
 import sys
 import time
 import urllib.request
 
 import pytest
 
+from tests.helpers.procs import fake_tokenize_servers
 from tokenswarm.workload.prompts import PromptSource
 from tokenswarm.workload.scenario import parse_scenario
 from tokenswarm.workload.tokencount import (
@@ -20,54 +20,12 @@ from tokenswarm.workload.tokencount import (
     tokenize_url,
 )
 
-# A tiny vLLM-like /tokenize server: one token per whitespace-separated word. It exits by
-# itself after 60 s so that a crashed test never leaves it behind.
-FAKE_SERVER = r"""
-import json, sys, threading, os
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-mode = sys.argv[1]
-calls = {"n": 0}
-class H(BaseHTTPRequestHandler):
-    def log_message(self, *a): pass
-    def do_GET(self):
-        body = json.dumps({"tokenize_calls": calls["n"]}).encode()
-        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
-        self.wfile.write(body)
-    def do_POST(self):
-        data = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        if mode == "none" or self.path != "/tokenize":
-            self.send_response(404); self.send_header("Content-Length", "0"); self.end_headers(); return
-        calls["n"] += 1
-        n = len(data["prompt"].split())
-        body = json.dumps({"count": n, "max_model_len": 4096, "tokens": list(range(n)),
-                           "model": data.get("model")}).encode()
-        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
-        self.wfile.write(body)
-srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
-print(srv.server_address[1], flush=True)
-threading.Timer(60, lambda: os._exit(0)).start()
-srv.serve_forever()
-"""
-
 
 @pytest.fixture
-def fake_server(tmp_path):
-    procs = []
-
-    def start(mode="tokenize"):
-        script = tmp_path / "fake_tokenize.py"
-        script.write_text(FAKE_SERVER)
-        proc = subprocess.Popen(
-            [sys.executable, str(script), mode], stdout=subprocess.PIPE, text=True, start_new_session=True
-        )
-        procs.append(proc)
-        port = int(proc.stdout.readline())
-        return f"http://127.0.0.1:{port}"
-
-    yield start
-    for proc in procs:
-        proc.kill()
-        proc.wait(timeout=10)
+def fake_server():
+    """Fake vLLM-style /tokenize servers ("vllm": one token per word; "none": no /tokenize)."""
+    with fake_tokenize_servers() as start:
+        yield start
 
 
 def server_calls(base):
@@ -80,7 +38,7 @@ def test_tokenize_url_is_at_the_server_root():
     assert tokenize_url("http://h:8000") == "http://h:8000/tokenize"
 
 
-def test_estimate_counter():
+def test_the_estimate_counts_a_token_per_four_characters_rounded_up():
     c = EstimateCounter()
     assert c.count("") == 0 and c.count("abcd") == 1 and c.count("abcde") == 2
     with pytest.raises(ValueError):
@@ -88,14 +46,14 @@ def test_estimate_counter():
 
 
 def test_server_tokenize_is_used_when_available(fake_server):
-    base = fake_server("tokenize")
+    base = fake_server("vllm")
     counter = make_token_counter(base + "/v1", "m", None)
     assert isinstance(counter, ServerTokenizeCounter) and counter.name == f"server:{base}/tokenize"
     assert counter.count("one two three") == 3
 
 
 def test_prompts_sized_by_server_counts_with_bounded_calls(fake_server):
-    base = fake_server("tokenize")
+    base = fake_server("vllm")
     counter = make_token_counter(base, "m", None)
     t = parse_scenario({"traffic": {"classes": {"summarization": {}}}}).traffic.classes[0]
     source = PromptSource(t, counter, seed=1, pool_size=12)
@@ -147,7 +105,7 @@ def make_tokenizer_json(path):
     return str(path)
 
 
-def test_local_tokenizer_json(tmp_path):
+def test_a_local_tokenizer_json_counts_with_its_own_vocabulary(tmp_path):
     path = make_tokenizer_json(tmp_path / "tokenizer.json")
     counter = make_token_counter(None, None, path)
     assert isinstance(counter, LocalTokenizerCounter)
@@ -156,7 +114,7 @@ def test_local_tokenizer_json(tmp_path):
 
 def test_local_tokenizer_is_second_choice_after_server(fake_server, tmp_path):
     path = make_tokenizer_json(tmp_path / "tokenizer.json")
-    assert isinstance(make_token_counter(fake_server("tokenize"), "m", path), ServerTokenizeCounter)
+    assert isinstance(make_token_counter(fake_server("vllm"), "m", path), ServerTokenizeCounter)
     assert isinstance(make_token_counter(fake_server("none"), "m", path), LocalTokenizerCounter)
 
 
@@ -169,7 +127,7 @@ def test_named_tokenizer_without_package_is_a_clear_error(tmp_path, monkeypatch)
     assert "pip install tokenizers" in str(info.value)
 
 
-def test_bad_tokenizer_file(tmp_path):
+def test_an_unparsable_tokenizer_json_is_refused_as_not_valid(tmp_path):
     pytest.importorskip("tokenizers")
     path = tmp_path / "tokenizer.json"
     path.write_text("{not json")

@@ -140,7 +140,7 @@ def test_target_resolution_and_secret_masking(monkeypatch):
     assert s.resolved()["target"]["headers"] == {"Authorization": "***", "X-Api-Key": "***", "X-Team": "perf"}
 
 
-def test_metrics_off_and_explicit():
+def test_a_null_metrics_url_turns_scraping_off_and_an_explicit_one_is_used_as_given():
     off = parse_scenario(with_(MINIMAL, "target.metrics_url", None))
     assert off.target.metrics_endpoint("http://h:1") is None
     explicit = parse_scenario(with_(MINIMAL, "target.metrics_url", "http://m:2/prom"))
@@ -164,7 +164,7 @@ def test_overrides_are_applied_before_validation(tmp_path):
     assert str(info.value) == f"{f}: load.mode: expected one of closed, open, replay, search, sweep, got 'sideways'"
 
 
-def test_parse_override():
+def test_an_override_splits_its_dotted_key_from_a_yaml_value_and_needs_an_equals_sign():
     assert parse_override("load.steps=[4, 8]") == ("load.steps", [4, 8])
     assert parse_override("target.base_url=http://x:1") == ("target.base_url", "http://x:1")
     with pytest.raises(ValueError):
@@ -300,7 +300,7 @@ def test_key_looking_api_key_env_is_rejected():
     assert err.field == "target.api_key_env" and "sk-proj" not in str(err)
 
 
-def test_missing_file(tmp_path):
+def test_a_missing_scenario_file_is_refused_naming_its_path(tmp_path):
     with pytest.raises(ScenarioError) as info:
         load_scenario(tmp_path / "nope.yaml")
     assert str(info.value).startswith(str(tmp_path / "nope.yaml"))

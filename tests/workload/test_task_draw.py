@@ -2,8 +2,7 @@
 
 import pytest
 
-from tests.helpers.runs import read_records, run_locust, scenario_file
-from tokenswarm.sim.testing import start_sim
+from tests.helpers.runs import run_on_sim, scenario_file
 from tokenswarm.workload.scenario import ScenarioError, load_scenario
 
 TRAFFIC = {
@@ -35,10 +34,7 @@ def test_a_single_user_draws_every_task_by_weight(tmp_path):
     sc = scenario_file(tmp_path, traffic=TRAFFIC,
                        load={"mode": "closed", "steps": [1], "warmup_s": 0.2, "step_duration_s": 4,
                              "stop_timeout_s": 5})
-    with start_sim("--profile", "tiny-fast") as sim:
-        res = run_locust(sc, sim.base_url, tmp_path / "run")
-    assert res.returncode == 0, res.stderr[-3000:]
-    records = read_records(tmp_path / "run")
+    records, _ = run_on_sim(sc, tmp_path / "run")
     tasks = [r["task"] for r in records]
     assert {r["user_class"] for r in records} == {"MixedUser"}
     assert set(tasks) == {"qa", "code"}, f"one user at concurrency 1 sent only {set(tasks)}"
@@ -52,10 +48,7 @@ def test_a_mixed_user_sends_its_next_request_as_soon_as_the_last_one_ends(tmp_pa
     sc = scenario_file(tmp_path, traffic=TRAFFIC,
                        load={"mode": "closed", "steps": [1], "warmup_s": 0.2, "step_duration_s": 3,
                              "stop_timeout_s": 5})
-    with start_sim("--profile", "tiny-fast") as sim:
-        res = run_locust(sc, sim.base_url, tmp_path / "run")
-    assert res.returncode == 0, res.stderr[-3000:]
-    records = sorted(read_records(tmp_path / "run"), key=lambda r: r["sent_at_s"])
+    records = sorted(run_on_sim(sc, tmp_path / "run")[0], key=lambda r: r["sent_at_s"])
     gaps = [b["sent_at_s"] - (a["sent_at_s"] + a["e2e_ms"] / 1000) for a, b in zip(records, records[1:])]
     # think time is 0: an idle gap of 0.5 s (tolerance for a shared, busy machine) means the user slept
     assert max(gaps) < 0.5, f"largest idle gap between requests {max(gaps):.2f} s (tolerance 0.5 s)"

@@ -2,63 +2,18 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
+from tests.helpers.procs import fake_tokenize_servers
 from tokenswarm.workload.tokencount import PROBE_TEXT, EstimateCounter, ServerTokenizeCounter, make_token_counter
-
-# Fake engines, one token per word. "llamacpp" reads "content" and answers a vLLM-style
-# {"prompt"} body with {"tokens": []} -- what llama.cpp's server does. Exits after 60 s.
-FAKE = r"""
-import json, sys, threading, os
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-mode = sys.argv[1]
-seen = []
-class H(BaseHTTPRequestHandler):
-    def log_message(self, *a): pass
-    def reply(self, code, obj):
-        body = json.dumps(obj).encode()
-        self.send_response(code); self.send_header("Content-Length", str(len(body))); self.end_headers()
-        self.wfile.write(body)
-    def do_POST(self):
-        data = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        if self.headers.get("Authorization") != "Bearer k":
-            return self.reply(401, {"error": "no key"})
-        if mode == "llamacpp":
-            words = data.get("content", "").split()
-            return self.reply(200, {"tokens": list(range(len(words)))})
-        if mode == "tgi":
-            if "inputs" not in data:
-                return self.reply(422, {"error": "missing field inputs"})
-            return self.reply(200, [{"id": i, "text": w, "start": 0, "stop": 1} for i, w in enumerate(data["inputs"].split())])
-        if mode == "constant":
-            return self.reply(200, {"count": 1})
-        return self.reply(404, {"detail": "Not Found"})
-srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
-print(srv.server_address[1], flush=True)
-threading.Timer(60, lambda: os._exit(0)).start()
-srv.serve_forever()
-"""
 
 
 @pytest.fixture
-def engine(tmp_path):
-    procs = []
-
-    def start(mode: str) -> str:
-        script = tmp_path / "fake_engine.py"
-        script.write_text(FAKE)
-        proc = subprocess.Popen([sys.executable, str(script), mode], stdout=subprocess.PIPE, text=True,
-                                start_new_session=True)
-        procs.append(proc)
-        return f"http://127.0.0.1:{int(proc.stdout.readline())}"
-
-    yield start
-    for proc in procs:
-        proc.kill()
-        proc.wait(timeout=10)
+def engine():
+    """Fake engines' /tokenize, one token per word, that want the key "k" (tests/helpers/fake_tokenize.py):
+    "llamacpp" answers a vLLM-style {"prompt"} body with {"tokens": []}, as llama.cpp's server does."""
+    with fake_tokenize_servers() as start:
+        yield lambda mode: start(mode, key="k")
 
 
 AUTH = {"Authorization": "Bearer k"}
