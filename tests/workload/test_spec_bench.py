@@ -6,6 +6,7 @@ import json
 import random
 
 import pytest
+import tomllib
 
 from tests.helpers.runs import ROOT
 from tokenswarm.workload.corpora import DatasetError, category_counts, detect_format, load_dataset
@@ -109,4 +110,5 @@ def test_the_sample_ships_with_the_scenarios_in_a_wheel():
     from tokenswarm.workload.scenario import shipped_scenarios_dir
 
     assert (shipped_scenarios_dir() / "data" / "spec_bench_sample.jsonl").is_file()
-    assert '"scenarios/data/*.jsonl"' in (ROOT / "pyproject.toml").read_text(), "package data names the datasets"
+    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert "data/*.jsonl" in package_data["tokenswarm.scenarios"], "package data names the datasets"
