@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from tokenswarm.load.livestats import LiveStats, snapshot, summary_rows, window_summary
+from tokenswarm.orchestrate.adaptive import AdaptiveRun
 from tokenswarm.workload.steps import StepMachine
 
 
@@ -59,3 +60,14 @@ def live_window_doc(live: LiveStats, prev_t: float, prev: Any, now_t: float, *, 
                           "output_tokens": total.output_tokens},
            "generator": generator, "untrusted_windows": untrusted_windows}
     return doc, snapshot(total)
+
+
+def run_progress_line(live: LiveStats, ctx: Any, machine: StepMachine | None, adaptive: AdaptiveRun | None, *,
+                      users: int, in_flight: int, late_dispatches: int) -> str:
+    """The run's progress line: the step (of ``ctx``, the run context), the live figures, and
+    adaptive steps' counts towards their stopping rule."""
+    step = step_label(ctx.step_name if ctx else None, ctx.phase if ctx else None, machine)
+    line = progress_line(live, step=step, users=users, in_flight=in_flight, late_dispatches=late_dispatches)
+    if adaptive is not None and ctx is not None and ctx.step_index is not None:
+        line += " | " + adaptive.progress(ctx.step_index)
+    return line
