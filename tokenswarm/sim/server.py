@@ -11,6 +11,7 @@ write is the chunk's send time (truth log) and ``send - scheduled`` is the emiss
 from __future__ import annotations
 
 import base64
+import contextlib
 import gc
 import hmac
 import os
@@ -228,10 +229,8 @@ class SimServer:
         except OSError:
             return
         finally:
-            try:
+            with contextlib.suppress(OSError):
                 sock.close()
-            except OSError:
-                pass
 
     def _respond(self, conn: Conn, status: int, body: bytes, keep: bool, ctype: bytes = b"application/json",
                  extra: bytes = b"") -> None:
