@@ -18,7 +18,6 @@ from typing import IO, Any, Callable
 
 import gevent
 import orjson
-from prometheus_client.parser import text_string_to_metric_families
 
 from tokenswarm.redact import redact_bytes
 
@@ -29,6 +28,8 @@ def _metric_families() -> Callable[[str], Any]:
     """prometheus-client's text parser, imported on first use: a run without a metrics URL
     never pays its import (~25 ms of start-up). :class:`Scraper` imports it when created, so the
     first scrape does not stall the event loop with an import."""
+    from prometheus_client.parser import text_string_to_metric_families  # see above: on first use
+
     return text_string_to_metric_families
 
 

@@ -38,7 +38,6 @@ from tokenswarm.sim.prefixcache import PrefixCache
 from tokenswarm.sim.profiles import Profile
 from tokenswarm.sim.simmetrics import SimMetrics, render
 from tokenswarm.sim.streaming import Stream
-from tokenswarm.sim.tokenizer import token_ids
 from tokenswarm.sim.truth import TruthLog
 from tokenswarm.wire import kstamp
 
@@ -253,7 +252,7 @@ class SimServer:
                 self._respond(conn, 200, b"", keep)
             elif path == "/v1/models":
                 self._only(method, "GET")
-                self._respond(conn, 200, self._models(), keep)
+                self._respond(conn, 200, api.models_body(self.model, self.adapters, self.started, self.profile.max_model_len), keep)
             elif path == "/metrics":
                 self._only(method, "GET")
                 self._respond(conn, 200, self.metrics_text().encode(), keep,
@@ -264,7 +263,7 @@ class SimServer:
                               ctype=b"text/plain; version=0.0.4; charset=utf-8")
             elif path == "/tokenize":
                 self._only(method, "POST")
-                self._respond(conn, 200, self._tokenize(body), keep)
+                self._respond(conn, 200, api.tokenize_body(body, self.model, self.adapters, self.profile.max_model_len), keep)
             elif path == "/_tokenswarm/stats":
                 self._only(method, "GET")
                 self._respond(conn, 200, orjson.dumps(self.stats(reset="reset" in parse_qs(url.query))), keep)
@@ -307,25 +306,6 @@ class SimServer:
         if method != allowed:
             raise HttpError(405, f"Method Not Allowed (use {allowed})")
 
-    def _models(self) -> bytes:
-        card = {"id": self.model, "object": "model", "created": self.started, "owned_by": "tokenswarm-sim",
-                "root": self.model, "parent": None, "max_model_len": self.profile.max_model_len}
-        cards = [card] + [{**card, "id": name, "root": name, "parent": self.model} for name in self.adapters]
-        return orjson.dumps({"object": "list", "data": cards})
-
-    def _tokenize(self, body: bytes) -> bytes:
-        data = api.parse_json_object(body)
-        api.check_model(data, self.model, self.adapters)
-        if "messages" in data:
-            toks, _ = api.prompt_tokens_of(data, "chat")
-        elif "prompt" in data:
-            toks, _ = api.prompt_tokens_of(data, "completions")
-        else:
-            raise HttpError(400, "'prompt' or 'messages' is required", "prompt")
-        out: dict[str, Any] = {"count": len(toks), "max_model_len": self.profile.max_model_len,
-                               "tokens": token_ids(toks), "token_strs": toks if data.get("return_token_strs") else None}
-        return orjson.dumps(out)
-
     def metrics_text(self) -> str:
         s = self.sched
         return render(self.model, self.metrics, s.stats, s.num_running, s.num_waiting, s.kv_usage(),
@@ -352,6 +332,7 @@ class SimServer:
         return out
 
     def _completion(self, conn: Conn, endpoint: str, body: bytes, keep: bool) -> bool:
+        """One completion request: a fault, a refusal, or a stream the engine feeds; whether the connection stays."""
         # Truth "received" = when the bytes completing the request were read, not after parsing.
         received = conn.recv_s if conn.recv_s is not None else monotonic()
         index = self.request_index
@@ -359,11 +340,7 @@ class SimServer:
         rid = ("chatcmpl-" if endpoint == "chat" else "cmpl-") + f"{self._rid_prefix}{index:010x}"
         status = self.faults.http_fault(index)
         if status is not None:
-            self.metrics.fault(f"http_{status}")
-            msg = {500: "Simulated internal server error", 503: "Simulated overload: service unavailable",
-                   429: "Simulated rate limit: too many requests"}[status]
-            self._respond(conn, status, api.error_body(status, self._with_headers(msg)), keep,
-                          extra=b"retry-after: 1\r\n" if status in (429, 503) else b"")
+            self._http_fault(conn, status, keep)
             self.truth_record(rid, endpoint, status, received, None, 0, None, "error", [])
             return keep
         try:
@@ -373,6 +350,33 @@ class SimServer:
             self._respond(conn, e.status, e.body(), keep)
             self.truth_record(rid, endpoint, e.status, received, None, 0, None, "error", [])
             return keep
+        stream = self._submit(conn, req, rid, received, index, keep)
+        if not self._await_stream(conn, stream):
+            return False
+        if stream.done and stream.outcome not in ("ok", "fault_stall"):
+            return False
+        if not req.stream:
+            payload = stream.non_stream_body()
+            now = monotonic()
+            self._respond(conn, 200, payload, keep)
+            if stream.n_tokens:  # the whole body is one "chunk", sent now
+                stream.chunk_s.append(now)
+                stream.chunk_tokens.append(stream.n_tokens)
+            assert stream.seq is not None
+            stream.finish("fault_stall" if stream.seq.stalled else "ok")
+        return keep and not conn.closed
+
+    def _http_fault(self, conn: Conn, status: int, keep: bool) -> None:
+        """An injected HTTP error, worded as a server under that trouble would."""
+        self.metrics.fault(f"http_{status}")
+        msg = {500: "Simulated internal server error", 503: "Simulated overload: service unavailable",
+               429: "Simulated rate limit: too many requests"}[status]
+        self._respond(conn, status, api.error_body(status, self._with_headers(msg)), keep,
+                      extra=b"retry-after: 1\r\n" if status in (429, 503) else b"")
+
+    def _submit(self, conn: Conn, req: api.CompletionRequest, rid: str, received: float, index: int,
+                keep: bool) -> Stream:
+        """The request's stream and sequence, handed to the engine (a streaming response's head sent first)."""
         stream = Stream(self, conn, req, rid, received, self.faults.cut_after_chunks(index) if req.stream else None,
                         index)
         stall_after = self.faults.stall_after_tokens(index)
@@ -400,29 +404,23 @@ class SimServer:
                 or (not sched.independent and sched.step is None)
                 or (sched.independent and (sched.next_deadline() or 0.0) < self._sleep_until)):
             self.engine_wake.set()
-        # Wait for the engine to finish this request, draining any write backlog meanwhile.
+        return stream
+
+    def _await_stream(self, conn: Conn, stream: Stream) -> bool:
+        """Wait for the engine to finish the request, draining any write backlog meanwhile; False
+        when the client went away first (the request is aborted)."""
         while True:
             conn.wake.clear()
             if conn.backlog:
                 conn.drain()
             if (stream.done or stream.complete) and not conn.backlog:
-                break
+                return True
             conn.wake.wait()  # set by emissions, backlog, the end of the request or the reaper
             if conn.closed and not stream.done:
-                self.sched.abort(seq)
+                assert stream.seq is not None
+                self.sched.abort(stream.seq)
                 stream.finish("aborted")
                 return False
-        if stream.done and stream.outcome not in ("ok", "fault_stall"):
-            return False
-        if not req.stream:
-            payload = stream.non_stream_body()
-            now = monotonic()
-            self._respond(conn, 200, payload, keep)
-            if stream.n_tokens:  # the whole body is one "chunk", sent now
-                stream.chunk_s.append(now)
-                stream.chunk_tokens.append(stream.n_tokens)
-            stream.finish("fault_stall" if seq.stalled else "ok")
-        return keep and not conn.closed
 
 
 def serve(server: SimServer) -> int:
