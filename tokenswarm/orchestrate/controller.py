@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -43,11 +42,11 @@ from tokenswarm.load.setup import planned_duration_s
 from tokenswarm.load.users import CLOSED_LOOP_USERS, OpenLoopUser
 from tokenswarm.orchestrate import loadplan, progress, runstart
 from tokenswarm.orchestrate.accounts import final_accounts
-from tokenswarm.orchestrate.ending import RunEnding, StopReason, final_exit_status
+from tokenswarm.orchestrate.ending import RunEnding, StopReason, judge_run
 from tokenswarm.orchestrate.loadplan import LoadPlan
 from tokenswarm.orchestrate.recording import RunRecording
 from tokenswarm.orchestrate.scraping import start_scrapers
-from tokenswarm.orchestrate.verdict import EXIT_BAD_CONFIG, EXIT_RUN_BROKE, conclude
+from tokenswarm.orchestrate.verdict import EXIT_BAD_CONFIG, EXIT_RUN_BROKE
 from tokenswarm.orchestrate.workers import WorkerReports, await_final_batches
 from tokenswarm.redact import redact, remember_target
 from tokenswarm.webui.view import RunSnapshot
@@ -199,7 +198,9 @@ class RunController:
         sc = self.scenario
         self.ending.arm(opts, lambda: planned_duration_s(sc) if not opts.run_time
                         else float(opts.run_time) + sc.load.stop_timeout_s)
-        self._periodic_greenlet = gevent.spawn(self._periodic)
+        self._periodic_greenlet = gevent.spawn(
+            progress.report_periodically, self.scenario.load.report_interval_s or 60.0, rec.writer.flush,
+            self.progress_line if opts.headless else None, self.write_live_summary)
         log.info("tokenswarm: run %s -> %s (target %s, model %s)", run_id, rec.run_dir, base_url, pf.model)
 
     def _start_monitors(self, base_url: str) -> None:
@@ -284,19 +285,6 @@ class RunController:
         for listener in self.health_listeners:
             listener(sample)
 
-    def _periodic(self) -> None:
-        interval = self.scenario.load.report_interval_s or 60.0
-        next_summary = time.monotonic() + interval
-        while True:
-            gevent.sleep(5.0)
-            if self.recording is not None:
-                self.recording.writer.flush()
-            if self.env.parsed_options.headless:
-                print(self.progress_line(), flush=True)
-            if time.monotonic() >= next_summary:
-                next_summary += interval
-                self.write_live_summary()
-
     def write_live_summary(self) -> None:
         """The live window since the last one, into ``live_summary.json`` and ``live_windows.jsonl``."""
         rec, ctx = self.recording, self.ctx
@@ -362,16 +350,12 @@ class RunController:
 
     def _judge(self, run_dir: Path) -> int:
         """The verdict (slo.json, junit.xml; capacity.json of a search or sweep) and the exit status."""
-        probing = self.plan.probing if self.plan is not None else None
-        if probing is not None:
-            from tokenswarm.orchestrate.probing import write_capacity  # numpy and the analysis: only for these plans
-
-            write_capacity(run_dir, probing)
-        self.verdict, code = conclude(run_dir, self.slos, broken=self.ending.broken,
-                                      outcomes=None if self.is_master else self.outcomes_emitted)
         assert self.recording is not None
-        partial = [s.name for s in self.recording.manifest.current.steps if s.partial]
-        return final_exit_status(code, probing=probing is not None, reason=self.ending.reason, partial_steps=partial)
+        self.verdict, code = judge_run(run_dir, self.slos, self.plan.probing if self.plan is not None else None,
+                                       broken=self.ending.broken, reason=self.ending.reason,
+                                       outcomes=None if self.is_master else self.outcomes_emitted,
+                                       partial_steps=[s.name for s in self.recording.manifest.current.steps if s.partial])
+        return code
 
     def finalize_manifest(self) -> None:
         """The final manifest: the workers' accounts and timing paths, totals, generator health."""

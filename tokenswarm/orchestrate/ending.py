@@ -27,13 +27,17 @@ import logging
 import signal
 import sys
 import time
-from typing import Any, Callable, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import gevent
 
 from tokenswarm.load.breaker import CircuitBreaker
-from tokenswarm.orchestrate.verdict import EXIT_OK, EXIT_SLO_MISSED
+from tokenswarm.orchestrate.verdict import EXIT_OK, EXIT_SLO_MISSED, conclude
 from tokenswarm.redact import redact
+
+if TYPE_CHECKING:  # the probing hook reads records with the analysis (numpy): imported only by a search or sweep
+    from tokenswarm.orchestrate.probing import ProbingPlan
 
 log = logging.getLogger("tokenswarm")
 
@@ -126,6 +130,19 @@ def final_exit_status(verdict_code: int, *, probing: bool, reason: StopReason | 
               + f"; exit status {EXIT_INTERRUPTED}", file=sys.stderr, flush=True)
         code = EXIT_INTERRUPTED
     return code
+
+
+def judge_run(run_dir: Path, slos: dict[str, Any], probing: ProbingPlan | None, *, broken: str | None,
+              reason: StopReason | None, outcomes: dict[str, int] | None,
+              partial_steps: list[str]) -> tuple[dict[str, Any] | None, int]:
+    """The run's verdict (``slo.json``, ``junit.xml``; a search or sweep's ``capacity.json``) and
+    the process's exit status (:func:`final_exit_status`)."""
+    if probing is not None:
+        from tokenswarm.orchestrate.probing import write_capacity  # numpy and the analysis: only for these plans
+
+        write_capacity(run_dir, probing)
+    verdict, code = conclude(run_dir, slos, broken=broken, outcomes=outcomes)
+    return verdict, final_exit_status(code, probing=probing is not None, reason=reason, partial_steps=partial_steps)
 
 
 class EndingHost(Protocol):
