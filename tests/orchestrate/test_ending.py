@@ -19,14 +19,9 @@ class ScriptedRun:
         self.env = SimpleNamespace(stop_timeout=300, web_ui=None, parsed_options=SimpleNamespace(run_time=0),
                                    runner=SimpleNamespace(state="running", quit=lambda: None,
                                                           send_message=lambda *a: None))
-        self.is_master = False
-        self.fixed_users = fixed_users
-        self.started = started
-        self.finished = False
-        self.finalised = False
-        self.plan_done = False
+        self.is_master, self.fixed_users, self.started = False, fixed_users, started
+        self.finished = self.finalised = self.plan_done = self.halted = False
         self.warnings: list[str] = []
-        self.halted = False
 
     def warn(self, text: str) -> None:
         self.warnings.append(text)
