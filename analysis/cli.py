@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import yaml
 
 from tokenswarm.analysis.errors import AnalysisError
 from tokenswarm.redact import redact
@@ -46,8 +47,6 @@ def _load_slo(text: str | None) -> Any:
     if p.is_file():
         data = p.read_bytes()
         if p.suffix in (".yaml", ".yml"):
-            import yaml
-
             return yaml.safe_load(data)
         text = data.decode()
     try:
@@ -57,12 +56,15 @@ def _load_slo(text: str | None) -> Any:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from tokenswarm.analysis.loader import load_run
+    from tokenswarm.analysis.loader import load_run  # the analysis modules (numpy): only the chosen command's
+
+    # the analysis modules (numpy): only the chosen command's
     from tokenswarm.analysis.render_terminal import report_text
-    from tokenswarm.analysis.report import write_report
-    from tokenswarm.analysis.summary import analyse
+    from tokenswarm.analysis.report import write_report  # the analysis modules (numpy): only the chosen command's
+    from tokenswarm.analysis.summary import analyse  # the analysis modules (numpy): only the chosen command's
 
     if (Path(args.run_dir) / "study.json").is_file():  # a study directory: the study report
+        # the analysis modules (numpy): only the chosen command's
         from tokenswarm.analysis.study import write_study_report
 
         files, text = write_study_report(Path(args.run_dir))
@@ -84,10 +86,12 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from tokenswarm.analysis.loader import load_run
+    from tokenswarm.analysis.loader import load_run  # the analysis modules (numpy): only the chosen command's
+
+    # the analysis modules (numpy): only the chosen command's
     from tokenswarm.analysis.render_terminal import compare_text
-    from tokenswarm.analysis.report import write_compare
-    from tokenswarm.analysis.summary import compare_summary
+    from tokenswarm.analysis.report import write_compare  # the analysis modules (numpy): only the chosen command's
+    from tokenswarm.analysis.summary import compare_summary  # the analysis modules (numpy): only the chosen command's
 
     base = load_run(args.baseline_dir, keep_text=True)
     cand = load_run(args.candidate_dir, keep_text=True)

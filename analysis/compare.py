@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -213,37 +213,63 @@ def _word_index(text: str, pos: int) -> int:
     return n if pos == 0 or text[pos - 1].isspace() else n - 1
 
 
-def consistency(base: Run, cand: Run, similarity_limit: int = 2000, examples: int = 20) -> dict[str, Any]:
-    """Join by request_key + occurrence and compare outputs (see module docstring)."""
+def _joined_pairs(base: Run, cand: Run) -> Iterator[tuple[int, int, bytes, int]]:
+    """(base index, candidate index, request_key, occurrence) of every request both runs sent:
+    the n-th send of a request_key in one run is paired with the n-th in the other."""
     occ_a = _occurrence_index(base["request_key"], base["sent_at_s"])
     occ_b = _occurrence_index(cand["request_key"], cand["sent_at_s"])
     index_a = {(k, int(o)): i for i, (k, o) in enumerate(zip(base["request_key"].tolist(), occ_a.tolist())) if k}
-    ok_a, ok_b = derived(base)["ok"], derived(cand)["ok"]
+    for j, (k, o) in enumerate(zip(cand["request_key"].tolist(), occ_b.tolist())):
+        i = index_a.get((k, int(o)))
+        if i is not None:
+            yield i, j, k, int(o)
+
+
+def _text(run: Run, i: int) -> str | None:
+    """The output text of request ``i`` when the run kept it."""
+    return run.texts[i] if run.texts is not None else None
+
+
+def _same_output(base: Run, cand: Run, i: int, j: int) -> bool | None:
+    """Whether the two outputs are the same: by text when both runs kept it, else by digest;
+    None when neither says (unverifiable)."""
+    ta, tb = _text(base, i), _text(cand, j)
+    if ta is not None and tb is not None:
+        return ta == tb
     sha_a, sha_b = base["output_sha256"], cand["output_sha256"]
+    if sha_a[i] and sha_b[j]:
+        return bool(sha_a[i] == sha_b[j])
+    return None
+
+
+def _divergence_at(ta: str, tb: str, row: dict[str, Any]) -> int:
+    """Where two texts part (character and word index, excerpts around it) into ``row``; the character index."""
+    pos = len(os.path.commonprefix([ta, tb]))
+    row["first_divergence_char_index"] = pos
+    row["first_divergence_word_index"] = _word_index(ta, pos)
+    row["baseline_excerpt"] = ta[max(0, pos - 20): pos + 60]
+    row["candidate_excerpt"] = tb[max(0, pos - 20): pos + 60]
+    return pos
+
+
+def consistency(base: Run, cand: Run, similarity_limit: int = 2000, examples: int = 20) -> dict[str, Any]:
+    """Join by request_key + occurrence and compare outputs (see module docstring)."""
+    ok_a, ok_b = derived(base)["ok"], derived(cand)["ok"]
     temp_a, temp_b = base["temperature"], cand["temperature"]
     tasks_b = cand.categories["task"]
-    texts_a, texts_b = base.texts, cand.texts
-    joined = both_ok = matched = diverged = unverifiable = greedy_pairs = greedy_div = 0
+    with_text = base.texts is not None and cand.texts is not None
+    joined = both_ok = matched = diverged = unverifiable = greedy_pairs = greedy_div = similarity_skipped = 0
     sims: list[float] = []
     first_chars: list[int] = []
     first_words: list[int] = []
-    similarity_skipped = 0
     rows: list[dict[str, Any]] = []
-    for j, (k, o) in enumerate(zip(cand["request_key"].tolist(), occ_b.tolist())):
-        i = index_a.get((k, int(o)))
-        if i is None:
-            continue
+    for i, j, k, o in _joined_pairs(base, cand):
         joined += 1
         if not (ok_a[i] and ok_b[j]):
             continue
         both_ok += 1
-        ta = texts_a[i] if texts_a is not None else None
-        tb = texts_b[j] if texts_b is not None else None
-        if ta is not None and tb is not None:
-            same = ta == tb
-        elif sha_a[i] and sha_b[j]:
-            same = bool(sha_a[i] == sha_b[j])
-        else:
+        same = _same_output(base, cand, i, j)
+        if same is None:
             unverifiable += 1
             continue
         greedy = temp_a[i] == 0 and temp_b[j] == 0
@@ -253,26 +279,21 @@ def consistency(base: Run, cand: Run, similarity_limit: int = 2000, examples: in
             continue
         diverged += 1
         greedy_div += int(greedy)
-        row: dict[str, Any] = {"request_key": k.decode(), "occurrence_index": int(o), "task": tasks_b[cand["task"][j]],
+        row: dict[str, Any] = {"request_key": k.decode(), "occurrence_index": o, "task": tasks_b[cand["task"][j]],
                                "greedy": bool(greedy), "first_divergence_char_index": None,
                                "first_divergence_word_index": None, "similarity_ratio": None}
+        ta, tb = _text(base, i), _text(cand, j)
         if ta is not None and tb is not None:
-            pos = len(os.path.commonprefix([ta, tb]))
-            row["first_divergence_char_index"] = pos
-            row["first_divergence_word_index"] = _word_index(ta, pos)
-            first_chars.append(pos)
+            first_chars.append(_divergence_at(ta, tb, row))
             first_words.append(row["first_divergence_word_index"])
             if len(sims) < similarity_limit:
                 row["similarity_ratio"] = difflib.SequenceMatcher(None, ta, tb).ratio()
                 sims.append(row["similarity_ratio"])
             else:
                 similarity_skipped += 1
-            row["baseline_excerpt"] = ta[max(0, pos - 20): pos + 60]
-            row["candidate_excerpt"] = tb[max(0, pos - 20): pos + 60]
         if len(rows) < examples or (greedy and sum(r["greedy"] for r in rows) < examples):
             rows.append(row)
     judged = matched + diverged
-    with_text = texts_a is not None and texts_b is not None
     mean_sim = None
     if with_text and judged and len(sims) == diverged:
         mean_sim = (matched + sum(sims)) / judged

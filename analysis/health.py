@@ -7,6 +7,7 @@ Sources: ``manifest.generator_health`` (``cpu_warning``, ``max_loop_lag_ms``,
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from tokenswarm.manifest import RunManifest
@@ -49,56 +50,59 @@ def _in_figures(manifest: RunManifest) -> tuple[bool, list[str]] | None:
     return bool(steps), steps
 
 
-def generator_health(manifest: RunManifest, rows: Sequence[Mapping[str, Any]] | None = None,
-                     load_warnings: list[str] | None = None) -> dict[str, Any]:
-    """``{"overloaded": bool, "messages": [...], ...}``; ``overloaded`` means results are suspect.
+@dataclass
+class _Overload:
+    """What the checks found: the messages, and whether (and where) delays were in the figures."""
 
-    ``overloaded`` (the red banner, and "suspect" in a study) is set only for delays that were
-    in the figures: a CPU or event-loop stall inside a step's steady window (the recorded
-    untrusted windows; a run that recorded none is judged by its peaks), late dispatches that
-    show in a step's schedule lag, an open-loop step whose sends were late. ``overloaded_steps``
-    names the steps concerned (``None``: the whole run). A stall outside every steady window
-    and the generator's own send delay (outside TTFT) are warnings, not an overload.
-    """
-    gh = manifest.generator_health
-    messages: list[str] = []
-    overloaded = False
-    steps_hit: set[str] = set()
-    whole_run = False
-    placed = _in_figures(manifest)
-    stall_in_figures = placed is None or placed[0]
+    messages: list[str] = field(default_factory=list)
+    overloaded: bool = False
+    whole_run: bool = False
+    steps: set[str] = field(default_factory=set)
+
+    def hit(self, steps: Sequence[str] | None) -> None:
+        """Delays in the figures: in these steps, or (None) anywhere in the run."""
+        self.overloaded = True
+        if steps is None:
+            self.whole_run = True
+        else:
+            self.steps.update(steps)
+
+
+def _stall_checks(gh: Mapping[str, Any], placed: tuple[bool, list[str]] | None, found: _Overload) -> None:
+    """A saturated CPU or a stalled event loop: an overload when inside a steady window (or not placed)."""
+    in_figures = placed is None or placed[0]
     where = "" if placed is None else (
         f" (inside the steady window of step(s) {', '.join(placed[1])})" if placed[0]
         else " (outside every steady window: not in the figures)")
-
-    def stall() -> None:
-        nonlocal overloaded, whole_run
-        if stall_in_figures:
-            overloaded = True
-            if placed is None:
-                whole_run = True
-            else:
-                steps_hit.update(placed[1])
-
+    stalled = False
     if gh.get("cpu_warning"):
-        stall()
-        messages.append("Load generator CPU was saturated (cpu_warning)" + where
-                        + (": latencies include client-side delay." if stall_in_figures else "."))
+        stalled = True
+        found.messages.append("Load generator CPU was saturated (cpu_warning)" + where
+                              + (": latencies include client-side delay." if in_figures else "."))
     lag = gh.get("max_loop_lag_ms")
     if lag is not None and lag > LOOP_LAG_LIMIT_MS:
-        stall()
-        messages.append(f"Generator event-loop lag reached {lag:.0f} ms (> {LOOP_LAG_LIMIT_MS:.0f} ms){where}.")
-    late = gh.get("late_dispatches")
-    if late:
-        late_steps = [str(r.get("step_name")) for r in rows or []
-                      if r.get("task") == "all" and (r.get("schedule_lag_max_ms") or 0.0) > LATE_DISPATCH_MS]
-        if rows is None or late_steps:
-            overloaded = True
-            whole_run = whole_run or rows is None
-            steps_hit.update(late_steps)
-        messages.append(f"{late} request(s) were dispatched late by the generator"
-                        + (f" (steps {', '.join(late_steps)})." if late_steps else
-                           "." if rows is None else ", none inside a steady window: not in the figures."))
+        stalled = True
+        found.messages.append(f"Generator event-loop lag reached {lag:.0f} ms (> {LOOP_LAG_LIMIT_MS:.0f} ms){where}.")
+    if stalled and in_figures:
+        found.hit(None if placed is None else placed[1])
+
+
+def _late_dispatch_check(late: int | None, rows: Sequence[Mapping[str, Any]] | None, found: _Overload) -> None:
+    """Late dispatches: an overload in the steps whose schedule lag shows them (the whole run without rows)."""
+    if not late:
+        return
+    late_steps = [str(r.get("step_name")) for r in rows or []
+                  if r.get("task") == "all" and (r.get("schedule_lag_max_ms") or 0.0) > LATE_DISPATCH_MS]
+    if rows is None or late_steps:
+        found.hit(None if rows is None else late_steps)
+    found.messages.append(f"{late} request(s) were dispatched late by the generator"
+                          + (f" (steps {', '.join(late_steps)})." if late_steps else
+                             "." if rows is None else ", none inside a steady window: not in the figures."))
+
+
+def _recorded_problems(manifest: RunManifest, placed: tuple[bool, list[str]] | None) -> list[str]:
+    """The run's own warnings, and records lost between workers and master."""
+    messages = []
     for text in manifest.warnings:
         if placed is not None and text.startswith("the load generator was a bottleneck"):
             # the recorder's words say "inflated"; say whether a measured window was concerned
@@ -113,32 +117,65 @@ def generator_health(manifest: RunManifest, rows: Sequence[Mapping[str, Any]] | 
             messages.append(
                 f"Worker {w.get('worker_id')}: missing seqs {w.get('missing_seqs')!r}, lost reason {w.get('lost_reason')!r}."
             )
-    for r in rows or []:
+    return messages
+
+
+def _open_loop_lag_check(rows: Sequence[Mapping[str, Any]], found: _Overload) -> None:
+    """An open-loop step whose sends were late (p99 schedule lag): an overload in that step."""
+    for r in rows:
         if r.get("task") == "all" and r.get("step_kind") == "rate":
             p99 = r.get("schedule_lag_p99_ms")
             if p99 is not None and p99 > SCHEDULE_LAG_P99_LIMIT_MS:
-                overloaded = True
-                steps_hit.add(str(r["step_name"]))
-                messages.append(
+                found.hit([str(r["step_name"])])
+                found.messages.append(
                     f"Step {r['step_name']}: p99 schedule lag {p99:.0f} ms - the generator sent requests late; "
                     "see the schedule-inclusive TTFT/E2E."
                 )
+
+
+def _late_send_steps(rows: Sequence[Mapping[str, Any]], found: _Overload) -> list[Any]:
+    """Steps where the generator's own send delay was long: a warning (outside TTFT), not an overload."""
     late_sends = []
-    for r in rows or []:
+    for r in rows:
         p99 = r.get("send_delay_p99_ms") if r.get("task") == "all" else None
         if p99 is not None and p99 > SEND_DELAY_P99_LIMIT_MS:
             late_sends.append(r.get("step_name"))
-            messages.append(
+            found.messages.append(
                 f"Step {r.get('step_name')}: p99 send delay {p99:.1f} ms (> {SEND_DELAY_P99_LIMIT_MS:g} ms) - the "
                 "generator was late sending requests there (its own delay, not in TTFT; see send_delay_ms)."
             )
+    return late_sends
+
+
+def generator_health(manifest: RunManifest, rows: Sequence[Mapping[str, Any]] | None = None,
+                     load_warnings: list[str] | None = None) -> dict[str, Any]:
+    """``{"overloaded": bool, "messages": [...], ...}``; ``overloaded`` means results are suspect.
+
+    ``overloaded`` (the red banner, and "suspect" in a study) is set only for delays that were
+    in the figures: a CPU or event-loop stall inside a step's steady window (the recorded
+    untrusted windows; a run that recorded none is judged by its peaks), late dispatches that
+    show in a step's schedule lag, an open-loop step whose sends were late. ``overloaded_steps``
+    names the steps concerned (``None``: the whole run). A stall outside every steady window
+    and the generator's own send delay (outside TTFT) are warnings, not an overload.
+    """
+    gh = manifest.generator_health
+    placed = _in_figures(manifest)
+    found = _Overload()
+    _stall_checks(gh, placed, found)
+    late = gh.get("late_dispatches")
+    _late_dispatch_check(late, rows, found)
+    found.messages += _recorded_problems(manifest, placed)
+    _open_loop_lag_check(rows or [], found)
+    late_sends = _late_send_steps(rows or [], found)
     timing = timing_summary(manifest)
-    messages += timing["messages"]
-    for text in load_warnings or []:
-        messages.append(f"Input: {text}")
-    return {"overloaded": overloaded, "overloaded_steps": None if whole_run or not overloaded else sorted(steps_hit),
-            "messages": messages,
-            "cpu_warning": bool(gh.get("cpu_warning")), "max_loop_lag_ms": lag, "late_dispatches_count": late,
+    found.messages += timing["messages"]
+    found.messages += [f"Input: {text}" for text in load_warnings or []]
+    overloaded = found.overloaded
+    return {"overloaded": overloaded,
+            "overloaded_steps": None if found.whole_run or not overloaded else sorted(found.steps),
+            "messages": found.messages,
+            "cpu_warning": bool(gh.get("cpu_warning")), "max_loop_lag_ms": gh.get("max_loop_lag_ms"),
+            "late_dispatches_count": late,
             "late_send_steps": late_sends, "timing_paths": timing["paths"], "timing_counters": timing["counters"]}
 
 

@@ -21,10 +21,10 @@ _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e
 
 
 def _plt() -> Any:
-    import matplotlib
+    import matplotlib  # matplotlib: only when a chart is drawn
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib: only when a chart is drawn
 
     return plt
 

@@ -49,7 +49,9 @@ from tokenswarm.analysis.specdecode import mean_acceptance, spec_decode_tables
 from tokenswarm.analysis.stats import bootstrap_percentiles, min_samples_for, percentiles_sorted
 from tokenswarm.analysis.study_capacity import study_capacity
 from tokenswarm.analysis.study_runs import RunExtras, arm_observability, cell_resources, run_extras
+from tokenswarm.analysis.summary import clean
 from tokenswarm.analysis.tables import Window, derived, good_mask, windows
+from tokenswarm.analysis.verdict_table import report_markdown, speedup_curves_png, verdict_text
 from tokenswarm.names import PERCENTILE_KEY
 from tokenswarm.redact import redact
 
@@ -342,143 +344,229 @@ def _suspect_notes(extras: dict[tuple[str, int], RunExtras], verdict: list[dict[
     return out
 
 
-def analyse_study(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 0) -> dict[str, Any]:
-    """The study summary (the ``summary.json`` of the study report)."""
-    study_dir = Path(study_dir)
-    m = _load_manifest(study_dir)
+#: How the study summary's figures are made (its ``methods``, beside the bootstrap's size and seed).
+METHODS = {
+    "within_run": "percentile bootstrap per run (medians/percentiles by order statistics, aggregate "
+                  "throughput by 1-second bins of completed tokens)",
+    "over_rounds": "hierarchical bootstrap: rounds resampled with replacement, each with its within-run "
+                   "ratio replicate; geometric mean; 2.5-97.5 % percentiles",
+    "sample_size_guard": "a p-th percentile needs n >= 10/(1-p/100) successful requests in every run; "
+                         "a speedup (and goodput) needs the median's 20 in every run; below that no ratio "
+                         "or interval is given",
+    "suspect": "a cell is suspect when a run feeding it had its generator overloaded while the cell's step "
+               "was measured (the per-run report's GENERATOR OVERLOADED); its verdict says so",
+    "resources": "per step (all tasks share the GPU): means over rounds of each arm's GPU memory (max), "
+                 "power (mean), output tokens per joule and USD per 1M good output tokens; deltas and "
+                 "ratios candidate vs baseline",
+    "goodput": "good requests/s (successful and within the per-request thresholds); judged like the "
+               "speedup, left out below 20 good requests in a run or without thresholds",
+}
+
+CellKey = tuple[str, float, str]  # (load kind, load, task)
+
+
+def _cell_order(k: CellKey) -> tuple[bool, str, float]:
+    """All tasks first, then each task by load."""
+    return (k[2] != ALL_TASKS, k[2], k[1])
+
+
+@dataclass
+class _StudyRuns:
+    """Every finished run of the study (the candidates' only in rounds the baseline finished too),
+    with its cells and extras, and what every ratio is computed with."""
+
+    base_arm: str
+    runs: dict[tuple[str, int], Run]
+    cells: dict[tuple[str, int], dict[CellKey, Cell]]
+    extras: dict[tuple[str, int], RunExtras]
+    rng: np.random.Generator
+    n_boot: int
+
+    def rounds(self, arm: str) -> list[int]:
+        return sorted(r for a, r in self.cells if a == arm)
+
+
+def _load_study_runs(study_dir: Path, m: dict[str, Any], rng: np.random.Generator, n_boot: int) -> _StudyRuns:
     base_arm = m["baseline_arm"]
-    arms = [a["name"] for a in m["arms"]]
-    candidates = [a for a in arms if a != base_arm]
     done = {(e["arm"], e["round"]): e for e in m["arm_rounds"] if e["status"] == "done"}
     base_rounds = sorted(r for a, r in done if a == base_arm)
     if not base_rounds:
         raise RunInputError(f"{study_dir / 'study.json'}: the baseline arm {base_arm!r} has no finished round")
-    rng = np.random.default_rng(seed)
-    runs: dict[tuple[str, int], Run] = {}
-    cells: dict[tuple[str, int], dict[tuple[str, float, str], Cell]] = {}
-    extras: dict[tuple[str, int], RunExtras] = {}
+    data = _StudyRuns(base_arm, {}, {}, {}, rng, n_boot)
     for (arm, r), e in sorted(done.items()):
         if arm != base_arm and r not in base_rounds:
             continue
-        runs[(arm, r)] = load_run(study_dir / e["run_dir"], keep_text=True)
-        cells[(arm, r)] = run_cells(runs[(arm, r)], rng, n_boot)
-        extras[(arm, r)] = run_extras(runs[(arm, r)])
-    spec = _goodput_spec(runs[(base_arm, base_rounds[0])]) if (base_arm, base_rounds[0]) in runs else None
-    verdict: list[dict[str, Any]] = []
+        run = data.runs[(arm, r)] = load_run(study_dir / e["run_dir"], keep_text=True)
+        data.cells[(arm, r)] = run_cells(run, rng, n_boot)
+        data.extras[(arm, r)] = run_extras(run)
+    return data
+
+
+def _p50(c: Cell, metric: str) -> float | None:
+    return float(percentiles_sorted(c.lat[metric][1], [50.0])[0]) if c.lat[metric][0] else None
+
+
+def _arm_cells(data: _StudyRuns, arm: str, notes: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One arm's variability over rounds and (when it speculated) its acceptance, per cell; a
+    chunk-size estimate that disagrees with the per-request metrics is noted."""
+    variability: list[dict[str, Any]] = []
+    acceptance: list[dict[str, Any]] = []
+    rounds = data.rounds(arm)
+    speculated = any(data.extras[(arm, r)].speculated for r in rounds)
+    for key in sorted({k for r in rounds for k in data.cells[(arm, r)]}, key=_cell_order):
+        have = [data.cells[(arm, r)][key] for r in rounds if key in data.cells[(arm, r)]]
+        variability.append({
+            "arm": arm, "task": key[2], "load": key[1], "rounds": len(have),
+            "request_output_tps_p50_cv": cv([c.tps_median for c in have]),
+            "output_tokens_per_s_cv": cv([c.agg_tps for c in have]),
+            "ttft_p50_cv": cv([_p50(c, "ttft") for c in have]),
+            "tpot_p50_cv": cv([_p50(c, "tpot") for c in have]),
+        })
+        if not speculated:
+            continue  # an arm that never speculated has no acceptance to show
+        acceptance.append({"arm": arm, "task": key[2], "load": key[1],
+                           "mean_accepted_length": _mean([c.accept_len for c in have]),
+                           "acceptance_source": next((c.accept_source for c in have if c.accept_source), None),
+                           "acceptance_rate": _mean([c.accept_rate for c in have]),
+                           "chunk_estimate_mean_tokens": _mean([c.chunk_estimate for c in have]),
+                           "chunk_estimate_reliable": all(c.chunk_reliable for c in have),
+                           "accepted_length_histogram": _histogram([c.chunk_hist for c in have])})
+        req, chunk = _mean([c.request_accept_len for c in have]), _mean([c.chunk_estimate for c in have])
+        if req and chunk and abs(chunk - req) / req > 0.15 and arm != data.base_arm:
+            notes.append(f"arm {arm}, {key[2]} at {key[1]:g}: the chunk-size estimate of accepted length "
+                         f"({chunk:.2f}) disagrees with the per-request metrics ({req:.2f}); the chunk estimate is "
+                         "not reliable here and is not used")
+    return variability, acceptance
+
+
+def _verdict_row(data: _StudyRuns, arm: str, key: CellKey, spec: SloSpec | None) -> dict[str, Any]:
+    """One cell's verdict: the candidate against the baseline over the rounds both ran it."""
+    base_arm, cells, extras, rng = data.base_arm, data.cells, data.extras, data.rng
+    used = [r for r in data.rounds(arm) if key in cells[(arm, r)] and key in cells[(base_arm, r)]]
+    pairs = [(cells[(arm, r)][key], cells[(base_arm, r)][key]) for r in used]
+    cand_c, base_c = [p[0] for p in pairs], [p[1] for p in pairs]
+    enough = min(c.n_ok for c in cand_c + base_c) >= MIN_CELL_REQUESTS
+    # below the median's need there is no ratio and no interval to print (analysis.samples)
+    sp = _ratio_pair(cand_c, base_c, "tps_median", "tps_reps", rng) if enough else None
+    ag = _ratio_pair(cand_c, base_c, "agg_tps", "agg_reps", rng) if enough else None
+    row: dict[str, Any] = {
+        "arm": arm, "task": key[2], "load": key[1], "load_kind": key[0], "rounds": len(pairs),
+        "baseline_requests_count": [c.n_ok for c in base_c], "candidate_requests_count": [c.n_ok for c in cand_c],
+        "speedup": sp["point"] if sp else None, "speedup_ci": sp["ci"] if sp else None,
+        "speedup_per_round": sp["per_round"] if sp else None,
+        "speedup_per_round_ci": sp["per_round_ci"] if sp else None,
+        "aggregate_speedup": ag["point"] if ag else None, "aggregate_speedup_ci": ag["ci"] if ag else None,
+        "aggregate_speedup_per_round": ag["per_round"] if ag else None,
+        "rounds_disagree": bool(sp and sp["rounds_disagree"]),
+        "speedup_insufficient": not enough, "requests_needed_count": MIN_CELL_REQUESTS,
+    }
+    row["verdict"] = verdict_of(sp, len(pairs), enough)
+    row["verdict_rule"] = VERDICT_RULES[row["verdict"]]
+    row["aggregate_verdict"] = verdict_of(ag, len(pairs), enough)
+    for metric in LATENCY:
+        for p in LATENCY_PERCENTILES:
+            comb, short = _latency_ratio(cand_c, base_c, metric, p, rng, data.n_boot)
+            name = names.METRICS_BY_NAME[metric].ratio_key(PERCENTILE_KEY[p])
+            row[name] = comb["point"] if comb else None
+            row[f"{name}_ci"] = comb["ci"] if comb else None
+            row[f"{name}_insufficient"] = short
+    row.update(goodput_fields(spec, key[2], [(c.n_good, b.n_good) for c, b in pairs],
+                              partial(_ratio_pair, cand_c, base_c, "goodput_rps", "good_reps", rng)))
+    row["latency_regressions"] = latency_regressions(row, LATENCY_PERCENTILES)
+    row.update(cell_resources([extras[(arm, r)] for r in used], [extras[(base_arm, r)] for r in used],
+                              (key[0], key[1]), row["aggregate_speedup"], enough))
+    _mark_suspect(row, [(a, r) for r in used for a in (base_arm, arm) if extras[(a, r)].suspect(key[0], key[1])])
+    row["mean_accepted_length"] = _mean([c.accept_len for c in cand_c])
+    row["acceptance_source"] = next((c.accept_source for c in cand_c if c.accept_source), None)
+    row["acceptance_rate"] = _mean([c.accept_rate for c in cand_c])
+    return row
+
+
+def _row_notes(row: dict[str, Any]) -> list[str]:
+    """What a verdict row says that a reader must not miss: slower, lower throughput, a latency regression."""
+    where = f"arm {row['arm']}, {row['task']} at {row['load_kind']} {row['load']:g}"
+    notes = []
+    if row["verdict"] == "slower":
+        notes.append(f"{where}: speculation does not pay here "
+                     f"(per-request speedup x{row['speedup']:.2f}, 95 % interval below 1)")
+    if row["aggregate_verdict"] == "slower":
+        notes.append(f"{where}: aggregate throughput is lower (x{row['aggregate_speedup']:.2f}, 95 % interval below 1)")
+    if row["latency_regressions"] and not row["suspect"]:
+        notes.append(f"{where}: latency regression beside the speedup: "
+                     + "; ".join(row["latency_regressions"]) + " (candidate / baseline, 95 % interval above 1)")
+    return notes
+
+
+def _arm_verdict(data: _StudyRuns, arm: str, spec: SloSpec | None, notes: list[str],
+                 unmatched: list[str]) -> list[dict[str, Any]]:
+    """A candidate arm's verdict rows, one per cell both it and the baseline ran; the cells only
+    one side ran go to ``unmatched``, cells too small for a verdict to one note."""
+    rounds, base_arm = data.rounds(arm), data.base_arm
+    base_keys = {k for r in rounds for k in data.cells[(base_arm, r)]}
+    cand_keys = {k for r in rounds for k in data.cells[(arm, r)]}
+    for k in sorted(base_keys ^ cand_keys):
+        side = "baseline" if k in base_keys else f"arm {arm}"
+        unmatched.append(f"{k[2]} at {k[0]} {k[1]:g}: only {side} has this step/task; no ratio")
+    rows: list[dict[str, Any]] = []
+    short_cells: list[str] = []
+    for key in sorted(base_keys & cand_keys, key=_cell_order):
+        row = _verdict_row(data, arm, key, spec)
+        rows.append(row)
+        notes.extend(_row_notes(row))
+        if row["speedup_insufficient"]:
+            short_cells.append(f"{key[2]} {'c' if key[0] == 'concurrency' else 'r'}{key[1]:g} "
+                               f"({min(row['baseline_requests_count'])}/{min(row['candidate_requests_count'])})")
+    if short_cells:  # one note per arm, not one per cell
+        notes.append(f"arm {arm}: {len(short_cells)} cell(s) with too few requests for a verdict "
+                     f"({MIN_CELL_REQUESTS} successful requests needed in every run; fewest base/cand): "
+                     + ", ".join(short_cells))
+    return rows
+
+
+def _arm_consistency(data: _StudyRuns, arm: str, notes: list[str]) -> dict[str, Any]:
+    """Do the candidate's outputs match the baseline's, round by round (greedy pairs must)?"""
+    pairs_cons = [consistency(data.runs[(data.base_arm, r)], data.runs[(arm, r)]) for r in data.rounds(arm)]
+    judged = sum(c["judged_pairs_count"] for c in pairs_cons)
+    matched = sum(c["exact_match_count"] for c in pairs_cons)
+    firsts = [c["first_divergence_word_index_median_count"] for c in pairs_cons
+              if c["first_divergence_word_index_median_count"] is not None]
+    out = {"arm": arm, "judged_pairs_count": judged, "exact_match_rate": matched / judged if judged else None,
+           "greedy_pairs_count": sum(c["greedy_pairs_count"] for c in pairs_cons),
+           "greedy_diverging_count": sum(c["greedy_diverging_count"] for c in pairs_cons),
+           "greedy_divergence": any(c["greedy_divergence"] for c in pairs_cons),
+           "first_divergence_word_index_median": float(np.median(firsts)) if firsts else None}
+    if out["greedy_divergence"]:
+        notes.append(f"arm {arm}: GREEDY OUTPUTS CHANGED in {out['greedy_diverging_count']} of "
+                     f"{out['greedy_pairs_count']} temperature-0 pairs: the candidate changes the output")
+    return out
+
+
+def analyse_study(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 0) -> dict[str, Any]:
+    """The study summary (the ``summary.json`` of the study report)."""
+    study_dir = Path(study_dir)
+    m = _load_manifest(study_dir)
+    arms = [a["name"] for a in m["arms"]]
+    data = _load_study_runs(study_dir, m, np.random.default_rng(seed), n_boot)
+    base_arm, runs, extras = data.base_arm, data.runs, data.extras
+    candidates = [a for a in arms if a != base_arm]
+    first_base = (base_arm, data.rounds(base_arm)[0]) if data.rounds(base_arm) else None
+    spec = _goodput_spec(runs[first_base]) if first_base in runs else None
     notes: list[str] = []
     unmatched: list[str] = []
     variability: list[dict[str, Any]] = []
     acceptance: list[dict[str, Any]] = []
-    cons_out: list[dict[str, Any]] = []
     for arm in arms:
-        rounds = sorted(r for a, r in cells if a == arm)
-        keys = sorted({k for r in rounds for k in cells[(arm, r)]}, key=lambda k: (k[2] != ALL_TASKS, k[2], k[1]))
-        for key in keys:
-            have = [cells[(arm, r)][key] for r in rounds if key in cells[(arm, r)]]
-            variability.append({
-                "arm": arm, "task": key[2], "load": key[1], "rounds": len(have),
-                "request_output_tps_p50_cv": cv([c.tps_median for c in have]),
-                "output_tokens_per_s_cv": cv([c.agg_tps for c in have]),
-                "ttft_p50_cv": cv([float(percentiles_sorted(c.lat["ttft"][1], [50.0])[0]) if c.lat["ttft"][0] else None
-                                   for c in have]),
-                "tpot_p50_cv": cv([float(percentiles_sorted(c.lat["tpot"][1], [50.0])[0]) if c.lat["tpot"][0] else None
-                                   for c in have]),
-            })
-            if not any(extras[(arm, r)].speculated for r in rounds):
-                continue  # an arm that never speculated has no acceptance to show
-            acceptance.append({"arm": arm, "task": key[2], "load": key[1],
-                               "mean_accepted_length": _mean([c.accept_len for c in have]),
-                               "acceptance_source": next((c.accept_source for c in have if c.accept_source), None),
-                               "acceptance_rate": _mean([c.accept_rate for c in have]),
-                               "chunk_estimate_mean_tokens": _mean([c.chunk_estimate for c in have]),
-                               "chunk_estimate_reliable": all(c.chunk_reliable for c in have),
-                               "accepted_length_histogram": _histogram([c.chunk_hist for c in have])})
-            req, chunk = _mean([c.request_accept_len for c in have]), _mean([c.chunk_estimate for c in have])
-            if req and chunk and abs(chunk - req) / req > 0.15 and arm != base_arm:
-                notes.append(f"arm {arm}, {key[2]} at {key[1]:g}: the chunk-size estimate of accepted length "
-                             f"({chunk:.2f}) disagrees with the per-request metrics ({req:.2f}); the chunk estimate is "
-                             "not reliable here and is not used")
+        var, acc = _arm_cells(data, arm, notes)
+        variability += var
+        acceptance += acc
+    verdict: list[dict[str, Any]] = []
+    cons_out: list[dict[str, Any]] = []
     for arm in candidates:
-        rounds = sorted(r for a, r in cells if a == arm)
-        if not rounds:
+        if not data.rounds(arm):
             notes.append(f"arm {arm}: no round finished together with the baseline; not in the verdict")
             continue
-        base_keys = {k for r in rounds for k in cells[(base_arm, r)]}
-        cand_keys = {k for r in rounds for k in cells[(arm, r)]}
-        for k in sorted(base_keys ^ cand_keys):
-            side = "baseline" if k in base_keys else f"arm {arm}"
-            unmatched.append(f"{k[2]} at {k[0]} {k[1]:g}: only {side} has this step/task; no ratio")
-        short_cells: list[str] = []
-        for key in sorted(base_keys & cand_keys, key=lambda k: (k[2] != ALL_TASKS, k[2], k[1])):
-            pairs = [(cells[(arm, r)][key], cells[(base_arm, r)][key]) for r in rounds
-                     if key in cells[(arm, r)] and key in cells[(base_arm, r)]]
-            cand_c, base_c = [p[0] for p in pairs], [p[1] for p in pairs]
-            used = [r for r in rounds if key in cells[(arm, r)] and key in cells[(base_arm, r)]]
-            enough = min(c.n_ok for c in cand_c + base_c) >= MIN_CELL_REQUESTS
-            # below the median's need there is no ratio and no interval to print (analysis.samples)
-            sp = _ratio_pair(cand_c, base_c, "tps_median", "tps_reps", rng) if enough else None
-            ag = _ratio_pair(cand_c, base_c, "agg_tps", "agg_reps", rng) if enough else None
-            row: dict[str, Any] = {
-                "arm": arm, "task": key[2], "load": key[1], "load_kind": key[0], "rounds": len(pairs),
-                "baseline_requests_count": [c.n_ok for c in base_c], "candidate_requests_count": [c.n_ok for c in cand_c],
-                "speedup": sp["point"] if sp else None, "speedup_ci": sp["ci"] if sp else None,
-                "speedup_per_round": sp["per_round"] if sp else None,
-                "speedup_per_round_ci": sp["per_round_ci"] if sp else None,
-                "aggregate_speedup": ag["point"] if ag else None, "aggregate_speedup_ci": ag["ci"] if ag else None,
-                "aggregate_speedup_per_round": ag["per_round"] if ag else None,
-                "rounds_disagree": bool(sp and sp["rounds_disagree"]),
-                "speedup_insufficient": not enough, "requests_needed_count": MIN_CELL_REQUESTS,
-            }
-            row["verdict"] = verdict_of(sp, len(pairs), enough)
-            row["verdict_rule"] = VERDICT_RULES[row["verdict"]]
-            row["aggregate_verdict"] = verdict_of(ag, len(pairs), enough)
-            for metric in LATENCY:
-                for p in LATENCY_PERCENTILES:
-                    comb, short = _latency_ratio(cand_c, base_c, metric, p, rng, n_boot)
-                    name = names.METRICS_BY_NAME[metric].ratio_key(PERCENTILE_KEY[p])
-                    row[name] = comb["point"] if comb else None
-                    row[f"{name}_ci"] = comb["ci"] if comb else None
-                    row[f"{name}_insufficient"] = short
-            row.update(goodput_fields(spec, key[2], [(c.n_good, b.n_good) for c, b in pairs],
-                                      partial(_ratio_pair, cand_c, base_c, "goodput_rps", "good_reps", rng)))
-            row["latency_regressions"] = latency_regressions(row, LATENCY_PERCENTILES)
-            row.update(cell_resources([extras[(arm, r)] for r in used], [extras[(base_arm, r)] for r in used],
-                                      (key[0], key[1]), row["aggregate_speedup"], enough))
-            _mark_suspect(row, [(a, r) for r in used for a in (base_arm, arm)
-                                if extras[(a, r)].suspect(key[0], key[1])])
-            row["mean_accepted_length"] = _mean([c.accept_len for c in cand_c])
-            row["acceptance_source"] = next((c.accept_source for c in cand_c if c.accept_source), None)
-            row["acceptance_rate"] = _mean([c.accept_rate for c in cand_c])
-            verdict.append(row)
-            if row["verdict"] == "slower":
-                notes.append(f"arm {arm}, {key[2]} at {key[0]} {key[1]:g}: speculation does not pay here "
-                             f"(per-request speedup x{row['speedup']:.2f}, 95 % interval below 1)")
-            if row["aggregate_verdict"] == "slower":
-                notes.append(f"arm {arm}, {key[2]} at {key[0]} {key[1]:g}: aggregate throughput is lower "
-                             f"(x{row['aggregate_speedup']:.2f}, 95 % interval below 1)")
-            if row["latency_regressions"] and not row["suspect"]:
-                notes.append(f"arm {arm}, {key[2]} at {key[0]} {key[1]:g}: latency regression beside the speedup: "
-                             + "; ".join(row["latency_regressions"]) + " (candidate / baseline, 95 % interval above 1)")
-            if row["speedup_insufficient"]:
-                short_cells.append(f"{key[2]} {'c' if key[0] == 'concurrency' else 'r'}{key[1]:g} "
-                                   f"({min(row['baseline_requests_count'])}/{min(row['candidate_requests_count'])})")
-        if short_cells:  # one note per arm, not one per cell
-            notes.append(f"arm {arm}: {len(short_cells)} cell(s) with too few requests for a verdict "
-                         f"({MIN_CELL_REQUESTS} successful requests needed in every run; fewest base/cand): "
-                         + ", ".join(short_cells))
-        pairs_cons = [consistency(runs[(base_arm, r)], runs[(arm, r)]) for r in rounds]
-        judged = sum(c["judged_pairs_count"] for c in pairs_cons)
-        matched = sum(c["exact_match_count"] for c in pairs_cons)
-        firsts = [c["first_divergence_word_index_median_count"] for c in pairs_cons
-                  if c["first_divergence_word_index_median_count"] is not None]
-        cons_out.append({"arm": arm, "judged_pairs_count": judged, "exact_match_rate": matched / judged if judged else None,
-                         "greedy_pairs_count": sum(c["greedy_pairs_count"] for c in pairs_cons),
-                         "greedy_diverging_count": sum(c["greedy_diverging_count"] for c in pairs_cons),
-                         "greedy_divergence": any(c["greedy_divergence"] for c in pairs_cons),
-                         "first_divergence_word_index_median": float(np.median(firsts)) if firsts else None})
-        if cons_out[-1]["greedy_divergence"]:
-            notes.append(f"arm {arm}: GREEDY OUTPUTS CHANGED in {cons_out[-1]['greedy_diverging_count']} of "
-                         f"{cons_out[-1]['greedy_pairs_count']} temperature-0 pairs: the candidate changes the output")
+        verdict += _arm_verdict(data, arm, spec, notes, unmatched)
+        cons_out.append(_arm_consistency(data, arm, notes))
     notes += _suspect_notes(extras, verdict)
     return {
         "study_dir": str(study_dir),
@@ -498,24 +586,8 @@ def analyse_study(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 0) ->
         "notes": notes,
         "unmatched": unmatched,
         "verdict_rules": VERDICT_RULES,
-        "by_model": model_verdict(runs, base_arm, candidates, rng, n_boot),  # None unless several models
-        "methods": {
-            "bootstrap_replicates": n_boot, "seed": seed, "confidence_level": LEVEL,
-            "within_run": "percentile bootstrap per run (medians/percentiles by order statistics, aggregate "
-                          "throughput by 1-second bins of completed tokens)",
-            "over_rounds": "hierarchical bootstrap: rounds resampled with replacement, each with its within-run "
-                           "ratio replicate; geometric mean; 2.5-97.5 % percentiles",
-            "sample_size_guard": "a p-th percentile needs n >= 10/(1-p/100) successful requests in every run; "
-                                 "a speedup (and goodput) needs the median's 20 in every run; below that no ratio "
-                                 "or interval is given",
-            "suspect": "a cell is suspect when a run feeding it had its generator overloaded while the cell's step "
-                       "was measured (the per-run report's GENERATOR OVERLOADED); its verdict says so",
-            "resources": "per step (all tasks share the GPU): means over rounds of each arm's GPU memory (max), "
-                         "power (mean), output tokens per joule and USD per 1M good output tokens; deltas and "
-                         "ratios candidate vs baseline",
-            "goodput": "good requests/s (successful and within the per-request thresholds); judged like the "
-                       "speedup, left out below 20 good requests in a run or without thresholds",
-        },
+        "by_model": model_verdict(runs, base_arm, candidates, data.rng, n_boot),  # None unless several models
+        "methods": {"bootstrap_replicates": n_boot, "seed": seed, "confidence_level": LEVEL, **METHODS},
     }
 
 
@@ -635,9 +707,6 @@ def model_verdict(runs: dict[tuple[str, int], Run], base_arm: str, candidates: l
 
 def write_study_report(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 0) -> tuple[dict[str, Path], str]:
     """Write ``STUDY_DIR/report/`` (summary.json, report.md, speedup curves) and return the terminal text."""
-    from tokenswarm.analysis.summary import clean
-    from tokenswarm.analysis.verdict_table import report_markdown, verdict_text
-
     study_dir = Path(study_dir)
     summary = analyse_study(study_dir, n_boot, seed)
     out = study_dir / "report"
@@ -646,8 +715,6 @@ def write_study_report(study_dir: str | Path, n_boot: int = N_BOOT, seed: int = 
     files["summary.json"].write_bytes(redact(orjson.dumps(clean(summary), option=orjson.OPT_INDENT_2)))
     images = []
     try:
-        from tokenswarm.analysis.verdict_table import speedup_curves_png
-
         png = speedup_curves_png(summary)
         if png:
             (out / "speedup_curves.png").write_bytes(png)

@@ -20,6 +20,7 @@ from tokenswarm.analysis.curves import curve_points
 from tokenswarm.analysis.loader import Run
 from tokenswarm.analysis.slo import scenario_slos
 from tokenswarm.analysis.tables import step_table
+from tokenswarm.metrics import SLO_METRICS
 
 
 def run_capacity_of(run: Run) -> Capacity | None:
@@ -33,8 +34,6 @@ def run_capacity_of(run: Run) -> Capacity | None:
 
 def slo_text(slos: Mapping[str, Any]) -> str:
     """``tpot_p95_ms <= 60, error_rate <= 0.01`` (per-task overrides named by task)."""
-    from tokenswarm.metrics import SLO_METRICS
-
     def one(name: str, v: float) -> str:
         direction = SLO_METRICS.get(name, (None, "max", ""))[1]
         return f"{name} {'<=' if direction == 'max' else '>='} {v:g}"

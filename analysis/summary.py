@@ -14,6 +14,7 @@ import numpy as np
 from tokenswarm.analysis import cost as cost_mod
 from tokenswarm.analysis.capacity import run_capacity
 from tokenswarm.analysis.chunkhist import METHOD as CHUNK_HIST_METHOD
+from tokenswarm.analysis.compare import compare_runs
 from tokenswarm.analysis.curves import curve_points, curves
 from tokenswarm.analysis.errors import NoSuccessError
 from tokenswarm.analysis.health import generator_health
@@ -165,9 +166,6 @@ def compare_summary(base: Run, cand: Run, n_boot: int = 1000, seed: int = 0, spe
     ------
     NotComparableError, NoSuccessError
     """
-    from tokenswarm.analysis.compare import compare_runs
-    from tokenswarm.analysis.curves import curve_points
-
     for r in (base, cand):
         if not derived(r)["ok"].any():
             raise NoSuccessError(f"{r.path}: no successful request among {len(r)} records")

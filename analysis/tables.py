@@ -104,7 +104,7 @@ class StepTables:
 
     def to_dataframe(self) -> Any:
         """Rows as a pandas DataFrame (requires pandas)."""
-        import pandas as pd
+        import pandas as pd  # pandas: only for a DataFrame
 
         return pd.DataFrame(self.rows)
 

@@ -383,7 +383,7 @@ def _by_arm_table(summary: dict[str, Any]) -> list[str]:
 
 def speedup_curves_png(summary: dict[str, Any]) -> bytes | None:
     """Speedup (per-request tok/s) vs load per task and arm, with the 95 % interval as a band."""
-    from tokenswarm.analysis.plots import _plt, _png
+    from tokenswarm.analysis.plots import _plt, _png  # matplotlib (plots): only when a chart is drawn
 
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in summary["verdict"]:

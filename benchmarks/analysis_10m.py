@@ -16,10 +16,7 @@ test ``tests/analysis/test_columnar.py`` checks them against the exact path.
 
 from __future__ import annotations
 
-import argparse
-import multiprocessing as mp
 import os
-import resource
 import shutil
 import sys
 import tempfile
@@ -33,6 +30,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.analysis_1m import STEPS, T0, TASKS
+from benchmarks.benchrun import bench_args, cpu_s, generate_in_child, load_average, peak_rss_gib, work_dir
 from tokenswarm.record import FORMAT_VERSION
 
 GROUP = 65536  # records per row group / part (the writer's default)
@@ -134,11 +132,6 @@ def generate(run_dir: Path, n_records: int, mean_chunks: int, seed: int = 0) -> 
                                    "samples": samples}) + b"\n")
 
 
-def _cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
 def write_costs(run_dir: Path, sample: int = 20_000) -> dict[str, float]:
     """CPU per record of the master's writers (JSON lines in) and disk bytes per record of both formats."""
     import pyarrow.parquet as pq
@@ -155,11 +148,11 @@ def write_costs(run_dir: Path, sample: int = 20_000) -> dict[str, float]:
         d = Path(tempfile.mkdtemp(prefix=f"tokenswarm-write-{name}-"))
         try:
             w = make(d)
-            c0, t0 = _cpu(), time.perf_counter()
+            c0, t0 = cpu_s(), time.perf_counter()
             for i in range(0, n, 500):  # batches of 500 lines, as workers ship them
                 w.write_lines(b"".join(lines[i:i + 500]), len(lines[i:i + 500]))
             w.close()
-            out[f"{name}_write_cpu_us_per_record"] = (_cpu() - c0) / n * 1e6
+            out[f"{name}_write_cpu_us_per_record"] = (cpu_s() - c0) / n * 1e6
             out[f"{name}_write_wall_us_per_record"] = (time.perf_counter() - t0) / n * 1e6
             out[f"{name}_disk_bytes_per_record"] = sum(p.stat().st_size for p in d.iterdir()) / n
         finally:
@@ -178,11 +171,11 @@ def analyse_timed(run_dir: Path, out_dir: Path, with_plots: bool) -> tuple[dict,
     times: dict[str, tuple[float, float]] = {}
 
     def timed(label, fn, *a, **kw):
-        c0, t0 = _cpu(), time.perf_counter()
+        c0, t0 = cpu_s(), time.perf_counter()
         try:
             return fn(*a, **kw)
         finally:
-            times[label] = (time.perf_counter() - t0, _cpu() - c0)
+            times[label] = (time.perf_counter() - t0, cpu_s() - c0)
 
     run = timed("load_run (read the store: columns + chunk histograms)", load_run, run_dir)
     summary = timed("analyse (step tables, spec decode, soak windows/drift, curves)", analyse, run)
@@ -194,31 +187,21 @@ def analyse_timed(run_dir: Path, out_dir: Path, with_plots: bool) -> tuple[dict,
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--records", type=int, default=10_000_000)
-    ap.add_argument("--chunks", type=int, default=100, help="mean chunks per request")
-    ap.add_argument("--keep", help="generate into / reuse this directory instead of a temp dir")
-    ap.add_argument("--no-plots", action="store_true")
-    args = ap.parse_args()
-    tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="tokenswarm-bench10m-"))
-    run_dir = tmp / "run"
-    try:
+    args = bench_args(__doc__, 10_000_000, ("--chunks", {"type": int, "default": 100, "help": "mean chunks per request"}))
+    with work_dir(args.keep, "tokenswarm-bench10m-") as tmp:
+        run_dir = tmp / "run"
         if not (run_dir / "manifest.json").exists():
             t = time.perf_counter()
-            p = mp.get_context("fork").Process(target=generate, args=(run_dir, args.records, args.chunks))
-            p.start()
-            p.join()
-            if p.exitcode:
-                print(f"generation failed (exit code {p.exitcode})")
+            exitcode = generate_in_child(generate, run_dir, args.records, args.chunks)
+            if exitcode:
+                print(f"generation failed (exit code {exitcode})")
                 return 1
             size = sum(f.stat().st_size for f in run_dir.glob("records-*.parquet"))
             print(f"generated {args.records:,} records in {time.perf_counter() - t:.1f} s ({size / 2**30:.2f} GiB)")
-        wall0, cpu0 = time.perf_counter(), _cpu()
+        wall0, cpu0 = time.perf_counter(), cpu_s()
         times, info = analyse_timed(run_dir, tmp / "report", not args.no_plots)
-        wall, cpu = time.perf_counter() - wall0, _cpu() - cpu0
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB on Linux
-        with open("/proc/loadavg") as fh:
-            loadavg = fh.read().split()[0]
+        wall, cpu = time.perf_counter() - wall0, cpu_s() - cpu0
+        peak, loadavg = peak_rss_gib(), load_average()
         print(f"records: {info['records']:,}, chunk gaps: {info['chunk_gaps']:,}")
         print(f"  {'phase':<66} {'wall s':>7} {'CPU s':>7}")
         for k, (w, c) in times.items():
@@ -240,9 +223,6 @@ def main() -> int:
         print(f"disk per million records: JSONL {wc['jsonl_disk_bytes_per_record'] * 1e6 / 2**30:.2f} GiB, "
               f"Parquet {wc['store_disk_bytes_per_record'] * 1e6 / 2**30:.2f} GiB "
               f"(ratio {wc['jsonl_disk_bytes_per_record'] / wc['store_disk_bytes_per_record']:.1f}x smaller)")
-    finally:
-        if not args.keep:
-            shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

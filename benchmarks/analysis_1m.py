@@ -14,14 +14,9 @@ not count in the analysis' peak RSS).
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import multiprocessing as mp
 import os
-import resource
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -30,6 +25,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.benchrun import bench_args, cpu_s, generate_in_child, load_average, peak_rss_gib, work_dir
 from tokenswarm.record import FORMAT_VERSION
 
 T0 = 1_764_480_000.0
@@ -168,28 +164,18 @@ def analyse_timed(run_dir: Path, out_dir: Path, with_plots: bool) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--records", type=int, default=1_000_000)
-    ap.add_argument("--keep", help="generate into / reuse this directory instead of a temp dir")
-    ap.add_argument("--no-plots", action="store_true")
-    args = ap.parse_args()
-    tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="tokenswarm-bench-"))
-    run_dir = tmp / "run"
-    try:
+    args = bench_args(__doc__, 1_000_000)
+    with work_dir(args.keep, "tokenswarm-bench-") as tmp:
+        run_dir = tmp / "run"
         if not (run_dir / "records.jsonl").exists():
             t = time.perf_counter()
-            p = mp.get_context("fork").Process(target=generate, args=(run_dir, args.records))
-            p.start()
-            p.join()
+            generate_in_child(generate, run_dir, args.records)
             print(f"generated {args.records:,} records in {time.perf_counter() - t:.1f} s "
                   f"({(run_dir / 'records.jsonl').stat().st_size / 2**30:.2f} GiB)")
-        t = time.perf_counter()
-        cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+        t, cpu0 = time.perf_counter(), cpu_s()
         times = analyse_timed(run_dir, tmp / "report", not args.no_plots)
-        total = time.perf_counter() - t
-        cpu1 = resource.getrusage(resource.RUSAGE_SELF)
-        cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB on Linux
+        total, cpu = time.perf_counter() - t, cpu_s() - cpu0
+        peak = peak_rss_gib()
         print(f"records: {times.pop('_records'):,}, chunk gaps: {times.pop('_chunk_gaps'):,}")
         print(f"  {'phase':<62} {'wall s':>7} {'CPU s':>7}")
         order = [k for k in times if not k.startswith("  ")]
@@ -200,14 +186,10 @@ def main() -> int:
                     print(f"  {sub:<62} {times[sub][0]:7.1f} {times[sub][1]:7.1f}")
         print(f"total end to end (excl. generation): {total:.1f} s wall, {cpu:.1f} s CPU "
               f"(goal < 60 s) -> {'OK' if total < 60 else 'SLOW'} by wall clock, {'OK' if cpu < 60 else 'SLOW'} by CPU time")
-        with open("/proc/loadavg") as fh:
-            print(f"machine load average during the run: {fh.read().split()[0]} on {os.cpu_count()} cores "
-                  "(other processes share the CPU: wall time > CPU time)")
+        print(f"machine load average during the run: {load_average()} on {os.cpu_count()} cores "
+              "(other processes share the CPU: wall time > CPU time)")
         print(f"peak RSS: {peak:.2f} GiB (goal < 2 GiB) -> {'OK' if peak < 2 else 'TOO BIG'}")
         print(f"CPU: 1 process; os.cpu_count()={os.cpu_count()}")
-    finally:
-        if not args.keep:
-            shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

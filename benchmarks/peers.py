@@ -60,7 +60,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -79,7 +78,7 @@ from peer_tools import (  # noqa: E402
     truth_words,
 )
 from request_cost import stamp  # noqa: E402
-from spec_workload import _children_cpu  # noqa: E402
+from spec_workload import _children_cpu, process_tree_sum  # noqa: E402
 from truthjoin import join, load_truth  # noqa: E402
 from truthserver.testing import start_truth  # noqa: E402
 
@@ -106,17 +105,7 @@ def build_tokenizer(out: Path) -> Path:
 
 def tree_rss(pid: int) -> int:
     """Resident bytes of a process and its children now."""
-    try:
-        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0
-    total = 0
-    for p in procs:
-        try:
-            total += p.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
-    return total
+    return int(process_tree_sum(pid, lambda p: p.memory_info().rss))
 
 
 def run_measured(cmd: list[str], env: dict[str, str], cwd: Path, timeout_s: float) -> dict[str, Any]:

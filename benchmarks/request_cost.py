@@ -231,6 +231,15 @@ def run_split(args: argparse.Namespace, work: Path) -> None:
         split_table(args, [r for r in rows if r["tree"] == tree], tree)
 
 
+def window_figures(r: dict[str, Any], rate_width: int) -> str:
+    """A row's measured window: requests/s (``rate_width`` wide), chunks/s, CPU share, and the
+    timing errors' p99 (TTFT, gap, end to end) -- the columns both tables print."""
+    a = r["accuracy"]
+    return (f"{r['window_requests'] / r['window_s']:>{rate_width}.0f} {r['window_chunks'] / r['window_s']:>9.0f} "
+            f"{r['window_cpu_s'] / r['window_s']:>9.2f} "
+            f"{a['ttft_err_p99_ms']:>12.2f} {a['gap_err_p99_ms']:>8.2f} {a['e2e_err_p99_ms']:>8.2f}")
+
+
 def split_table(args: argparse.Namespace, rows: list[dict[str, Any]], tree: str) -> None:
     """One tree's split: its runs, the two fits and the ceilings they give."""
     print(f"\n-- tree: {tree}")
@@ -240,11 +249,8 @@ def split_table(args: argparse.Namespace, rows: list[dict[str, Any]], tree: str)
     print(f"{'answer':>7} {'requests':>9} {'chunks':>8} {'chunks/req':>10} {'whole CPU s':>11} {'start-up s':>10} {'us/chunk':>9} "
           f"{'window req/s':>12} {'chunks/s':>9} {'CPU share':>9} {'TTFT err p99':>12} {'gap p99':>8} {'e2e p99':>8}")
     for r in rows:
-        a = r["accuracy"]
         print(f"{r['length']:>7} {r['requests']:>9} {r['chunks']:>8} {r['chunks'] / max(1, r['requests']):>10.1f} "
-              f"{r['whole_cpu_s']:>11.2f} {r['startup_cpu_s']:>10.2f} {r['us_per_chunk'] or 0:>9.1f} {r['window_requests'] / r['window_s']:>12.0f} "
-              f"{r['window_chunks'] / r['window_s']:>9.0f} {r['window_cpu_s'] / r['window_s']:>9.2f} "
-              f"{a['ttft_err_p99_ms']:>12.2f} {a['gap_err_p99_ms']:>8.2f} {a['e2e_err_p99_ms']:>8.2f}")
+              f"{r['whole_cpu_s']:>11.2f} {r['startup_cpu_s']:>10.2f} {r['us_per_chunk'] or 0:>9.1f} {window_figures(r, 12)}")
     f = fit(rows)
     print(f"whole process: start-up {f['startup_s']:.2f} s of CPU (median, measured), then CPU = "
           f"{f['per_request_us']:.0f} us x requests + {f['per_chunk_us']:.1f} us x chunks (largest residual "
@@ -363,10 +369,7 @@ def run_ceiling(args: argparse.Namespace, work: Path) -> None:
               f"{'e2e p99':>8}  holds")
         for r in rows:
             a = r["accuracy"]
-            print(f"{r['streams']:>7} {r['window_requests'] / r['window_s']:>10.0f} "
-                  f"{r['window_chunks'] / r['window_s']:>9.0f} {r['window_cpu_s'] / r['window_s']:>9.2f} "
-                  f"{a['ttft_err_p99_ms']:>12.2f} {a['gap_err_p99_ms']:>8.2f} {a['e2e_err_p99_ms']:>8.2f}  "
-                  f"{'yes' if r['holds'] else 'NO'}")
+            print(f"{r['streams']:>7} {window_figures(r, 10)}  {'yes' if r['holds'] else 'NO'}")
         ok = [r for r in rows if r["holds"]]
         if ok:
             best = ok[-1]

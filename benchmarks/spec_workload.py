@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import psutil
 from truthjoin import join, load_truth
@@ -24,8 +25,9 @@ from truthserver.testing import start_truth
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def process_tree_cpu(pid: int) -> float:
-    """CPU seconds (user + system) of a process and its children so far (0 once it is gone)."""
+def process_tree_sum(pid: int, measure: Callable[[psutil.Process], float]) -> float:
+    """``measure`` summed over a process and its children now (0 once it is gone; a child
+    that ends meanwhile counts 0)."""
     try:
         procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
     except psutil.NoSuchProcess:
@@ -33,11 +35,20 @@ def process_tree_cpu(pid: int) -> float:
     total = 0.0
     for p in procs:
         try:
-            t = p.cpu_times()
-            total += t.user + t.system
+            total += measure(p)
         except psutil.NoSuchProcess:
             pass
     return total
+
+
+def _cpu_s(p: psutil.Process) -> float:
+    t = p.cpu_times()
+    return float(t.user + t.system)
+
+
+def process_tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of a process and its children so far (0 once it is gone)."""
+    return process_tree_sum(pid, _cpu_s)
 
 
 def _children_cpu() -> float:

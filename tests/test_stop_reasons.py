@@ -35,7 +35,7 @@ def test_a_stop_the_run_did_not_ask_for_in_the_web_ui_is_the_stop_button_and_can
     ctl = running_controller(tmp_path, web_ui=True)
     try:
         ctl.on_stopping()  # what Locust's /stop route fires before it stops the users
-        assert ctl.stop_reason is StopReason.WEB_UI_STOP
+        assert ctl.ending.reason is StopReason.WEB_UI_STOP
         assert ctl.env.stop_timeout == 0, "users are killed (streams -> cancelled records), not waited for"
         assert any("web UI" in w for w in ctl.recording.manifest.current.warnings)
     finally:
@@ -44,9 +44,9 @@ def test_a_stop_the_run_did_not_ask_for_in_the_web_ui_is_the_stop_button_and_can
 
 def test_the_plans_own_end_keeps_the_graceful_stop(tmp_path):
     ctl = running_controller(tmp_path, web_ui=False)
-    ctl.machine = SimpleNamespace(done=True)  # type: ignore[assignment]
+    ctl.steps.plan = SimpleNamespace(machine=SimpleNamespace(done=True))  # type: ignore[assignment]
     ctl.on_stopping()
-    assert ctl.stop_reason is StopReason.PLAN_DONE and ctl.env.stop_timeout == 300
+    assert ctl.ending.reason is StopReason.PLAN_DONE and ctl.env.stop_timeout == 300
     assert ctl.recording.manifest.current.warnings == ()
 
 

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import sys
 from typing import Any, Callable
+
+from tokenswarm import __version__
 
 #: name -> (module, one-line help). Order is the order shown in ``--help``.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -31,7 +34,6 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         prog="tokenswarm",
         description="Distributed load generator for LLM serving stacks, built on Locust.",
     )
-    from tokenswarm import __version__
 
     parser.add_argument("--version", action="version", version=f"tokenswarm {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -62,6 +64,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _takes_name(fn: Callable[..., Any]) -> bool:
-    import inspect
-
     return len(inspect.signature(fn).parameters) >= 2

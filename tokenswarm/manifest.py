@@ -26,6 +26,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from tokenswarm.record import FORMAT_VERSION, READABLE_FORMAT_VERSIONS
 
 #: The kinds of load step: a number of concurrent users, or an arrival rate (requests/s).
@@ -359,8 +361,6 @@ def read_run_manifest(run_dir: str | os.PathLike[str]) -> RunManifest:
     The one reader of the file, for the analysis (:func:`tokenswarm.analysis.loader.read_manifest`)
     and the generator's own end-of-run verdict (which imports no analysis module for it).
     """
-    import orjson
-
     run_dir = Path(run_dir)
     path = run_dir / "manifest.json"
     if not run_dir.is_dir():

@@ -30,6 +30,7 @@ request phases
 from __future__ import annotations
 
 import math
+import warnings
 from typing import TYPE_CHECKING, Any, Sequence
 
 from tokenswarm import names
@@ -175,7 +176,6 @@ def slo_name(name: str, where: str) -> str:
     new = DEPRECATED_SLO_NAMES.get(name)
     if new is None:
         return name
-    import warnings
 
     # FutureWarning, not DeprecationWarning: it is meant for whoever wrote the scenario or the
     # command line, and Python hides DeprecationWarning outside __main__ by default.
@@ -208,7 +208,7 @@ def itl_ms(chunk_offsets_ms: Sequence[float] | None, chunk_tokens: Sequence[int]
     """
     if not chunk_offsets_ms or len(chunk_offsets_ms) < 2:
         return []
-    import numpy as np
+    import numpy as np  # numpy: the glossary is imported by every room, only ITL arrays need it
 
     offsets = np.asarray(chunk_offsets_ms, dtype=np.float64)
     gaps = np.diff(offsets)
@@ -229,7 +229,7 @@ def itl_samples(gaps_ms: Any, tokens: Any, first_gap: Any) -> tuple[np.ndarray, 
     a delivery of ``n`` tokens after a gap ``g`` gives ``n`` samples of ``g / n`` (weight 0 for
     chunks of a request's first delivery and for chunks without tokens).
     """
-    import numpy as np
+    import numpy as np  # numpy: only for ITL arrays (see itl_ms)
 
     g = np.asarray(gaps_ms)
     n = np.maximum(np.asarray(tokens, dtype=np.int64), 0)

@@ -25,6 +25,7 @@ range) are written as visible ``\\xNN`` escapes, so what reaches a terminal, ``r
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Iterable
@@ -226,8 +227,6 @@ class _RedactingFactory:
 
 def install_log_redaction() -> None:
     """Redact every log record of this process (Locust's and ours), whatever handler prints it."""
-    import logging
-
     factory = logging.getLogRecordFactory()
     if not isinstance(factory, _RedactingFactory):
         logging.setLogRecordFactory(_RedactingFactory(factory))

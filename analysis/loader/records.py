@@ -8,6 +8,7 @@ of the :mod:`analysis.loader` docstring). The field lists name every column read
 
 from __future__ import annotations
 
+import ctypes
 import math
 from array import array
 from itertools import chain, repeat
@@ -424,8 +425,6 @@ def _release_free_memory() -> None:
     keep mapped, inflating the peak RSS of the analysis that follows.
     """
     try:
-        import ctypes
-
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass

@@ -85,7 +85,7 @@ class Run:
 
     def to_dataframe(self) -> Any:
         """Per-request columns as a pandas DataFrame (requires pandas; chunk data excluded)."""
-        import pandas as pd  # optional dependency, imported only on request
+        import pandas as pd  # optional dependency, imported only on request  # pandas: only for a DataFrame
 
         data = {}
         for name, arr in self.columns.items():
@@ -202,6 +202,7 @@ def read_gpu_metrics(path: Path, warnings: list[str]) -> GpuMetrics | None:
 
 def _load_store(run_dir: Path, manifest: RunManifest, keep_text: bool) -> Run:
     """:func:`load_run` for a Parquet store: per-request columns, chunks as histograms."""
+    # pyarrow: only for a Parquet store
     from tokenswarm.analysis.loader.columnar import read_store  # pyarrow: only for Parquet stores
 
     cols, cats, warnings, texts, hists, parts = read_store(run_dir, keep_text=keep_text)

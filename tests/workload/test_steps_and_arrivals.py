@@ -82,15 +82,14 @@ def test_a_target_that_is_never_reached_times_out_and_is_remembered():
 def test_ramp_s_turns_into_a_spawn_rate_that_takes_that_long():
     from types import SimpleNamespace
 
-    from tokenswarm.orchestrate.controller import RunController
+    from tokenswarm.orchestrate.loadplan import spawn_rate_for
 
-    ctl = RunController.__new__(RunController)
-    ctl.scenario = SimpleNamespace(load=SimpleNamespace(ramp_s=20.0, spawn_rate=100.0))
+    load = SimpleNamespace(ramp_s=20.0, spawn_rate=100.0)
     m = StepMachine(plan_steps("closed", [4, 64], warmup_s=1, duration_s=5))
-    assert ctl.spawn_rate_for(m.steps[0], m) == 4 / 20   # 0 -> 4 users in 20 s
-    assert ctl.spawn_rate_for(m.steps[1], m) == 60 / 20  # 4 -> 64 users in 20 s
-    ctl.scenario.load.ramp_s = 0.0
-    assert ctl.spawn_rate_for(m.steps[1], m) == 100.0
+    assert spawn_rate_for(load, m.steps[0], m) == 4 / 20   # 0 -> 4 users in 20 s
+    assert spawn_rate_for(load, m.steps[1], m) == 60 / 20  # 4 -> 64 users in 20 s
+    load.ramp_s = 0.0
+    assert spawn_rate_for(load, m.steps[1], m) == 100.0
 
 
 def test_the_open_loop_user_dispatches_on_the_schedule_the_tests_compute():

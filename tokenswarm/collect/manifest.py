@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tokenswarm import __version__
 from tokenswarm.manifest import LoadStep, RunManifest
 from tokenswarm.redact import redact
 
@@ -33,9 +34,8 @@ def default_run_dir(run_id: str, root: str = "runs") -> Path:
 def new_manifest(run_id: str, *, scenario: dict[str, Any] | None, scenario_name: str | None,
                  command: list[str], load_mode: str | None, started_at: float | None = None) -> RunManifest:
     """The manifest of a run that starts now, with this process's versions and host."""
-    import locust
+    import locust  # Locust for its version only: the manifest model is read without it
 
-    from tokenswarm import __version__
 
     return RunManifest(run_id=run_id, tokenswarm_version=__version__, locust_version=locust.__version__,
                        python_version=platform.python_version(), host=socket.gethostname(),

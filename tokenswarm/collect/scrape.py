@@ -10,6 +10,7 @@ line), never the whole scrape.
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -27,7 +28,7 @@ def _metric_families() -> Callable[[str], Any]:
     """prometheus-client's text parser, imported on first use: a run without a metrics URL
     never pays its import (~25 ms of start-up). :class:`Scraper` imports it when created, so the
     first scrape does not stall the event loop with an import."""
-    from prometheus_client.parser import text_string_to_metric_families
+    from prometheus_client.parser import text_string_to_metric_families  # see above: on first use
 
     return text_string_to_metric_families
 
@@ -83,8 +84,6 @@ def fetch(url: str, timeout_s: float = 5.0, headers: dict[str, str] | None = Non
     req = urllib.request.Request(url, headers=headers or {})
     context = None
     if url.startswith("https") and not verify_tls:
-        import ssl
-
         context = ssl._create_unverified_context()  # the scenario said verify_tls: false
     with urllib.request.urlopen(req, timeout=timeout_s, context=context) as resp:
         body: bytes = resp.read()

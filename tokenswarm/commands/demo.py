@@ -25,10 +25,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tokenswarm.metrics import min_samples_for
+from tokenswarm.study.cli import write_study_report
+from tokenswarm.study.runner import run_study
+from tokenswarm.study.spec import Arm, Study, checkable
+from tokenswarm.workload.scenario import ScenarioError, load_scenario, parse_override, resolve_scenario_path
 
 if TYPE_CHECKING:  # the study package is imported when a demo runs
     from tokenswarm.study.spec import Study
@@ -85,9 +90,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def demo_study(args: argparse.Namespace) -> Study:
     """The demo as a study: two simulator arms, the scenario shortened by :data:`DEMO_OVERRIDES`."""
-    from tokenswarm.study.spec import Arm, Study
-    from tokenswarm.workload.scenario import resolve_scenario_path
-
     # --gpu-metrics: the simulator's modelled GPU, scraped like a DCGM exporter next to a real server
     sim = f"{sys.executable} -m tokenswarm sim --port {{port}} --profile {args.profile} --gpu-metrics"
     arms = (Arm("baseline", f"{sim} --spec-method none"),
@@ -102,19 +104,12 @@ def demo_study(args: argparse.Namespace) -> Study:
 
 def capacity_study(args: argparse.Namespace) -> Study:
     """The --capacity phase: the demo's arms, one round, each run a capacity search."""
-    from dataclasses import replace
-
     study = demo_study(args)
     return replace(study, rounds=1, overrides=(*study.overrides, *CAPACITY_OVERRIDES),
                    out=None if args.out is None else str(Path(args.out) / "capacity"))
 
 
 def run(args: argparse.Namespace) -> int:
-    from tokenswarm.study.cli import write_study_report
-    from tokenswarm.study.runner import run_study
-    from tokenswarm.study.spec import checkable
-    from tokenswarm.workload.scenario import ScenarioError, load_scenario, parse_override
-
     study = demo_study(args)
     try:
         load_scenario(study.scenario, dict(parse_override(checkable(o)) for o in study.overrides))

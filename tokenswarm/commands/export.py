@@ -13,6 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from tokenswarm.collect.store import StoreFormatError, store_parts
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", help="run directory with records-NNNNNN.parquet parts")
@@ -22,8 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tokenswarm.collect.parquet_store import iter_records
-    from tokenswarm.collect.store import StoreFormatError, store_parts
+    from tokenswarm.collect.parquet_store import iter_records  # pyarrow: only to read a store, not for --help
 
     run_dir = Path(args.run)
     parts, notes = store_parts(run_dir) if run_dir.is_dir() else ([], [])

@@ -14,6 +14,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import tokenswarm
+from tokenswarm.commands.workers import preflight as distributed_preflight
+from tokenswarm.load.setup import planned_duration_s, scenario_slos
+from tokenswarm.orchestrate.sizing import plan_cells, plan_lines
+from tokenswarm.orchestrate.verdict import merge_slos, parse_slo_args
+from tokenswarm.redact import redact, remember_target
+from tokenswarm.workload.scenario import ScenarioError, load_scenario, parse_override, resolve_scenario_path
+
 if TYPE_CHECKING:  # the scenario model is imported where a command needs it
     from tokenswarm.workload.scenario import Scenario
 
@@ -23,8 +31,6 @@ TOKEN_VAR = "TOKENSWARM_WORKER_TOKEN"
 
 
 def locustfile_path() -> str:
-    import tokenswarm
-
     return str(Path(tokenswarm.__file__).parent / "locustfile.py")
 
 
@@ -73,7 +79,7 @@ _OWN_FLAGS = frozenset({"--scenario", "--out", "--set", "--slo"})
 
 def locustfile_options() -> list[tuple[tuple[str, ...], dict[str, Any]]]:
     """The plugin's own Locust options (one definition: read from the plugin), as argparse args."""
-    from tokenswarm.orchestrate import plugin
+    from tokenswarm.orchestrate import plugin  # Locust loads late: after the command set the process up
 
     recorder = _OptionRecorder()
     plugin.add_options(recorder)
@@ -125,10 +131,6 @@ def build_locust_argv(args: argparse.Namespace, scenario_path: str) -> list[str]
 
 
 def run(args: argparse.Namespace) -> int:
-    from tokenswarm.load.setup import scenario_slos
-    from tokenswarm.orchestrate.verdict import merge_slos, parse_slo_args
-    from tokenswarm.workload.scenario import ScenarioError, load_scenario, parse_override, resolve_scenario_path
-
     path = resolve_scenario_path(args.scenario)
     if args.insecure:
         args.overrides.append("target.verify_tls=false")
@@ -139,13 +141,9 @@ def run(args: argparse.Namespace) -> int:
         scenario = flags.check(path, overrides)
         slos = merge_slos(scenario_slos(scenario), parse_slo_args(args.slo))
     except (ScenarioError, ValueError) as exc:
-        from tokenswarm.redact import redact
-
         print(f"tokenswarm: {redact(str(exc))}", file=sys.stderr)
         return 2
     if args.dry_run:
-        from tokenswarm.redact import redact, remember_target
-
         remember_target(scenario.target, args.host)
         try:
             print(redact(plan_text(scenario, slos, args.host, users=flags.users_count(), run_time_s=flags.run_time_s(),
@@ -153,7 +151,6 @@ def run(args: argparse.Namespace) -> int:
         except BrokenPipeError:  # `tokenswarm run qa --dry-run | head`: the reader had enough
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit's flush
         return 0
-    from tokenswarm.commands.workers import preflight as distributed_preflight
 
     try:
         args.passthrough = list(args.passthrough) + distributed_preflight(list(args.passthrough), args.workers)
@@ -171,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_flags(args: argparse.Namespace) -> Any:
     """The plan-shaping flags of this command line: the plugin's own, and -u/-t from Locust's."""
-    from tokenswarm.orchestrate.runflags import RunFlags
+    from tokenswarm.orchestrate.runflags import RunFlags  # imports Locust's options: Locust loads late
 
     locust_flags = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     locust_flags.add_argument("-u", "--users", dest="users")
@@ -188,9 +185,6 @@ def plan_text(scenario: Scenario, slos: dict[str, Any], host: str | None, *, use
     ``users`` (-u) replaces the steps by one fixed concurrency; ``run_time_s`` (-t) caps the
     run; ``max_run_time_s`` is the hard stop (0/None: the default guard).
     """
-    from tokenswarm.load.setup import planned_duration_s
-    from tokenswarm.orchestrate.sizing import plan_cells, plan_lines
-
     load = scenario.load
     lines = [f"scenario {scenario.name} ({scenario.path}) -> {host or scenario.target.base_url} [{scenario.target.api}]",
              "traffic: " + ", ".join(f"{t.name} ({t.kind}) weight {t.weight:g}" for t in scenario.traffic.classes

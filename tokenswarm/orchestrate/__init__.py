@@ -5,7 +5,12 @@ One job per module:
 * :mod:`~tokenswarm.orchestrate.plugin` wires tokenswarm into Locust (options, events,
   messages, the worker side) for ``locust -f locustfiles/llm.py`` and ``tokenswarm run``;
 * :mod:`~tokenswarm.orchestrate.controller` orchestrates the run on the master or local
-  process (shape ticks, step broadcasts, scrapers, health, circuit breaker, progress);
+  process, handing each job to its module: :mod:`~tokenswarm.orchestrate.runstart` (the
+  target's preflight, the run's files and context), :mod:`~tokenswarm.orchestrate.loadplan`
+  (the step plan and its hooks, shape ticks, step broadcasts),
+  :mod:`~tokenswarm.orchestrate.ending` (stop reasons, guards, circuit breaker, hard stop, exit
+  status), :mod:`~tokenswarm.orchestrate.accounts` (the final accounts) and
+  :mod:`~tokenswarm.orchestrate.scraping` (the scrapers);
 * :mod:`~tokenswarm.orchestrate.recording` owns the run directory's files (manifest, records
   sink, generator health log, live summaries);
 * :mod:`~tokenswarm.orchestrate.workers` is the master's view of its workers (reports, stop,

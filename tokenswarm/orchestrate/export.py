@@ -36,6 +36,7 @@ import time
 from typing import Any, Callable, Iterator, Protocol
 
 import gevent
+from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
@@ -198,8 +199,6 @@ def is_loopback(host: str) -> bool:
 
 def serve(source: RunSource, port: int, host: str = "127.0.0.1", attribute_every_s: float = 1.0) -> LiveExporter:
     """Serve the live statistics at ``http://host:port/metrics`` (a background server) and return the exporter."""
-    from prometheus_client import start_http_server
-
     if not is_loopback(host):
         log.warning("tokenswarm: --metrics-host %s serves the live statistics (task names, step names, rates) to "
                     "every host that can reach this address, without authentication; keep it on a trusted "

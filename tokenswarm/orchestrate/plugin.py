@@ -53,6 +53,7 @@ from tokenswarm.redact import install_log_redaction, remember, remember_target
 from tokenswarm.webui import install as install_webui
 from tokenswarm.wire.auth import set_credentials_scope
 from tokenswarm.wire.timing import provenance as timing_provenance
+from tokenswarm.workload.scenario import ScenarioError, apply_overrides, parse_scenario
 
 log = logging.getLogger("tokenswarm")
 install_log_redaction()  # every log line of this process, Locust's too, goes through redact()
@@ -166,8 +167,6 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         _init_worker(environment, token)
         return
     gate = _close_the_doors(environment, token)
-    from tokenswarm.workload.scenario import ScenarioError
-
     try:
         sc, overrides = load_scenario_from_options(opts)
         sc = RunFlags.from_options(opts).check(sc.path, overrides)  # bad --steps/-u/-t...: exit 2 here
@@ -232,7 +231,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
 
 def _serve_live_metrics(ctl: RunController, port: int, host: str) -> None:
     """``--metrics-port``: the live statistics in Prometheus format (imported only then: prometheus_client)."""
-    from tokenswarm.orchestrate import export
+    from tokenswarm.orchestrate import export  # prometheus_client: only with --metrics-port
 
     try:
         exporter = export.serve(ctl, port, host)
@@ -285,94 +284,105 @@ class _CollectorProxy:
 
 
 def _init_worker(environment: Any, token: str | None) -> None:
+    """The worker side: ask the master for admission, then follow its steps and runs."""
     runner = environment.runner
-    state: dict[str, Any] = {"ctx": None}
-
-    def on_refused(environment: Any, msg: Any, **_kw: Any) -> None:
-        log.error("tokenswarm: the master refused this worker: %s", msg.data)
-
-    runner.register_message(MSG_REFUSED, on_refused)
+    worker = _WorkerSide(environment)
+    runner.register_message(MSG_REFUSED, lambda environment, msg, **kw: log.error(
+        "tokenswarm: the master refused this worker: %s", msg.data))
     send_hello(runner, token)  # Locust's connection is acked by now; the master admits us on this
-
-    def on_step(environment: Any, msg: Any, **_kw: Any) -> None:
-        ctx = state["ctx"]
-        if ctx is not None:
-            ctx.set_step(msg.data)
-        else:
-            state["pending_step"] = msg.data
-
-    runner.register_message(MSG_STEP, on_step)
+    runner.register_message(MSG_STEP, worker.on_step)
     # the master's hard stop: read before its stop/quit message, so users are killed, not waited for
     runner.register_message(MSG_HARD_STOP, lambda environment, msg, **kw: setattr(environment, "stop_timeout", 0))
     if is_local_worker(environment.parsed_options):
         gevent.spawn(watch_parent, runner.quit)
+    environment.events.test_start.add_listener(worker.on_start)
+    environment.events.test_stopping.add_listener(worker.on_stopping)
+    environment.events.test_stop.add_listener(worker.on_stop)
+    environment.events.report_to_master.add_listener(worker.on_report)
 
-    @environment.events.test_start.add_listener
-    def _start(environment: Any, **_kw: Any) -> None:
-        from tokenswarm.workload.scenario import parse_scenario
 
+class _WorkerSide:
+    """One worker's run: its context (from the scenario the master sent), the records relay,
+    its health samples, and the ``tokenswarm`` section of its reports to the master."""
+
+    def __init__(self, environment: Any) -> None:
+        self.runner = environment.runner
+        self.ctx: Any = None  # the run's RunContext while a run goes
+        self.pending_step: dict[str, Any] | None = None  # a step message that came before the run
+        self.flusher: gevent.Greenlet | None = None
+        self.health: HealthMonitor | None = None
+        self.health_samples: list[dict[str, Any]] = []
+
+    def on_step(self, environment: Any, msg: Any, **_kw: Any) -> None:
+        if self.ctx is not None:
+            self.ctx.set_step(msg.data)
+        else:
+            self.pending_step = msg.data
+
+    def on_start(self, environment: Any, **_kw: Any) -> None:
+        """test_start: the scenario from the spawn message's options, the context, relay and health."""
         opts = environment.parsed_options
         data = json.loads(opts.tokenswarm_scenario_data or "{}")
         raw = data.get("raw")
         if raw is None:
             log.error("tokenswarm: the master sent no scenario; is the master running tokenswarm's locustfile?")
             return
-        from tokenswarm.workload.scenario import apply_overrides
-
         set_credentials_scope(opts.tokenswarm_credentials_url or None,
                               any_host=bool(getattr(opts, "tokenswarm_credentials_to_any_host", False)))
         raw = apply_overrides(raw, data.get("overrides"), data.get("path") or "<scenario>")
         sc = parse_scenario(raw, data.get("path") or "<scenario>")
+        runner = self.runner
         index = max(0, runner.worker_index)
         sink = RelaySink(lambda t, d: runner.send_message(t, d), make_worker_id(index), spool_dir=spool_dir_default())
         ctx = build_worker_context(environment, sc, opts.tokenswarm_run_id, opts.tokenswarm_base_url,
                                    opts.tokenswarm_model, sink, "worker", index)
         sink.requests_started = lambda: ctx.requests_started
-        if state.get("pending_step"):
-            ctx.set_step(state.pop("pending_step"))
-        state["ctx"] = ctx
+        if self.pending_step:
+            ctx.set_step(self.pending_step)
+            self.pending_step = None
+        self.ctx = ctx
         runtime.set_context(ctx)
-        state["flusher"] = gevent.spawn(_flush_loop, sink)
-        state["health_samples"] = []
-        mon = HealthMonitor(ctx.worker_id, lambda smp: state["health_samples"].append(smp),
-                            extra=lambda: {"in_flight": ctx.in_flight, "late_dispatches": ctx.late_dispatches,
-                                           "role": "worker"})
-        mon.start()
-        state["health"] = mon
+        self.flusher = gevent.spawn(_flush_loop, sink)
+        self.health_samples = []
+        self.health = HealthMonitor(ctx.worker_id, self._keep_health_sample,
+                                    extra=lambda: {"in_flight": ctx.in_flight, "late_dispatches": ctx.late_dispatches,
+                                                   "role": "worker"})
+        self.health.start()
 
-    @environment.events.test_stopping.add_listener
-    def _stopping(environment: Any, **_kw: Any) -> None:
-        if state["ctx"] is not None:
-            state["ctx"].stopping = True
+    def _keep_health_sample(self, sample: dict[str, Any]) -> None:
+        self.health_samples.append(sample)
 
-    @environment.events.test_stop.add_listener
-    def _stop(environment: Any, **_kw: Any) -> None:
-        ctx = state["ctx"]
+    def on_stopping(self, environment: Any, **_kw: Any) -> None:
+        if self.ctx is not None:
+            self.ctx.stopping = True
+
+    def on_stop(self, environment: Any, **_kw: Any) -> None:
+        """test_stop: the last live delta, then the final batch (Locust sends no report after a stop)."""
+        ctx = self.ctx
         if ctx is None:
             return
-        if state.get("flusher") is not None:
-            state["flusher"].kill(block=False)
-        if state.get("health") is not None:
-            state["health"].stop()
-        # Locust sends no stats report after a "stop", so ship the last live delta before the final batch.
-        runner.send_message(MSG_LIVE, ctx.live.take_delta())
+        if self.flusher is not None:
+            self.flusher.kill(block=False)
+        if self.health is not None:
+            self.health.stop()
+        self.runner.send_message(MSG_LIVE, ctx.live.take_delta())
         ctx.sink.final(ctx.last_seq, ctx.requests_started)
-        state["ctx"] = None
+        self.ctx = None
 
-    @environment.events.report_to_master.add_listener
-    def _report(client_id: str, data: dict[str, Any], **_kw: Any) -> None:
-        ctx = state["ctx"]
+    def on_report(self, client_id: str, data: dict[str, Any], **_kw: Any) -> None:
+        """The ``tokenswarm`` section of each heartbeat report to the master."""
+        ctx = self.ctx
         if ctx is None:
             return
         data["tokenswarm"] = {
             "worker_id": ctx.worker_id, "host": os.uname().nodename, "pid": os.getpid(), "wall_s": time.time(),
             "in_flight": ctx.in_flight, "requests_started": ctx.requests_started, "last_seq": ctx.last_seq,
             "late_dispatches": ctx.late_dispatches, "max_schedule_lag_ms": round(ctx.max_schedule_lag_ms, 3),
-            "cpu_warning": bool(getattr(runner, "cpu_warning_emitted", False)), "live": ctx.live.take_delta(),
-            "health": state.get("health_samples", [])[-20:],
+            "cpu_warning": bool(getattr(self.runner, "cpu_warning_emitted", False)), "live": ctx.live.take_delta(),
+            "health": self.health_samples[-20:],
             "timing": timing_provenance(),  # which timing paths ran, and their fallback counters
         }
-        state["health_samples"] = []
+        self.health_samples = []
 
 
 def _flush_loop(sink: Any) -> None:

@@ -8,9 +8,12 @@ functions of their inputs, so a test can check a line without a Locust runner.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
+
+import gevent
 
 from tokenswarm.load.livestats import LiveStats, snapshot, summary_rows, window_summary
+from tokenswarm.orchestrate.adaptive import AdaptiveRun
 from tokenswarm.workload.steps import StepMachine
 
 
@@ -59,3 +62,29 @@ def live_window_doc(live: LiveStats, prev_t: float, prev: Any, now_t: float, *, 
                           "output_tokens": total.output_tokens},
            "generator": generator, "untrusted_windows": untrusted_windows}
     return doc, snapshot(total)
+
+
+def run_progress_line(live: LiveStats, ctx: Any, machine: StepMachine | None, adaptive: AdaptiveRun | None, *,
+                      users: int, in_flight: int, late_dispatches: int) -> str:
+    """The run's progress line: the step (of ``ctx``, the run context), the live figures, and
+    adaptive steps' counts towards their stopping rule."""
+    step = step_label(ctx.step_name if ctx else None, ctx.phase if ctx else None, machine)
+    line = progress_line(live, step=step, users=users, in_flight=in_flight, late_dispatches=late_dispatches)
+    if adaptive is not None and ctx is not None and ctx.step_index is not None:
+        line += " | " + adaptive.progress(ctx.step_index)
+    return line
+
+
+def report_periodically(summary_interval_s: float, flush: Callable[[], None], line: Callable[[], str] | None,
+                        write_summary: Callable[[], None], tick_s: float = 5.0) -> None:
+    """Every ``tick_s`` (a greenlet, until killed): flush the records, print the progress
+    ``line`` (headless runs), and every ``summary_interval_s`` write the live window."""
+    next_summary = time.monotonic() + summary_interval_s
+    while True:
+        gevent.sleep(tick_s)
+        flush()
+        if line is not None:
+            print(line(), flush=True)
+        if time.monotonic() >= next_summary:
+            next_summary += summary_interval_s
+            write_summary()

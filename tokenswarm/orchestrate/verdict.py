@@ -16,19 +16,20 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 from pathlib import Path
 from typing import Any, Mapping
 from xml.sax.saxutils import quoteattr
 
+from tokenswarm.manifest import read_run_manifest
 from tokenswarm.metrics import slo_name
+from tokenswarm.workload.scenario import SLO_NAMES
 
 EXIT_OK, EXIT_SLO_MISSED, EXIT_BAD_CONFIG, EXIT_RUN_BROKE = 0, 1, 2, 3
 
 
 def parse_slo_args(items: list[str]) -> dict[str, Any]:
     """``["ttft_p95_ms=800", "code.ttft_p95_ms=1000"]`` -> an SLO block with ``per_task``."""
-    from tokenswarm.workload.scenario import SLO_NAMES
-
     out: dict[str, Any] = {}
     for item in items:
         if "=" not in item:
@@ -77,8 +78,6 @@ def evaluate_run(run_dir: str | Path, slos: dict[str, Any], *,
     by the process that wrote them, as it wrote them) answers that without reading every record
     again. Without it (a master, or a finished run judged later) the records are read.
     """
-    from tokenswarm.manifest import read_run_manifest
-
     run_dir = Path(run_dir)
     manifest = read_run_manifest(run_dir)
     broken: list[str] = []
@@ -90,13 +89,16 @@ def evaluate_run(run_dir: str | Path, slos: dict[str, Any], *,
     results: list[dict[str, Any]] = []
     if not slos and outcomes is not None:
         if not outcomes.get("ok"):  # the run broke: only then the analysis' wording of it
-            from tokenswarm.analysis.errors import NoSuccessError
+            from tokenswarm.analysis.errors import NoSuccessError  # the analysis (numpy): only when a run is judged
 
             counts = {o: n for o, n in sorted(outcomes.items()) if n}
             broken.append(f"no successful request: {NoSuccessError.among(run_dir, counts)}")
     else:
+        # the analysis (numpy): only when a run is judged
         from tokenswarm.analysis.errors import AnalysisError, NoSuccessError
-        from tokenswarm.analysis.loader import load_run
+        from tokenswarm.analysis.loader import load_run  # the analysis (numpy): only when a run is judged
+
+        # the analysis (numpy): only when a run is judged
         from tokenswarm.analysis.tables import evaluate, require_success_in
 
         try:
@@ -175,8 +177,6 @@ def conclude(run_dir: str | Path, slos: dict[str, Any], *, broken: str | None = 
     must not hide the run's own files, and the status says the run broke. ``outcomes``: see
     :func:`evaluate_run`.
     """
-    import logging
-
     try:
         v = write_verdict(run_dir, slos, outcomes=outcomes)
     except Exception as exc:

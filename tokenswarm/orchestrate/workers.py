@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import gevent
+
 from tokenswarm.collect.relay import Collector
 
 #: Locust worker states in which a worker generates no load (and so sends no final message).
@@ -77,3 +79,15 @@ def workers_settled(runner: Any, collector: Collector) -> bool:
     busy = {c.id for c in runner.clients.all if c.state not in IDLE_WORKER_STATES}
     final = {acc.client_id for acc in collector.workers.values() if acc.final_received}
     return busy <= final
+
+
+def await_final_batches(runner: Any, collector: Collector, timeout_s: float) -> None:
+    """Stop the workers and wait (up to ``timeout_s``) for every final batch; a worker whose
+    final batch never came is accounted lost, with the reason in its account."""
+    stop_workers(runner)
+    deadline = time.monotonic() + timeout_s
+    while not workers_settled(runner, collector) and time.monotonic() < deadline:
+        gevent.sleep(0.2)
+    for wid, acc in collector.workers.items():
+        if not acc.final_received:
+            collector.on_worker_lost(wid, "worker stopped reporting before the end (killed or lost)")

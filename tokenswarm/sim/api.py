@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from tokenswarm.sim.tokenizer import chat_prompt, tokenize
+from tokenswarm.sim.tokenizer import chat_prompt, token_ids, tokenize
 
 ERROR_TYPES = {
     400: "BadRequestError",
@@ -240,3 +240,26 @@ def parse_completion(data: dict[str, Any], endpoint: str, served_model: str, max
         ignore_eos=ignore_eos, stream=stream, include_usage=include_usage, continuous_usage=continuous,
         thinking=thinking, prompt=prompt_toks, guided=guided,
     )
+
+
+def models_body(model: str, adapters: tuple[str, ...], created: int, max_model_len: int) -> bytes:
+    """``GET /v1/models``: the served model's card, and one per LoRA adapter (parent: the model)."""
+    card = {"id": model, "object": "model", "created": created, "owned_by": "tokenswarm-sim",
+            "root": model, "parent": None, "max_model_len": max_model_len}
+    cards = [card] + [{**card, "id": name, "root": name, "parent": model} for name in adapters]
+    return orjson.dumps({"object": "list", "data": cards})
+
+
+def tokenize_body(body: bytes, model: str, adapters: tuple[str, ...], max_model_len: int) -> bytes:
+    """``POST /tokenize`` (vLLM's): the prompt's token count and ids (and strings when asked)."""
+    data = parse_json_object(body)
+    check_model(data, model, adapters)
+    if "messages" in data:
+        toks, _ = prompt_tokens_of(data, "chat")
+    elif "prompt" in data:
+        toks, _ = prompt_tokens_of(data, "completions")
+    else:
+        raise HttpError(400, "'prompt' or 'messages' is required", "prompt")
+    out: dict[str, Any] = {"count": len(toks), "max_model_len": max_model_len,
+                           "tokens": token_ids(toks), "token_strs": toks if data.get("return_token_strs") else None}
+    return orjson.dumps(out)

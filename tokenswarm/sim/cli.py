@@ -6,6 +6,10 @@ import argparse
 import os
 import sys
 
+from tokenswarm.sim.engine import SpecConfig
+from tokenswarm.sim.faults import FaultConfig
+from tokenswarm.sim.profiles import ProfileError, load_profile
+
 
 def _rate(text: str) -> float:
     try:
@@ -86,10 +90,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Build the server from the parsed flags and serve; 2 on a bad profile or flags."""
-    from tokenswarm.sim.engine import SpecConfig
-    from tokenswarm.sim.faults import FaultConfig
-    from tokenswarm.sim.profiles import ProfileError, load_profile
-
     try:
         profile = load_profile(args.profile)
     except ProfileError as e:
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         bad_usage_value=args.bad_usage_value, seed=args.seed,
     )
     _raise_fd_limit()
-    from tokenswarm.sim.server import SimServer, serve
+    from tokenswarm.sim.server import SimServer, serve  # gevent and numpy: only once the arguments are checked
 
     try:
         server = SimServer(profile, spec, faults, args.host, args.port, args.truth, args.served_model_name,
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
 def _raise_fd_limit() -> None:
     """Thousands of concurrent streams need thousands of sockets (like vLLM, lift the soft limit)."""
     try:
-        import resource
+        import resource  # not on every platform (Windows): a missing module is skipped like a refusal
 
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         if soft < hard:

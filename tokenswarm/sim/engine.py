@@ -26,6 +26,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from tokenswarm.sim.guided import GuidedText
 from tokenswarm.sim.profiles import Profile
 from tokenswarm.sim.textgen import NgramIndex, TargetText, unit_hash
 
@@ -85,7 +86,6 @@ class Sequence:
         if guided is None:
             self.text = TargetText(source, temperature, top_p, seed, natural_range)
         else:  # response_format: the answer is a JSON instance of the schema
-            from tokenswarm.sim.guided import GuidedText
 
             self.text = GuidedText(source, guided, temperature, top_p, seed, natural_range)
         self.ngram: NgramIndex | None = None

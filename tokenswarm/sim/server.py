@@ -10,15 +10,16 @@ write is the chunk's send time (truth log) and ``send - scheduled`` is the emiss
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import gc
+import hmac
 import os
 import signal
 import socket
 import sys
 import time
 import traceback
-from array import array
-from collections import deque
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -29,306 +30,18 @@ from gevent.server import StreamServer
 
 from tokenswarm.sim import api
 from tokenswarm.sim.api import HttpError
-from tokenswarm.sim.engine import Emission, Scheduler, Sequence, SpecConfig
+from tokenswarm.sim.engine import Scheduler, Sequence, SpecConfig
 from tokenswarm.sim.faults import FaultConfig
 from tokenswarm.sim.gpu import GpuModel
+from tokenswarm.sim.http import SERVER_HEADER, BadRequest, Conn, error_response, read_request, respond
 from tokenswarm.sim.prefixcache import PrefixCache
 from tokenswarm.sim.profiles import Profile
 from tokenswarm.sim.simmetrics import SimMetrics, render
-from tokenswarm.sim.tokenizer import token_ids
+from tokenswarm.sim.streaming import Stream
 from tokenswarm.sim.truth import TruthLog
 from tokenswarm.wire import kstamp
 
 monotonic = time.monotonic
-MAX_HEADER_BYTES = 65536
-MAX_BODY_BYTES = 64 * 1024 * 1024
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 411: "Length Required",
-            413: "Payload Too Large", 429: "Too Many Requests", 431: "Request Header Fields Too Large",
-            500: "Internal Server Error", 503: "Service Unavailable"}
-_SERVER = b"server: tokenswarm-sim\r\n"
-
-
-class Conn:
-    """One client connection: immediate non-blocking writes plus an ordered backlog."""
-
-    __slots__ = ("sock", "raw", "backlog", "sending", "closed", "wake", "recv_s", "stamped")
-
-    def __init__(self, sock: Any) -> None:  # gevent's socket
-        self.sock = sock
-        self.recv_s: float | None = None  # when the bytes completing the current request arrived
-        self.stamped = kstamp.enable(sock)
-        self.raw = sock._sock  # the real non-blocking socket under gevent's wrapper
-        self.backlog: deque[bytes] = deque()
-        self.sending = False
-        self.closed = False
-        self.wake = gevent.event.Event()
-
-    def recv(self, n: int) -> bytes:
-        """Read (cooperatively) and set ``recv_s``: the kernel's arrival stamp when available,
-        so a busy simulator's truth log does not move the request's arrival later."""
-        if not self.stamped:
-            data: bytes = self.sock.recv(n)
-            self.recv_s = monotonic()
-            return data
-        msg: tuple[bytes, list[tuple[int, int, bytes]], int, Any] = self.sock.recvmsg(n, kstamp.ANC_BYTES)
-        data, anc, _flags, _addr = msg
-        now = monotonic()
-        self.recv_s = kstamp.stamp_of(anc, time.time() - now, now)
-        return data
-
-    def write_nowait(self, data: bytes) -> bool:
-        """Write without yielding; queue what the kernel does not take. False if the peer is gone."""
-        if self.closed:
-            return False
-        if self.backlog or self.sending:
-            self.backlog.append(data)
-            self.wake.set()
-            return True
-        try:
-            n = self.raw.send(data)
-        except BlockingIOError:
-            n = 0
-        except OSError:
-            self.closed = True
-            return False
-        if n < len(data):
-            self.backlog.append(data[n:])
-            self.wake.set()
-        return True
-
-    def drain(self) -> None:
-        """Send the backlog cooperatively (called from the connection greenlet only)."""
-        self.sending = True
-        try:
-            while self.backlog and not self.closed:
-                self.sock.sendall(self.backlog[0])
-                self.backlog.popleft()
-        except OSError:
-            self.closed = True
-        finally:
-            self.sending = False
-
-    def peer_closed(self) -> bool:
-        """Non-blocking check whether the client closed its side."""
-        if self.closed:
-            return True
-        try:
-            peeked: bytes = self.raw.recv(1, socket.MSG_PEEK)
-            return peeked == b""
-        except BlockingIOError:
-            return False
-        except OSError:
-            return True
-
-    def cut(self) -> None:
-        """Abort the connection (RST) as a network fault would."""
-        self.closed = True
-        try:
-            self.raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-            self.raw.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-
-class Stream:
-    """Sink of one completion request: turns emissions into SSE chunks (or one JSON body)."""
-
-    def __init__(self, srv: SimServer, conn: Conn, req: api.CompletionRequest, rid: str, received_s: float,
-                 cut_after: int | None, index: int) -> None:
-        self.srv = srv
-        self.conn = conn
-        self.req = req
-        self.rid = rid
-        self.index = index
-        self.received_s = received_s
-        self.cut_after = cut_after
-        self.seq: Sequence | None = None
-        self.n_chunks = 0
-        self.n_tokens = 0
-        # Truth log per chunk: send time and tokens, in arrays (no GC-tracked object per chunk).
-        self.chunk_s = array("d")
-        self.chunk_tokens = array("q")
-        self.text_parts: list[str] = []
-        self.finish_reason: str | None = None
-        self.last_emit_s: float | None = None
-        self.done = False  #: request finished (any outcome); truth record queued
-        self.complete = False  #: non-streaming: all tokens generated, body not yet written
-        self.outcome = "ok"
-        self.cached_tokens: int | None = None  # prompt tokens found in the prefix cache (when it is on)
-        self.created = int(time.time())
-        chat = req.endpoint == "chat"
-        obj = b"chat.completion.chunk" if chat else b"text_completion"
-        self.prefix = (b'data: {"id":"' + rid.encode() + b'","object":"' + obj + b'","created":'
-                       + str(self.created).encode() + b',"model":' + orjson.dumps(req.model) + b',"choices":[')
-        # One %-template per stream: each content event is a single bytes formatting of
-        # (JSON text, finish reason, usage) on the engine's per-chunk path.
-        content = b'"delta":{"content":%b}' if chat else b'"text":%b'
-        self.event_fmt = (self.prefix.replace(b"%", b"%%") + b'{"index":0,' + content
-                          + b',"logprobs":null,"finish_reason":%b,"stop_reason":null}]%b}\n\n')
-        self.usage_tail = (b',"usage":{"prompt_tokens":%d,"total_tokens":%%d,"completion_tokens":%%d}'
-                           % req.prompt_len)
-        # Reasoning mode: the first reasoning_tokens tokens of a chat stream go out as
-        # reasoning_content deltas (a chunk is reasoning if its first token is), the rest as content.
-        self.reasoning_budget = srv.reasoning_tokens if (chat and req.thinking and req.stream) else 0
-        self.n_reasoning = 0
-        self.reasoning_fmt = self.event_fmt.replace(b'"delta":{"content":', b'"delta":{"reasoning_content":')
-
-    # ------------------------------------------------------------------ engine side
-    def on_emission(self, e: Emission) -> None:
-        """Called by the engine greenlet at the step end; must not yield."""
-        if self.done:
-            return
-        srv = self.srv
-        self.n_tokens += e.n_tokens
-        if not self.req.stream:
-            self.text_parts.append(e.text)
-            self._observe(monotonic(), e)
-            if e.finish_reason is not None:
-                self.finish_reason = e.finish_reason
-                self.complete = True
-                self.conn.wake.set()
-            return
-        cutting = self.cut_after is not None and self.n_chunks + 1 >= self.cut_after
-        finish = None if cutting else e.finish_reason
-        req = self.req
-        parts = []
-        if self.n_chunks == 0 and req.endpoint == "chat":
-            parts.append(self.prefix + b'{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,'
-                         b'"finish_reason":null}]' + (self._usage(0) if req.continuous_usage else b"") + b"}\n\n")
-        # One SSE event for the step's tokens -- or, with tokens_per_step, one event per token.
-        pieces = e.pieces or (e.text,)
-        fmt, usage_tail, plen = self.event_fmt, self.usage_tail if req.continuous_usage else None, req.prompt_len
-        cum = self.n_tokens - e.n_tokens
-        last = len(pieces) - 1
-        for i, piece in enumerate(pieces):
-            start = cum
-            cum = self.n_tokens if i == last else cum + 1
-            fr = b"null" if finish is None or i < last else b'"%b"' % finish.encode()
-            if start < self.reasoning_budget:
-                self.n_reasoning += cum - start
-                parts.append(self.reasoning_fmt % (orjson.dumps(piece), fr,
-                                                   b"" if usage_tail is None else usage_tail % (plen + cum, cum)))
-                continue
-            parts.append(fmt % (orjson.dumps(piece), fr, b"" if usage_tail is None else usage_tail % (plen + cum, cum)))
-        if finish is not None:
-            if req.include_usage:
-                parts.append(self.prefix + b"]" + self._final_usage() + b"}\n\n")
-            parts.append(b"data: [DONE]\n\n")
-        payload = parts[0] if len(parts) == 1 else b"".join(parts)
-        frame = b"%x\r\n%b\r\n" % (len(payload), payload)
-        if finish is not None:
-            frame += b"0\r\n\r\n"
-        now = monotonic()  # immediately before the socket write
-        ok = self.conn.write_nowait(frame)
-        self.n_chunks += len(pieces)
-        srv.metrics.chunks_sent += len(pieces)
-        self._observe(now, e)
-        if not ok:
-            assert self.seq is not None  # set before the first frame is written
-            self.srv.sched.abort(self.seq)
-            self.finish("aborted")
-        elif cutting:
-            self.conn.cut()
-            assert self.seq is not None
-            self.srv.sched.abort(self.seq)
-            srv.metrics.fault("cut")
-            self.finish("fault_cut")
-        elif finish is not None:
-            self.finish_reason = finish
-            self.finish("fault_stall" if self.seq is not None and self.seq.stalled else "ok")
-
-    def _observe(self, now: float, e: Emission) -> None:
-        m = self.srv.metrics
-        m.emission_lag.observe(now - e.scheduled_s)
-        if self.last_emit_s is None:
-            m.ttft.observe(now - self.received_s)
-            seq = self.seq
-            if seq is not None and seq.admitted_s is not None:
-                m.queue_time.observe(max(0.0, seq.admitted_s - seq.arrival_s))
-        else:
-            m.itl.observe(now - self.last_emit_s)
-        self.last_emit_s = now
-        if e.n_tokens and self.req.stream:
-            if e.pieces:
-                k = len(e.pieces)  # one event per token, one write
-                self.chunk_s.extend([now] * k)
-                self.chunk_tokens.extend([1] * k)
-            else:
-                self.chunk_s.append(now)
-                self.chunk_tokens.append(e.n_tokens)
-
-    def truth_chunks(self) -> list[tuple[float, int]]:
-        """The truth log's ``chunks``: (send time, tokens) per SSE content event."""
-        return list(zip(self.chunk_s.tolist(), self.chunk_tokens.tolist()))
-
-    def _usage(self, completion: int) -> bytes:
-        return self.usage_tail % (self.req.prompt_len + completion, completion)
-
-    def _final_usage(self) -> bytes:
-        usage = orjson.dumps(self._usage_dict())
-        bad = self.srv.faults.bad_usage_of(self.index)
-        if bad is not None:  # the fault: a count no stream could carry (the truth log keeps the real one)
-            self.srv.metrics.fault("bad_usage")
-            usage = usage.replace(b'"completion_tokens":%d' % self.n_tokens, b'"completion_tokens":' + bad)
-        out = b',"usage":' + usage
-        spec = self._spec_metrics()
-        if spec is not None:
-            out += b',"metrics":' + orjson.dumps({"speculative_decoding": spec})
-        return out
-
-    def _usage_dict(self) -> dict[str, Any]:
-        p = self.req.prompt_len
-        out: dict[str, Any] = {"prompt_tokens": p, "total_tokens": p + self.n_tokens,
-                               "completion_tokens": self.n_tokens}
-        if self.reasoning_budget:
-            out["completion_tokens_details"] = {"reasoning_tokens": self.n_reasoning}
-        if self.cached_tokens is not None:
-            out["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
-        return out
-
-    def _spec_metrics(self) -> dict[str, Any] | None:
-        if self.srv.per_request_spec_metrics == "none" or self.seq is None or not self.srv.spec.enabled:
-            return None
-        return self.seq.spec_summary() or {
-            "mean_acceptance_length": 1.0, "draft_acceptance_rate": 0.0, "acceptance_histogram": [],
-            "num_spec_steps": 0, "num_accepted_draft_tokens": 0, "num_draft_tokens": 0,
-            "num_spec_tokens": self.srv.spec.k,
-        }
-
-    def finish(self, outcome: str) -> None:
-        """End of the request: metrics, truth record, wake the connection greenlet."""
-        if self.done:
-            return
-        self.done = True
-        self.outcome = outcome
-        srv = self.srv
-        srv.active.discard(self)
-        if outcome == "ok" or outcome == "fault_stall":
-            if self.last_emit_s is not None:
-                srv.metrics.e2e.observe(self.last_emit_s - self.received_s)
-        elif outcome == "aborted":
-            srv.metrics.aborted += 1
-        srv.truth_record(self.rid, self.req.endpoint, 200, self.received_s, self.req.prompt_len, self.n_tokens,
-                         self.finish_reason, outcome, self.truth_chunks())
-        self.conn.wake.set()
-
-    # ------------------------------------------------------------------ connection side
-    def non_stream_body(self) -> bytes:
-        chat = self.req.endpoint == "chat"
-        text = "".join(self.text_parts)
-        if chat:
-            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                      "logprobs": None, "finish_reason": self.finish_reason, "stop_reason": None}
-        else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": self.finish_reason,
-                      "stop_reason": None}
-        body: dict[str, Any] = {"id": self.rid, "object": "chat.completion" if chat else "text_completion",
-                                "created": self.created, "model": self.req.model, "choices": [choice],
-                                "usage": self._usage_dict()}
-        spec = self._spec_metrics()
-        if spec is not None:
-            body["metrics"] = {"speculative_decoding": spec}
-        return orjson.dumps(body)
 
 
 class SimServer:
@@ -352,8 +65,6 @@ class SimServer:
         basic_auth: str | None = None,
         lora_modules: tuple[str, ...] = (),
     ) -> None:
-        import base64
-
         self.api_key = api_key
         # the Authorization values accepted when a key or basic auth is required (None: no auth)
         self._accepted: tuple[bytes, ...] | None = None
@@ -495,6 +206,7 @@ class SimServer:
 
     # ------------------------------------------------------------------ HTTP
     def _handle(self, sock: Any, _addr: Any) -> None:
+        """One connection's greenlet: read requests and answer them until the client or the server is done."""
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
@@ -503,91 +215,25 @@ class SimServer:
         buf = bytearray()
         try:
             while not self.stopping:
-                i = buf.find(b"\r\n\r\n")
-                while i < 0:
-                    if len(buf) > MAX_HEADER_BYTES:
-                        self._respond(conn, 431, api.error_body(431, "Request headers too large"), keep=False)
-                        return
-                    data = conn.recv(65536)
-                    if not data:
-                        return
-                    buf += data
-                    i = buf.find(b"\r\n\r\n")
-                head = bytes(buf[:i]).decode("latin-1")
-                del buf[: i + 4]
-                lines = head.split("\r\n")
-                parts = lines[0].split(" ")
-                if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-                    self._respond(conn, 400, api.error_body(400, "Malformed HTTP request line"), keep=False)
+                try:
+                    req = read_request(conn, buf)
+                except BadRequest as e:
+                    error_response(conn, e.status, str(e))
                     return
-                method, target, version = parts
-                headers: dict[str, str] = {}
-                for line in lines[1:]:
-                    k, _, v = line.partition(":")
-                    headers[k.strip().lower()] = v.strip()
-                conn_hdr = headers.get("connection", "").lower()
-                keep = (version == "HTTP/1.1" and conn_hdr != "close") or (conn_hdr == "keep-alive")
-                if "chunked" in headers.get("transfer-encoding", "").lower():
-                    body = self._read_chunked(conn, buf)
-                    if body is None:
-                        return
-                else:
-                    try:
-                        length = int(headers.get("content-length", "0") or 0)
-                    except ValueError:
-                        self._respond(conn, 400, api.error_body(400, "Bad Content-Length"), keep=False)
-                        return
-                    if length < 0 or length > MAX_BODY_BYTES:
-                        self._respond(conn, 413, api.error_body(413, "Request body too large"), keep=False)
-                        return
-                    while len(buf) < length:
-                        data = conn.recv(max(65536, length - len(buf)))
-                        if not data:
-                            return
-                        buf += data
-                    body = bytes(buf[:length])
-                    del buf[:length]
-                keep = self._dispatch(conn, method, target, body, keep, headers)
+                if req is None:
+                    return
+                keep = self._dispatch(conn, req.method, req.target, req.body, req.keep, req.headers)
                 if not keep or conn.closed:
                     return
         except OSError:
             return
         finally:
-            try:
+            with contextlib.suppress(OSError):
                 sock.close()
-            except OSError:
-                pass
-
-    def _read_chunked(self, conn: Conn, buf: bytearray) -> bytes | None:
-        body = bytearray()
-        while True:
-            i = buf.find(b"\r\n")
-            while i < 0:
-                data = conn.recv(65536)
-                if not data:
-                    return None
-                buf += data
-                i = buf.find(b"\r\n")
-            size = int(bytes(buf[:i]).split(b";")[0] or b"0", 16)
-            del buf[: i + 2]
-            while len(buf) < size + 2:
-                data = conn.recv(65536)
-                if not data:
-                    return None
-                buf += data
-            body += buf[:size]
-            del buf[: size + 2]
-            if size == 0:
-                return bytes(body)
-            if len(body) > MAX_BODY_BYTES:
-                return None
 
     def _respond(self, conn: Conn, status: int, body: bytes, keep: bool, ctype: bytes = b"application/json",
                  extra: bytes = b"") -> None:
-        head = (b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, "Unknown").encode()) + _SERVER
-                + b"content-type: " + ctype + b"\r\ncontent-length: %d\r\n" % len(body) + extra
-                + (b"" if keep else b"connection: close\r\n") + b"\r\n")
-        conn.sock.sendall(head + body)
+        respond(conn, status, body, keep, ctype, extra)
 
     def _dispatch(self, conn: Conn, method: str, target: str, body: bytes, keep: bool,
                   headers: dict[str, str] | None = None) -> bool:
@@ -606,7 +252,7 @@ class SimServer:
                 self._respond(conn, 200, b"", keep)
             elif path == "/v1/models":
                 self._only(method, "GET")
-                self._respond(conn, 200, self._models(), keep)
+                self._respond(conn, 200, api.models_body(self.model, self.adapters, self.started, self.profile.max_model_len), keep)
             elif path == "/metrics":
                 self._only(method, "GET")
                 self._respond(conn, 200, self.metrics_text().encode(), keep,
@@ -617,7 +263,7 @@ class SimServer:
                               ctype=b"text/plain; version=0.0.4; charset=utf-8")
             elif path == "/tokenize":
                 self._only(method, "POST")
-                self._respond(conn, 200, self._tokenize(body), keep)
+                self._respond(conn, 200, api.tokenize_body(body, self.model, self.adapters, self.profile.max_model_len), keep)
             elif path == "/_tokenswarm/stats":
                 self._only(method, "GET")
                 self._respond(conn, 200, orjson.dumps(self.stats(reset="reset" in parse_qs(url.query))), keep)
@@ -640,8 +286,6 @@ class SimServer:
 
     def _check_key(self, path: str, authorization: str) -> None:
         """A missing or wrong key (or basic auth) gets 401 with an OpenAI-style error, as vLLM answers."""
-        import hmac
-
         assert self._accepted is not None
         if not any(hmac.compare_digest(authorization.encode(), ok) for ok in self._accepted):
             raise HttpError(401, self._with_headers("Unauthorized: missing or wrong API key"))
@@ -661,25 +305,6 @@ class SimServer:
     def _only(method: str, allowed: str) -> None:
         if method != allowed:
             raise HttpError(405, f"Method Not Allowed (use {allowed})")
-
-    def _models(self) -> bytes:
-        card = {"id": self.model, "object": "model", "created": self.started, "owned_by": "tokenswarm-sim",
-                "root": self.model, "parent": None, "max_model_len": self.profile.max_model_len}
-        cards = [card] + [{**card, "id": name, "root": name, "parent": self.model} for name in self.adapters]
-        return orjson.dumps({"object": "list", "data": cards})
-
-    def _tokenize(self, body: bytes) -> bytes:
-        data = api.parse_json_object(body)
-        api.check_model(data, self.model, self.adapters)
-        if "messages" in data:
-            toks, _ = api.prompt_tokens_of(data, "chat")
-        elif "prompt" in data:
-            toks, _ = api.prompt_tokens_of(data, "completions")
-        else:
-            raise HttpError(400, "'prompt' or 'messages' is required", "prompt")
-        out: dict[str, Any] = {"count": len(toks), "max_model_len": self.profile.max_model_len,
-                               "tokens": token_ids(toks), "token_strs": toks if data.get("return_token_strs") else None}
-        return orjson.dumps(out)
 
     def metrics_text(self) -> str:
         s = self.sched
@@ -707,6 +332,7 @@ class SimServer:
         return out
 
     def _completion(self, conn: Conn, endpoint: str, body: bytes, keep: bool) -> bool:
+        """One completion request: a fault, a refusal, or a stream the engine feeds; whether the connection stays."""
         # Truth "received" = when the bytes completing the request were read, not after parsing.
         received = conn.recv_s if conn.recv_s is not None else monotonic()
         index = self.request_index
@@ -714,11 +340,7 @@ class SimServer:
         rid = ("chatcmpl-" if endpoint == "chat" else "cmpl-") + f"{self._rid_prefix}{index:010x}"
         status = self.faults.http_fault(index)
         if status is not None:
-            self.metrics.fault(f"http_{status}")
-            msg = {500: "Simulated internal server error", 503: "Simulated overload: service unavailable",
-                   429: "Simulated rate limit: too many requests"}[status]
-            self._respond(conn, status, api.error_body(status, self._with_headers(msg)), keep,
-                          extra=b"retry-after: 1\r\n" if status in (429, 503) else b"")
+            self._http_fault(conn, status, keep)
             self.truth_record(rid, endpoint, status, received, None, 0, None, "error", [])
             return keep
         try:
@@ -728,6 +350,33 @@ class SimServer:
             self._respond(conn, e.status, e.body(), keep)
             self.truth_record(rid, endpoint, e.status, received, None, 0, None, "error", [])
             return keep
+        stream = self._submit(conn, req, rid, received, index, keep)
+        if not self._await_stream(conn, stream):
+            return False
+        if stream.done and stream.outcome not in ("ok", "fault_stall"):
+            return False
+        if not req.stream:
+            payload = stream.non_stream_body()
+            now = monotonic()
+            self._respond(conn, 200, payload, keep)
+            if stream.n_tokens:  # the whole body is one "chunk", sent now
+                stream.chunk_s.append(now)
+                stream.chunk_tokens.append(stream.n_tokens)
+            assert stream.seq is not None
+            stream.finish("fault_stall" if stream.seq.stalled else "ok")
+        return keep and not conn.closed
+
+    def _http_fault(self, conn: Conn, status: int, keep: bool) -> None:
+        """An injected HTTP error, worded as a server under that trouble would."""
+        self.metrics.fault(f"http_{status}")
+        msg = {500: "Simulated internal server error", 503: "Simulated overload: service unavailable",
+               429: "Simulated rate limit: too many requests"}[status]
+        self._respond(conn, status, api.error_body(status, self._with_headers(msg)), keep,
+                      extra=b"retry-after: 1\r\n" if status in (429, 503) else b"")
+
+    def _submit(self, conn: Conn, req: api.CompletionRequest, rid: str, received: float, index: int,
+                keep: bool) -> Stream:
+        """The request's stream and sequence, handed to the engine (a streaming response's head sent first)."""
         stream = Stream(self, conn, req, rid, received, self.faults.cut_after_chunks(index) if req.stream else None,
                         index)
         stall_after = self.faults.stall_after_tokens(index)
@@ -743,7 +392,7 @@ class SimServer:
             # cached prompt tokens are not prefilled again: TTFT falls with the hit rate
             seq.prefilled = stream.cached_tokens = self.prefix_cache.lookup_insert(req.prompt)
         if req.stream:
-            conn.sock.sendall(b"HTTP/1.1 200 OK\r\n" + _SERVER + b"content-type: text/event-stream; charset=utf-8\r\n"
+            conn.sock.sendall(b"HTTP/1.1 200 OK\r\n" + SERVER_HEADER + b"content-type: text/event-stream; charset=utf-8\r\n"
                               b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n"
                               + (b"" if keep else b"connection: close\r\n") + b"\r\n")
         self.active.add(stream)
@@ -755,29 +404,23 @@ class SimServer:
                 or (not sched.independent and sched.step is None)
                 or (sched.independent and (sched.next_deadline() or 0.0) < self._sleep_until)):
             self.engine_wake.set()
-        # Wait for the engine to finish this request, draining any write backlog meanwhile.
+        return stream
+
+    def _await_stream(self, conn: Conn, stream: Stream) -> bool:
+        """Wait for the engine to finish the request, draining any write backlog meanwhile; False
+        when the client went away first (the request is aborted)."""
         while True:
             conn.wake.clear()
             if conn.backlog:
                 conn.drain()
             if (stream.done or stream.complete) and not conn.backlog:
-                break
+                return True
             conn.wake.wait()  # set by emissions, backlog, the end of the request or the reaper
             if conn.closed and not stream.done:
-                self.sched.abort(seq)
+                assert stream.seq is not None
+                self.sched.abort(stream.seq)
                 stream.finish("aborted")
                 return False
-        if stream.done and stream.outcome not in ("ok", "fault_stall"):
-            return False
-        if not req.stream:
-            payload = stream.non_stream_body()
-            now = monotonic()
-            self._respond(conn, 200, payload, keep)
-            if stream.n_tokens:  # the whole body is one "chunk", sent now
-                stream.chunk_s.append(now)
-                stream.chunk_tokens.append(stream.n_tokens)
-            stream.finish("fault_stall" if seq.stalled else "ok")
-        return keep and not conn.closed
 
 
 def serve(server: SimServer) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import json
 import os
 import shutil
 import signal
@@ -24,6 +25,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from tokenswarm.sim.truth import read_truth
 
@@ -78,8 +81,6 @@ class SimHandle:
 
     def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         """Parsed ``/metrics``: (sample name, sorted label items) -> value."""
-        from prometheus_client.parser import text_string_to_metric_families
-
         out = {}
         for fam in text_string_to_metric_families(self.metrics_text()):
             for s in fam.samples:
@@ -88,8 +89,6 @@ class SimHandle:
 
     def stats(self, reset: bool = False) -> dict[str, Any]:
         """Simulator self-measurements (emission lag percentiles etc.)."""
-        import json
-
         status, body = self._request("GET", "/_tokenswarm/stats" + ("?reset=1" if reset else ""))
         stats: dict[str, Any] = json.loads(body)
         return stats

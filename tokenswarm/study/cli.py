@@ -12,7 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-from tokenswarm.study.spec import HOST_PLACEHOLDER_URL, checkable  # noqa: F401  (imported from here by callers)
+from tokenswarm.redact import install_log_redaction, redact
+from tokenswarm.study.runner import run_study
+from tokenswarm.study.spec import HOST_PLACEHOLDER_URL, StudyError, checkable, remember_study_secrets, study_from_args  # noqa: F401  (imported from here by callers)
+from tokenswarm.workload.scenario import ScenarioError, load_scenario, parse_override
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,11 +36,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tokenswarm.redact import install_log_redaction, redact
-    from tokenswarm.study.runner import run_study
-    from tokenswarm.study.spec import StudyError, remember_study_secrets, study_from_args
-    from tokenswarm.workload.scenario import ScenarioError, load_scenario, parse_override
-
     install_log_redaction()
     try:
         study = study_from_args(args)
@@ -61,12 +59,13 @@ def run(args: argparse.Namespace) -> int:
 def write_study_report(out: Path, quiet: bool = False) -> int:
     """Analyse the study directory, write ``report/`` and print the verdict table."""
     try:
-        from tokenswarm.analysis.errors import AnalysisError
+        from tokenswarm.analysis.errors import AnalysisError  # the analysis (numpy): only for the study report
+
+        # the analysis (numpy): only for the study report
         from tokenswarm.analysis.study import write_study_report as write
     except ImportError as e:  # analysis extra not installed
         print(f"tokenswarm study: the study ran; no report ({e})", file=sys.stderr)
         return 0
-    from tokenswarm.redact import redact
 
     try:
         files, text = write(out)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tokenswarm import __version__
 from tokenswarm.manifest import RunManifest
 from tokenswarm.redact import redact
 from tokenswarm.study.spec import Study
@@ -55,8 +56,6 @@ class StudyManifest:
 
         Raises ``ValueError`` when ``out`` holds a different study (other arms or scenario).
         """
-        from tokenswarm import __version__
-
         path = out / MANIFEST_NAME
         identity = {"scenario_path": study.scenario, "arms": [a.describe() for a in study.arms],
                     "baseline_arm": study.baseline, "overrides": list(study.overrides)}

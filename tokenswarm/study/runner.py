@@ -19,11 +19,15 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from tokenswarm.load.setup import scenario_slos
+from tokenswarm.orchestrate.adaptive import stopping_rule
+from tokenswarm.orchestrate.sizing import plan_lines
 from tokenswarm.redact import redact
 from tokenswarm.study.manifest import StudyManifest, run_complete
 from tokenswarm.study.order import interleaved_order
 from tokenswarm.study.server import ArmServer, ServerNotReady
 from tokenswarm.study.spec import Study, checkable
+from tokenswarm.workload.scenario import load_scenario, parse_override
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_SERVER = 0, 2, 3
 #: the run itself failing: same status as a server failing (the study could not finish)
@@ -39,8 +43,6 @@ class ArmFailed(RuntimeError):
 
 
 def _headers(scenario_path: str) -> dict[str, str]:
-    from tokenswarm.workload.scenario import load_scenario
-
     sc = load_scenario(scenario_path)
     key = sc.target.api_key()
     return {**dict(sc.target.headers), **({"Authorization": f"Bearer {key}"} if key else {})}
@@ -78,8 +80,6 @@ def _terminate(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
 def run_arm_round(study: Study, out: Path, manifest: StudyManifest, round_no: int, arm_name: str,
                   say: Callable[[str], None]) -> None:
     """One arm-round; raises :class:`ArmFailed` with the reason when it cannot complete."""
-    from tokenswarm.workload.scenario import load_scenario
-
     arm = study.arm(arm_name)
     entry = manifest.entry(round_no, arm_name)
     run_dir = out / entry["run_dir"]
@@ -138,10 +138,6 @@ def study_plan(study: Study) -> tuple[list[str], list[str]]:
     Each run measures its server with a pilot request and prints its own plan; this one assumes
     the stream speed (and says so), and multiplies a run's length by the arm-rounds.
     """
-    from tokenswarm.load.setup import scenario_slos
-    from tokenswarm.orchestrate.sizing import plan_lines
-    from tokenswarm.workload.scenario import load_scenario, parse_override
-
     sc = load_scenario(study.scenario, dict(parse_override(checkable(o)) for o in study.overrides) or None)
     lines, warnings = plan_lines(sc, scenario_slos(sc))
     runs = len(study.arms) * study.rounds
@@ -156,9 +152,6 @@ def study_stopping(study: Study) -> dict[str, object]:
     With ``load.until`` each run's steps are adaptive (:mod:`tokenswarm.orchestrate.adaptive`),
     every arm and round under the one rule; without it, every step runs its fixed window.
     """
-    from tokenswarm.orchestrate.adaptive import stopping_rule
-    from tokenswarm.workload.scenario import load_scenario, parse_override
-
     sc = load_scenario(study.scenario, dict(parse_override(checkable(o)) for o in study.overrides) or None)
     until = sc.load.until
     if until is None:

@@ -24,7 +24,8 @@ from typing import Any
 
 import yaml
 
-from tokenswarm.redact import redact
+from tokenswarm.redact import redact, remember, remember_target, url_secrets
+from tokenswarm.workload.scenario import resolve_scenario_path
 from tokenswarm.workload.scenario.yamlsafe import MAX_EXPANDED_NODES, YamlTooLarge, load_bounded
 
 _ARM_NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
@@ -111,8 +112,6 @@ def remember_study_secrets(study: Study, scenarios: list[Any]) -> None:
     (the value of ``api_key_env``, secret headers, URL user info) and the arms' host URLs, so
     that commands, ``study.json``, the report, prints and server logs mask them wherever they
     appear."""
-    from tokenswarm.redact import remember, remember_target, url_secrets
-
     for sc in scenarios:
         remember_target(sc.target)
     for arm in study.arms:
@@ -161,8 +160,6 @@ def _check_arms(arms: list[Arm], baseline: str | None, where: str) -> str:
 
 
 def _resolve_scenario(name: str, base_dir: Path | None, where: str) -> str:
-    from tokenswarm.workload.scenario import resolve_scenario_path
-
     if base_dir is not None and (base_dir / name).is_file():
         return str((base_dir / name).resolve())
     path = resolve_scenario_path(name)

@@ -112,7 +112,7 @@ def build_test_model(out_dir: str | Path, spec: ModelSpec = ModelSpec(), *, over
     Refuses to write into a directory that already holds a ``config.json`` unless
     ``overwrite``. The same spec (seed included) always gives the same weights.
     """
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save_file  # optional dependency (safetensors): only to build a model
 
     spec.validate()
     out = Path(out_dir)

@@ -6,11 +6,11 @@ import argparse
 import sys
 import time
 
+from tokenswarm.testmodel.build import ModelSpec
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the subcommand's options."""
-    from tokenswarm.testmodel.build import ModelSpec
-
     d = ModelSpec()
     parser.add_argument("dir", metavar="DIR", help="output directory (created if missing)")
     parser.add_argument(
@@ -43,6 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Build the model; exit 2 on bad options or an occupied directory."""
     try:
+        # inside the try: a missing optional dependency is reported
         from tokenswarm.testmodel.build import ModelSpec, build_test_model
     except ImportError as exc:  # tokenizers / safetensors missing
         print(f"make-test-model: {exc}; install with: pip install 'tokenswarm[testmodel]'", file=sys.stderr)
@@ -72,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.gguf:
         try:
+            # inside the try: a missing optional dependency is reported
             from tokenswarm.testmodel.gguf_export import export_gguf
 
             print(f"wrote {export_gguf(args.dir)} (GGUF, for llama-server -m)")

@@ -78,7 +78,7 @@ def gguf_tensors(tensors: dict[str, np.ndarray], config: dict[str, Any]) -> dict
 
 def gguf_vocab(tokenizer_json: dict[str, Any]) -> tuple[list[str], list[int], list[str]]:
     """(tokens in id order, their GGUF token types, merges as ``"a b"``) of a BPE tokenizer.json."""
-    from gguf import TokenType
+    from gguf import TokenType  # optional dependency (gguf): only to export
 
     model = tokenizer_json["model"]
     if model.get("type") != "BPE":
@@ -98,8 +98,8 @@ def gguf_vocab(tokenizer_json: dict[str, Any]) -> tuple[list[str], list[int], li
 
 def export_gguf(model_dir: str | Path, out_path: str | Path | None = None) -> Path:
     """Write ``model_dir``'s model as GGUF (default ``model_dir/model.gguf``) and return the path."""
-    import gguf
-    from safetensors.numpy import load_file
+    import gguf  # optional dependency (gguf): only to export
+    from safetensors.numpy import load_file  # optional dependency (safetensors): only to export
 
     model_dir = Path(model_dir)
     out = Path(out_path) if out_path is not None else model_dir / "model.gguf"

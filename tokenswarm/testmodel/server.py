@@ -12,6 +12,7 @@ a busy client and the whole process group (API server + engine core) can be stop
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -67,8 +68,6 @@ def vllm_available(python: str | None = None) -> bool:
     # Compare unresolved paths: venv interpreters are symlinks to one base Python, and the
     # venv (its site-packages) is chosen by the link's own path.
     if os.path.abspath(python) == os.path.abspath(sys.executable):
-        import importlib.util
-
         return importlib.util.find_spec("vllm") is not None
     try:
         probe = subprocess.run(

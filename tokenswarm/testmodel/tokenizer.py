@@ -28,7 +28,7 @@ CHAT_TEMPLATE = (
 
 def training_corpus() -> list[str]:
     """Text of the Python documentation topics shipped with the stdlib (no download)."""
-    from pydoc_data.topics import topics
+    from pydoc_data.topics import topics  # a large module: only when a tokenizer is trained
 
     return [topics[key] for key in sorted(topics)]
 
@@ -39,6 +39,7 @@ def train_tokenizer(vocab_size: int) -> Tokenizer:
     Returns a ``tokenizers.Tokenizer``. Byte-level BPE can encode any text, so prompts from any
     load scenario are accepted.
     """
+    # optional dependency (tokenizers): only to train
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     if vocab_size < 512:

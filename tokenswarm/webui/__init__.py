@@ -28,9 +28,10 @@ __all__ = ["RunSnapshot", "RunView", "WebState", "install"]
 
 def install(environment: Any, run: RunView, *, start_sampler: bool = True) -> WebState:
     """Hook the LLM views into ``environment.web_ui`` for the run ``run`` (read-only)."""
+    # Flask and the routes: only when a web UI is installed (view.py is read without them)
     from tokenswarm.webui import guard
-    from tokenswarm.webui.login import auto_enable
-    from tokenswarm.webui.routes import register
+    from tokenswarm.webui.login import auto_enable  # Flask: only when a web UI is installed
+    from tokenswarm.webui.routes import register  # Flask: only when a web UI is installed
 
     guard.install(environment)
     state = WebState(environment, run)

@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
+from flask import Response, jsonify, request, session
+
 #: the header (or form field) that carries the session's token
 CSRF_HEADER = "X-Tokenswarm-Csrf"
 CSRF_FIELD = "tokenswarm_csrf"
@@ -45,8 +47,6 @@ def install(environment: Any, *, login_paths: Iterable[str] = ()) -> None:
 
     ``login_paths`` are POST routes held to the same-origin rule only (the login form).
     """
-    from flask import jsonify, request
-
     ui = environment.web_ui
     app = ui.app
     if getattr(app, "tokenswarm_guarded", False):
@@ -101,8 +101,6 @@ def head_snippet(token: str) -> bytes:
 
 def session_token() -> str:
     """This browser session's token (made on first use; in Flask's signed session cookie)."""
-    from flask import session
-
     token = session.get(SESSION_KEY)
     if not isinstance(token, str) or len(token) < 32:
         token = session[SESSION_KEY] = secrets.token_urlsafe(32)
@@ -110,8 +108,6 @@ def session_token() -> str:
 
 
 def token_matches(given: str | None) -> bool:
-    from flask import session
-
     expected = session.get(SESSION_KEY)
     if not given or not isinstance(expected, str) or not expected:
         return False
@@ -146,8 +142,6 @@ def foreign_origin(origin: str | None, referer: str | None, host: str) -> str | 
 
 
 def _refuse(message: str) -> Any:
-    from flask import Response
-
     return Response(json.dumps({"success": False, "message": message}), status=403, mimetype="application/json")
 
 

@@ -16,6 +16,9 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
+from flask import redirect, request, session, url_for
+from flask_login import UserMixin, login_user
+
 log = logging.getLogger("tokenswarm")
 
 USER_VAR = "TOKENSWARM_WEB_USER"
@@ -39,9 +42,6 @@ def env_password_check(user_var: str = USER_VAR, password_var: str = PASSWORD_VA
 
 def enable_password_login(environment: Any, check: Callable[[str, str], bool]) -> None:
     """Make Locust's ``--web-login`` page accept users for whom ``check(username, password)`` is true."""
-    from flask import redirect, request, session, url_for
-    from flask_login import UserMixin, login_user
-
     ui = environment.web_ui
     if ui is None or not ui.web_login:
         return

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import html
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
+from flask import Response, jsonify, redirect, request, send_from_directory
+
+from tokenswarm.redact import redact_bytes
 from tokenswarm.webui.state import WebState
 from tokenswarm.webui.table import rows_to_csv, table_structure
 from tokenswarm.wire.auth import credentials_scope
@@ -22,49 +26,64 @@ TAB_KEY = "llm"
 LINKS_SCRIPT = b'<script src="./tokenswarm/static/links.js" defer></script>'
 
 
+Route = Callable[[str, str], Callable[[Callable[..., Any]], Callable[..., Any]]]
+
+
 def register(environment: Any, state: WebState) -> None:
     """Add the LLM tab, its CSV/charts/report links and the ``/tokenswarm/*`` routes."""
-    from flask import Response, jsonify, redirect, request, send_from_directory
-
     ui = environment.web_ui
     app = ui.app
     opts = environment.parsed_options
     base = ((getattr(opts, "web_base_path", None) or "") if opts is not None else "").rstrip("/")
     prefix = base + "/tokenswarm"
     auth = ui.auth_required_if_enabled
-
-    ui.template_args["extended_tabs"] = [*_others(ui.template_args.get("extended_tabs"), TAB_KEY),
-                                         {"title": "LLM", "key": TAB_KEY}]
-    ui.template_args["extended_tables"] = [*_others(ui.template_args.get("extended_tables"), TAB_KEY),
-                                           {"key": TAB_KEY, "structure": table_structure()}]
-    ui.template_args["extended_csv_files"] = [
-        *(ui.template_args.get("extended_csv_files") or []),
-        {"href": "./tokenswarm/llm.csv", "title": "LLM statistics CSV (tokenswarm)"},
-        {"href": "./tokenswarm/charts", "title": "LLM live charts (tokenswarm)"},
-        {"href": "./tokenswarm/report/", "title": "Run report (tokenswarm, after the run)"},
-    ]
-
-    @app.after_request
-    def _inject(resp: Any) -> Any:
-        resp = _redacted(resp)  # every page, JSON and CSV of the web app (Locust's too)
-        path = request.path
-        if path.endswith("/stats/requests") and resp.status_code == 200 and resp.is_json:
-            data = resp.get_json()
-            data["extended_stats"] = [*_others(data.get("extended_stats"), TAB_KEY),
-                                      {"key": TAB_KEY, "data": state.rows()}]
-            resp.set_data(json.dumps(data))
-        elif (path == base + "/" and resp.status_code == 200 and resp.mimetype == "text/html"
-              and not resp.direct_passthrough):
-            body = resp.get_data()
-            if b"</body>" in body and LINKS_SCRIPT not in body:
-                resp.set_data(body.replace(b"</body>", LINKS_SCRIPT + b"</body>", 1))
-        return resp
+    _add_tab(ui.template_args)
+    app.after_request(partial(_inject, state, base))
 
     def route(rule: str, endpoint: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
             app.add_url_rule(prefix + rule, endpoint="tokenswarm_" + endpoint, view_func=auth(fn))
             return fn
         return deco
+
+    _live_routes(route, state)
+    _report_routes(route, state, home=base + "/")
+
+
+def _add_tab(template_args: dict[str, Any]) -> None:
+    """The LLM tab and table in Locust's page, and the links to the CSV, charts and report."""
+    template_args["extended_tabs"] = [*_others(template_args.get("extended_tabs"), TAB_KEY),
+                                      {"title": "LLM", "key": TAB_KEY}]
+    template_args["extended_tables"] = [*_others(template_args.get("extended_tables"), TAB_KEY),
+                                        {"key": TAB_KEY, "structure": table_structure()}]
+    template_args["extended_csv_files"] = [
+        *(template_args.get("extended_csv_files") or []),
+        {"href": "./tokenswarm/llm.csv", "title": "LLM statistics CSV (tokenswarm)"},
+        {"href": "./tokenswarm/charts", "title": "LLM live charts (tokenswarm)"},
+        {"href": "./tokenswarm/report/", "title": "Run report (tokenswarm, after the run)"},
+    ]
+
+
+def _inject(state: WebState, base: str, resp: Any) -> Any:
+    """After every response of the web app (Locust's too): secrets redacted, the LLM rows in
+    Locust's stats JSON, the links bar in its index page."""
+    resp = _redacted(resp)
+    path = request.path
+    if path.endswith("/stats/requests") and resp.status_code == 200 and resp.is_json:
+        data = resp.get_json()
+        data["extended_stats"] = [*_others(data.get("extended_stats"), TAB_KEY),
+                                  {"key": TAB_KEY, "data": state.rows()}]
+        resp.set_data(json.dumps(data))
+    elif (path == base + "/" and resp.status_code == 200 and resp.mimetype == "text/html"
+          and not resp.direct_passthrough):
+        body = resp.get_data()
+        if b"</body>" in body and LINKS_SCRIPT not in body:
+            resp.set_data(body.replace(b"</body>", LINKS_SCRIPT + b"</body>", 1))
+    return resp
+
+
+def _live_routes(route: Route, state: WebState) -> None:
+    """The live table (JSON, CSV), the chart series, the run's status, the chart page and its files."""
 
     @route("/llm.json", "table")
     def table_json() -> Any:
@@ -100,6 +119,10 @@ def register(environment: Any, state: WebState) -> None:
     def static(name: str) -> Any:
         return send_from_directory(STATIC_DIR, name)
 
+
+def _report_routes(route: Route, state: WebState, home: str) -> None:
+    """The run's report: built once the run has finished, then served with its files."""
+
     @route("/report", "report_bare")
     def report_bare() -> Any:
         return redirect(request.path + "/")  # so the report's relative links resolve under /report/
@@ -110,28 +133,26 @@ def register(environment: Any, state: WebState) -> None:
         if run_dir is None or state.state() != "finished":
             msg = ("No run yet: start one, the report is built when it ends." if run_dir is None else
                    "The run is still going: the report is built when it ends (stop it, or wait for the last step).")
-            return _page("Report not available yet", msg, refresh=False, home=base + "/"), 409
+            return _page("Report not available yet", msg, refresh=False, home=home), 409
         run_dir = Path(run_dir)
         st = state.reports.ensure(run_dir, retry=request.args.get("retry") == "1")
         if st == "ready":
             return send_from_directory(state.reports.out_dir(run_dir).resolve(), "report.html")
         if st == "failed":
             text = state.reports.errors.get(run_dir, "unknown error") + "\n\n(Open this page with ?retry=1 to try again.)"
-            return _page("Report failed", text, refresh=False, home=base + "/"), 500
-        return _page("Building the report…", f"Analysing {run_dir} - this page reloads by itself.", refresh=True, home=base + "/"), 202
+            return _page("Report failed", text, refresh=False, home=home), 500
+        return _page("Building the report…", f"Analysing {run_dir} - this page reloads by itself.", refresh=True, home=home), 202
 
     @route("/report/<path:name>", "report_file")
     def report_file(name: str) -> Any:
         run_dir = state.run_dir
         if run_dir is None or state.reports.state(Path(run_dir)) != "ready":
-            return _page("Report not available yet", "Open the report page first.", refresh=False, home=base + "/"), 404
+            return _page("Report not available yet", "Open the report page first.", refresh=False, home=home), 404
         return send_from_directory(state.reports.out_dir(Path(run_dir)).resolve(), name)
 
 
 def _redacted(resp: Any) -> Any:
     """The response with :func:`tokenswarm.redact.redact_bytes` applied to a buffered text body."""
-    from tokenswarm.redact import redact_bytes
-
     if resp.direct_passthrough or resp.is_streamed:
         return resp
     if resp.mimetype and (resp.mimetype.startswith("text/") or resp.mimetype.endswith(("json", "javascript"))):

@@ -8,6 +8,7 @@ count, step, the latest target scrape). Nothing else of the controller is read.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -126,6 +127,4 @@ class WebState:
             try:
                 self.sample_once()
             except Exception:
-                import logging
-
                 logging.getLogger("tokenswarm").exception("tokenswarm web UI: sampling failed")

@@ -24,7 +24,7 @@ def preload() -> None:
 
 
 def _validator_class() -> Any:
-    from jsonschema import Draft202012Validator
+    from jsonschema import Draft202012Validator  # jsonschema: only for json_schema checks
 
     return Draft202012Validator
 

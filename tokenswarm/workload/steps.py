@@ -100,92 +100,119 @@ class StepMachine:
         return self.phase == "done"
 
     def advance(self, now_s: float, reached: "bool | Callable[[Step], bool]") -> list[Transition]:
+        """Move through every phase ``now_s`` has reached (a late tick catches up); the transitions, in order.
+
+        ``reached``: whether the step's target load is reached (or a function of the step saying so).
+        """
         out: list[Transition] = []
         is_reached = reached if callable(reached) else (lambda _s, _r=reached: _r)
-        while True:
-            step = self.current
-            if step is None:
-                if self.phase != "done":
-                    self.phase = "done"
-                return out
-            if self.phase is None:
-                self.phase = "ramping"
-                self.times.append(StepTimes(started_s=now_s))
-                out.append(Transition(step, PHASE_WARMUP, now_s))
-                continue
-            if self.phase == "ramping":
-                if not is_reached(step):
-                    if now_s - self.times[-1].started_s <= self.max_ramp_s:
-                        return out
-                    self.ramp_timeouts.append(step.index)  # proceed at whatever load we have
-                # Entered and found at target within this same call (a late tick catching up):
-                # the target was held from the step's start.
-                started = self.times[-1].started_s
-                self.reached_s = started if out and out[-1].step is step else now_s
-                self.phase = "warmup"
-                continue
-            if self.phase == "warmup":
-                assert self.reached_s is not None
-                steady_at = self.reached_s + step.warmup_s
-                if now_s < steady_at:
-                    return out
-                self.phase = "steady"
-                self.times[-1].steady_s = steady_at
-                out.append(Transition(step, PHASE_STEADY, steady_at))
-                continue
-            if self.phase in ("steady", PHASE_DRAIN) and self.after is not None:
-                steady_s = self.times[-1].steady_s
-                if self.phase == "steady" and now_s < (now_s if steady_s is None else steady_s) + step.duration_s:
-                    return out
-                decision = self.after(step, now_s)
-                if decision == EXTEND and self.phase == "steady":
-                    return out
-                if decision in (HOLD, EXTEND):  # EXTEND during a drain: the window is closed, keep holding
-                    if self.phase == "steady":
-                        # ends when decided (not at the nominal end): records sent until now are steady
-                        self.times[-1].ended_s = now_s
-                        self.phase = PHASE_DRAIN
-                        out.append(Transition(step, PHASE_DRAIN, now_s))
-                    return out
-                if self.times[-1].ended_s is None:
-                    self.times[-1].ended_s = now_s
-                if decision is None:
-                    self.index = len(self.steps)
-                    self.phase = "done"
-                    out.append(Transition(step, "done", now_s))
-                    return out
-                assert isinstance(decision, Step)
-                added = replace(decision, index=len(self.steps))
-                self.steps.append(added)
-                self.index = added.index
-                self.phase = "ramping"
-                self.times.append(StepTimes(started_s=now_s))
-                out.append(Transition(added, PHASE_WARMUP, now_s))
-                continue
+        while self._next_phase(now_s, is_reached, out):
+            pass
+        return out
+
+    def _next_phase(self, now_s: float, is_reached: Callable[[Step], bool], out: list[Transition]) -> bool:
+        """One phase change if ``now_s`` allows it (its transitions appended to ``out``); whether to look again."""
+        step = self.current
+        if step is None:
+            self.phase = "done"
+            return False
+        if self.phase is None:
+            self.phase = "ramping"
+            self.times.append(StepTimes(started_s=now_s))
+            out.append(Transition(step, PHASE_WARMUP, now_s))
+            return True
+        if self.phase == "ramping":
+            return self._ramped(step, now_s, is_reached, out)
+        if self.phase == "warmup":
+            return self._warmed_up(step, now_s, out)
+        if self.phase in ("steady", PHASE_DRAIN) and self.after is not None:
+            return self._after_window(step, now_s, out)
+        if self.phase == "steady":
+            return self._window_ended(step, now_s, out)
+        return False
+
+    def _ramped(self, step: Step, now_s: float, is_reached: Callable[[Step], bool], out: list[Transition]) -> bool:
+        """Ramping: on to the warm-up once the load is reached (or the ramp took too long)."""
+        if not is_reached(step):
+            if now_s - self.times[-1].started_s <= self.max_ramp_s:
+                return False
+            self.ramp_timeouts.append(step.index)  # proceed at whatever load we have
+        # Entered and found at target within this same call (a late tick catching up):
+        # the target was held from the step's start.
+        started = self.times[-1].started_s
+        self.reached_s = started if out and out[-1].step is step else now_s
+        self.phase = "warmup"
+        return True
+
+    def _warmed_up(self, step: Step, now_s: float, out: list[Transition]) -> bool:
+        """Warm-up: the steady window opens ``warmup_s`` after the load was reached."""
+        assert self.reached_s is not None
+        steady_at = self.reached_s + step.warmup_s
+        if now_s < steady_at:
+            return False
+        self.phase = "steady"
+        self.times[-1].steady_s = steady_at
+        out.append(Transition(step, PHASE_STEADY, steady_at))
+        return True
+
+    def _after_window(self, step: Step, now_s: float, out: list[Transition]) -> bool:
+        """A window with an ``after`` hook (search/sweep): extend it, hold (drain), end the plan,
+        or go on to the step the hook chose."""
+        steady_s = self.times[-1].steady_s
+        if self.phase == "steady" and now_s < (now_s if steady_s is None else steady_s) + step.duration_s:
+            return False
+        assert self.after is not None
+        decision = self.after(step, now_s)
+        if decision == EXTEND and self.phase == "steady":
+            return False
+        if decision in (HOLD, EXTEND):  # EXTEND during a drain: the window is closed, keep holding
             if self.phase == "steady":
-                steady_s = self.times[-1].steady_s
-                steady_s = now_s if steady_s is None else steady_s
-                end_at = steady_s + step.duration_s
-                if now_s < end_at:
-                    return out
-                if self.hold is not None:
-                    if self.hold(step, now_s - steady_s):
-                        return out
-                    end_at = now_s  # the window closes when the rule let it, not at its shortest
-                self.times[-1].ended_s = end_at
-                self.index += 1
-                self.phase = None if self.index < len(self.steps) else "done"
-                if self.phase == "done":
-                    out.append(Transition(step, "done", end_at))
-                    return out
-                # next step starts at the end of this one
-                nxt = self.current
-                assert nxt is not None
-                self.phase = "ramping"
-                self.times.append(StepTimes(started_s=end_at))
-                out.append(Transition(nxt, PHASE_WARMUP, end_at))
-                continue
-            return out
+                # ends when decided (not at the nominal end): records sent until now are steady
+                self.times[-1].ended_s = now_s
+                self.phase = PHASE_DRAIN
+                out.append(Transition(step, PHASE_DRAIN, now_s))
+            return False
+        if self.times[-1].ended_s is None:
+            self.times[-1].ended_s = now_s
+        if decision is None:
+            self.index = len(self.steps)
+            self.phase = "done"
+            out.append(Transition(step, "done", now_s))
+            return False
+        assert isinstance(decision, Step)
+        added = replace(decision, index=len(self.steps))
+        self.steps.append(added)
+        self.index = added.index
+        self.phase = "ramping"
+        self.times.append(StepTimes(started_s=now_s))
+        out.append(Transition(added, PHASE_WARMUP, now_s))
+        return True
+
+    def _window_ended(self, step: Step, now_s: float, out: list[Transition]) -> bool:
+        """A planned step's steady window: it ends after ``duration_s`` (or when ``hold`` lets it),
+        and the next step starts at that end."""
+        steady_s = self.times[-1].steady_s
+        steady_s = now_s if steady_s is None else steady_s
+        end_at = steady_s + step.duration_s
+        if now_s < end_at:
+            return False
+        if self.hold is not None:
+            if self.hold(step, now_s - steady_s):
+                return False
+            end_at = now_s  # the window closes when the rule let it, not at its shortest
+        self.times[-1].ended_s = end_at
+        self.index += 1
+        if self.index >= len(self.steps):
+            self.phase = "done"
+            out.append(Transition(step, "done", end_at))
+            return False
+        # next step starts at the end of this one
+        nxt = self.current
+        assert nxt is not None
+        self.phase = "ramping"
+        self.times.append(StepTimes(started_s=end_at))
+        out.append(Transition(nxt, PHASE_WARMUP, end_at))
+        return True
 
     def remaining_s(self, now_s: float) -> float | None:
         """Seconds left in the current step's warm-up + steady window (None while ramping).

@@ -198,7 +198,7 @@ class ProseCorpus:
 
     def __init__(self) -> None:
         try:
-            from pydoc_data.topics import topics
+            from pydoc_data.topics import topics  # a large module: only when this corpus is made
         except ImportError as exc:  # some distro Pythons split pydoc_data out
             raise CorpusUnavailable(
                 "pydoc_data.topics is not available in this Python; "

@@ -9,6 +9,7 @@ rejects literal secrets first, then hands each section to its parser in
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -37,8 +38,6 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def apply_overrides(data: dict[str, Any], overrides: dict[str, Any] | None, file: str = "<scenario>") -> dict[str, Any]:
     """Return a copy of ``data`` with dotted-path ``overrides`` set (intermediate mappings created)."""
-    import copy
-
     out = copy.deepcopy(data)
     for dotted, value in (overrides or {}).items():
         parts = str(dotted).split(".")
@@ -94,6 +93,7 @@ def load_scenario(path: str | os.PathLike[str], overrides: dict[str, Any] | None
 
 
 def _check_datasets(scenario: Scenario) -> None:
+    # breaks a cycle: the datasets raise ScenarioError
     from tokenswarm.workload.corpora.datasets import load_dataset  # here: corpora imports this package
 
     for task in scenario.traffic.classes:
