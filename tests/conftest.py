@@ -3,8 +3,7 @@ first, before any test module imports ssl/urllib, keeps the patching complete.""
 
 import locust  # noqa: F401
 
+from tests.helpers.tiers import pytest_runtest_makereport, pytest_sessionfinish  # noqa: F401  (CI tiers: hooks re-exported)
 from tests.helpers.xdist_gevent import keep_xdist_on_real_threads
 
 keep_xdist_on_real_threads()
-
-from tests.helpers.tiers import pytest_runtest_makereport, pytest_sessionfinish  # noqa: F401  (CI tiers: hooks re-exported)
