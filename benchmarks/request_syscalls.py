@@ -107,6 +107,10 @@ def main() -> None:
                 per[name if name in SHOWN else "other"] += c / max(requests, 1)
             cells = [tree, str(requests), f"{sum(per.values()):.1f}", *(f"{per[n]:.2f}" for n in (*SHOWN, "other"))]
             print("| " + " | ".join(cells) + " |")
+        for tree, calls, t0, t1 in results:
+            requests = max(1, sum(1 for t in truth.values() if t0 <= t["received"] <= t1))
+            others = sorted(((c, n) for n, c in calls.items() if n not in SHOWN), reverse=True)[:6]
+            print(f"   {tree}, other: " + ", ".join(f"{n} {c / requests:.2f}" for c, n in others))
 
 
 if __name__ == "__main__":
