@@ -69,6 +69,12 @@ def run_tree(label: str, src: Path, host: str, args: argparse.Namespace, work: P
     end = time.monotonic()
     if proc.returncode not in (0, 1):
         raise SystemExit(f"{label} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    records = run / "records.jsonl"
+    outcomes: dict[str, int] = {}
+    for line in records.read_text().splitlines() if records.exists() else []:
+        outcome = json.loads(line)["outcome"]
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    print(f"   {label}: records by outcome {outcomes}")
     return parse_strace_summary(summary.read_text()), start, end
 
 
