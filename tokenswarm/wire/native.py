@@ -4,12 +4,18 @@ The extension (:mod:`tokenswarm.wire._fastread`) is optional (``setup.py`` build
 compiler is there), and ``TOKENSWARM_NATIVE=0`` turns it off to compare with, or test, the
 Python paths. Whether it ran is in the manifest's timing provenance (``native_fast_path``).
 The arrival watcher (:mod:`tokenswarm.wire.watch`) has its own switch.
+
+Importing this module also hands :mod:`tokenswarm.redact` the extension's one-pass test of which
+secret patterns may match a record line (``redact_gates``): redact sits below the wire and
+cannot import it, and every process that writes records reads streams through this module.
 """
 
 from __future__ import annotations
 
 import os
 from typing import Any
+
+from tokenswarm import redact
 
 try:  # built by setup.py; optional
     from tokenswarm.wire import _fastread
@@ -23,3 +29,8 @@ ENABLED = _fastread is not None and os.environ.get("TOKENSWARM_NATIVE", "1") != 
 def native_function(name: str) -> Any:
     """The extension's ``name``, or None when the C paths are not used."""
     return getattr(_fastread, name, None) if ENABLED else None
+
+
+_gates = native_function("redact_gates")
+if _gates is not None:
+    redact.use_gate_mask(_gates)
