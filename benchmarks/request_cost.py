@@ -93,7 +93,7 @@ def tokenswarm_command(host: str, scenario: str, streams: int, seconds: float, r
     """One tokenswarm process (the tree at ``src``) on ``scenario``, its load plan replaced by
     ``streams`` users for ``seconds``."""
     cmd = [sys.executable, "-m", "locust", "-f", str(src / "locustfiles" / "llm.py"), "--scenario",
-           str(ROOT / scenario), "--out", str(run), "--headless", "--host", host, "-u", str(streams), "-r",
+           str(src / scenario), "--out", str(run), "--headless", "--host", host, "-u", str(streams), "-r",
            str(streams), "-t", f"{int(seconds)}s", "--only-summary", "--stop-timeout", "5",
            "--set", f"load.steps=[{streams}]", "--set", "load.warmup_s=0", "--set",
            f"load.step_duration_s={seconds:g}", "--set", "load.spawn_rate=100000", "--set", "target.metrics_url=null",
@@ -101,6 +101,12 @@ def tokenswarm_command(host: str, scenario: str, streams: int, seconds: float, r
     for s in sets:
         cmd += ["--set", s]
     return cmd
+
+
+def length_field(src: Path) -> str:
+    """The scenario field of the requested answer length in the tree at ``src``: ``max_tokens``
+    (format 3 on), ``output_tokens`` in older trees (compared with ``--src``)."""
+    return "max_tokens" if "max_tokens:" in (src / "scenarios" / "qa.yaml").read_text() else "output_tokens"
 
 
 def baseline_command(host: str, streams: int, seconds: float) -> list[str]:
@@ -216,7 +222,7 @@ def run_split(args: argparse.Namespace, work: Path) -> None:
                     run = work / f"split-{tree}-{length}-{n}"
                     out = json.dumps({"dist": "fixed", "value": length})
                     cmd = tokenswarm_command(srv.base_url, "scenarios/qa.yaml", args.streams, args.seconds, run,
-                                             [f"traffic.classes.qa.max_tokens={out}",
+                                             [f"traffic.classes.qa.{length_field(src)}={out}",
                                               'traffic.classes.qa.sampling={"ignore_eos": true, "temperature": 0.7}'],
                                              src)
                     row = run_process(f"{tree} {length} tokens", cmd, {}, args.seconds, src)
@@ -349,7 +355,7 @@ def run_ceiling(args: argparse.Namespace, work: Path) -> None:
                 run = work / f"ceiling-{length}-{streams}"
                 out = json.dumps({"dist": "fixed", "value": length})
                 cmd = tokenswarm_command(srv.base_url, "scenarios/qa.yaml", streams, args.seconds, run,
-                                         [f"traffic.classes.qa.max_tokens={out}",
+                                         [f"traffic.classes.qa.{length_field(ROOT)}={out}",
                                           'traffic.classes.qa.sampling={"ignore_eos": true, "temperature": 0.7}'])
                 row = run_process(f"{streams} streams", cmd, {}, args.seconds)
                 row.update(run=run, streams=streams)

@@ -51,3 +51,33 @@ def test_a_required_tier_that_ran_no_test_fails_the_session(tmp_path):
 def test_a_required_tier_whose_tests_pass_passes(tmp_path):
     res = run_pytest(tmp_path, "import pytest\n\n@pytest.mark.browser\ndef test_b():\n    pass\n", "browser")
     assert res.returncode == 0, res.stdout
+
+
+# The README's command runs the suite in pytest-xdist workers: the skip still fails, and the
+# controller, which sees every worker's reports, judges whether each required tier ran.
+
+def test_under_parallel_workers_a_skip_in_a_required_tier_still_fails(tmp_path):
+    res = run_pytest(tmp_path, TIER_TESTS, "browser", "-n", "2")
+    assert res.returncode == 1, res.stdout
+    assert "tier browser is required here" in res.stdout and "no Chromium binary" in res.stdout
+
+
+def test_under_parallel_workers_a_required_tier_that_ran_on_a_worker_passes(tmp_path):
+    many = "import pytest\n\n@pytest.mark.browser\ndef test_b():\n    pass\n" + "".join(
+        f"\ndef test_plain_{i}():\n    pass\n" for i in range(8))
+    res = run_pytest(tmp_path, many, "browser", "-n", "2")
+    assert res.returncode == 0 and "9 passed" in res.stdout, res.stdout
+
+
+def test_under_parallel_workers_a_required_tier_that_ran_no_test_fails_the_session(tmp_path):
+    res = run_pytest(tmp_path, TIER_TESTS, "browser", "-n", "2", "-m", "not browser")
+    assert res.returncode == 1 and "no test of theirs ran" in res.stdout, res.stdout
+
+
+def test_no_timing_test_carries_a_tier_marker():
+    # CI's timing stage runs without the tier requirement (.ci/run): that is only sound while
+    # the tier tests all run in the README's stage, i.e. none of them is also a timing test.
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
+                          "-m", "timing and (browser or real_engine)", str(ROOT / "tests")],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert res.returncode == 5, res.stdout[-2000:]

@@ -81,11 +81,15 @@ class Completion:
 
 
 def _words(text: Any) -> int:
-    """Prompt tokens are whitespace-separated words here (a list of ints counts as token ids)."""
+    """Prompt tokens are whitespace-separated words here (a list of ints counts as token ids; a
+    message content given as a list of parts, ``[{"type": "text", "text": ...}]``, counts its
+    text parts, as AIPerf, GuideLLM and inference-perf send it)."""
     if isinstance(text, str):
         return len(text.split())
     if isinstance(text, list):
         return sum(1 if isinstance(t, int) else _words(t) for t in text)
+    if isinstance(text, dict) and text.get("type", "text") == "text":
+        return _words(text.get("text"))
     return 0
 
 

@@ -35,11 +35,18 @@ def pytest_runtest_makereport(item: Any, call: Any) -> Any:
         rep.outcome = "failed"
         rep.longrepr = (f"tier {', '.join(sorted(tiers))} is required here ({ENV}) but this test skipped: {reason}. "
                         "Fix the tier's install (see its log), or opt out with TOKENSWARM_CI_SKIP_TIERS.")
-    elif rep.when == "call":
-        _ran.update(tiers)
+
+
+def pytest_runtest_logreport(report: Any) -> None:
+    """Count the tiers that ran. Called where the reports arrive: in a plain session, and in
+    pytest-xdist's controller for every worker's report (the workers' own counts stay there)."""
+    if report.when == "call" and not report.skipped:
+        _ran.update(required_tiers() & set(report.keywords))
 
 
 def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # a worker runs a share of the tests: the controller judges the session
     missing = required_tiers() - _ran
     if missing and exitstatus in (0, 5):
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")

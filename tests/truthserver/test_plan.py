@@ -89,3 +89,11 @@ def test_a_bad_range_option_is_an_error_naming_the_option(text):
 def test_negative_delays_are_refused():
     with pytest.raises(ValueError, match="--step-ms"):
         options(parse_args(["--step-ms", "-1"]))
+
+
+def test_a_message_content_given_as_parts_counts_the_words_of_its_text_parts():
+    parts = {"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "one two three"}, {"type": "image_url", "image_url": {"url": "x y z"}},
+        {"type": "text", "text": "four"}]}]}
+    assert parse_request(parts, "chat", OPTS).prompt_tokens == 4
+    assert parse_request(chat(), "chat", OPTS).prompt_tokens == 4
