@@ -714,9 +714,6 @@ static PyMethodDef methods[] = {
      "data|None, tail, groups|None)"},
     {"watch", watch_py_watch, METH_O, "watch(fd) -> rx offset of the next byte, or None: note arrivals while the loop stalls"},
     {"unwatch", watch_py_unwatch, METH_O, "unwatch(fd): stop noting arrivals on fd"},
-    {"took", (PyCFunction)(void (*)(void))watch_py_took, METH_FASTCALL,
-     "took(fd, n) -> (rx of the read's first byte, [(rx, realtime stamp), ...]) or None: a read of n bytes "
-     "done in Python on a watched fd (advances its position; hands over the notes about those bytes)"},
     {"take_notes", watch_py_take_notes, METH_O, "take_notes(fd) -> [(rx, realtime stamp), ...] (forgets them)"},
     {"alive", watch_py_alive, METH_NOARGS, "alive(): the event loop swept its sockets just now"},
     {"watch_stats", watch_py_stats, METH_NOARGS, "watch_stats() -> dict of the watcher thread's counters"},

@@ -71,27 +71,6 @@ static atomic_ullong n_notes_dropped;  /* a socket's notes were full: the newest
 static atomic_ullong n_notes_over_cap; /* a read covered more notes than read_events takes: the rest unused */
 static char *peek_area; /* PEEK_SPAN of reserved, never-touched memory (MSG_TRUNC copies nothing) */
 
-/* getpid() is a system call each time (glibc stopped caching it), and the ownership checks
- * below run on every watched read: measured 4.7 getpid calls per request. The pid is read once
- * and again in a forked child (pthread_atfork), so a child still starts its own thread. */
-static pid_t cached_pid;
-static int atfork_registered;
-
-static void pid_after_fork(void)
-{
-    cached_pid = getpid();
-}
-
-static pid_t my_pid(void)
-{
-    if (cached_pid == 0) {
-        if (!atfork_registered && pthread_atfork(NULL, NULL, pid_after_fork) == 0)
-            atfork_registered = 1;
-        cached_pid = getpid();
-    }
-    return cached_pid;
-}
-
 static long long mono_ns(void)
 {
     struct timespec ts;
@@ -191,7 +170,7 @@ static void *watch_main(void *arg)
 /* Start the thread in this process (first use, or a forked child: threads do not survive fork). */
 static int ensure_thread(void)
 {
-    pid_t pid = my_pid();
+    pid_t pid = getpid();
     if (owner_pid == pid)
         return 0;
     pthread_mutex_t fresh_lock = PTHREAD_MUTEX_INITIALIZER; /* the parent's thread may have held it at fork */
@@ -249,7 +228,7 @@ int watch_after_read(int fd, Py_ssize_t n, unsigned long long *before, watch_not
 {
     int k = 0;
     pthread_mutex_lock(&lock);
-    if (owner_pid != my_pid() || fd < 0 || fd >= n_slots || !slots[fd].active) {
+    if (owner_pid != getpid() || fd < 0 || fd >= n_slots || !slots[fd].active) {
         pthread_mutex_unlock(&lock);
         return -1;
     }
@@ -336,7 +315,7 @@ PyObject *watch_py_unwatch(PyObject *self, PyObject *arg)
     long fd = PyLong_AsLong(arg);
     if (fd == -1 && PyErr_Occurred())
         return NULL;
-    if (owner_pid != my_pid() || fd < 0)
+    if (owner_pid != getpid() || fd < 0)
         Py_RETURN_NONE;
     epoll_ctl(epfd, EPOLL_CTL_DEL, (int)fd, NULL); /* fails harmlessly if already closed */
     pthread_mutex_lock(&lock);
@@ -349,49 +328,6 @@ PyObject *watch_py_unwatch(PyObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-/* took(fd, n) -> (rx offset of the read's first byte, [(rx, realtime stamp s), ...]) or None:
- * a read of n bytes done outside read_events (the HTTP library's, through StampedSocket) on a
- * watched fd. Advances the read position as read_events does, and hands over the notes about
- * the bytes of that read (rx in (before, before + n]); notes about bytes still queued stay for
- * the next read. None when fd is not watched in this process. No system call. */
-PyObject *watch_py_took(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)self;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "took(fd, n) takes 2 arguments");
-        return NULL;
-    }
-    long fd = PyLong_AsLong(args[0]);
-    if (fd == -1 && PyErr_Occurred())
-        return NULL;
-    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
-    if (n == -1 && PyErr_Occurred())
-        return NULL;
-    if (n < 0) {
-        PyErr_SetString(PyExc_ValueError, "took(fd, n): n must be >= 0");
-        return NULL;
-    }
-    if (fd < 0 || fd > 0x7fffffffL)
-        Py_RETURN_NONE;
-    watch_note copy[NOTE_MAX];
-    unsigned long long before;
-    int k = watch_after_read((int)fd, n, &before, copy, NOTE_MAX);
-    if (k < 0)
-        Py_RETURN_NONE;
-    PyObject *notes = PyList_New(k);
-    if (notes == NULL)
-        return NULL;
-    for (int i = 0; i < k; i++) {
-        PyObject *item = Py_BuildValue("(Kd)", copy[i].rx, copy[i].stamp);
-        if (item == NULL) {
-            Py_DECREF(notes);
-            return NULL;
-        }
-        PyList_SET_ITEM(notes, i, item);
-    }
-    return Py_BuildValue("(KN)", before, notes);
-}
-
 /* take_notes(fd) -> [(rx, realtime stamp s), ...] noted so far (and forgets them) */
 PyObject *watch_py_take_notes(PyObject *self, PyObject *arg)
 {
@@ -402,7 +338,7 @@ PyObject *watch_py_take_notes(PyObject *self, PyObject *arg)
     watch_note copy[NOTE_MAX];
     int k = 0;
     pthread_mutex_lock(&lock);
-    if (owner_pid == my_pid() && fd >= 0 && fd < n_slots && slots[fd].active) {
+    if (owner_pid == getpid() && fd >= 0 && fd < n_slots && slots[fd].active) {
         k = slots[fd].n;
         memcpy(copy, slots[fd].notes, sizeof(watch_note) * (size_t)k);
         slots[fd].n = 0;
@@ -438,7 +374,7 @@ PyObject *watch_py_stats(PyObject *self, PyObject *unused)
     (void)self;
     (void)unused;
     pthread_mutex_lock(&lock);
-    int watched = owner_pid == my_pid() ? n_watched : 0;
+    int watched = owner_pid == getpid() ? n_watched : 0;
     pthread_mutex_unlock(&lock);
     return Py_BuildValue("{s:i,s:K,s:K,s:K,s:K}", "watched", watched,
                          "notes", (unsigned long long)atomic_load(&n_notes_total),
@@ -471,12 +407,6 @@ PyObject *watch_py_take_notes(PyObject *self, PyObject *arg)
 {
     (void)self, (void)arg;
     return PyList_New(0);
-}
-
-PyObject *watch_py_took(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)self, (void)args, (void)nargs;
-    Py_RETURN_NONE;
 }
 
 PyObject *watch_py_alive(PyObject *self, PyObject *unused)

@@ -42,7 +42,6 @@ int watch_after_read(int fd, Py_ssize_t n, unsigned long long *before, watch_not
 PyObject *watch_py_watch(PyObject *self, PyObject *arg);
 PyObject *watch_py_unwatch(PyObject *self, PyObject *arg);
 PyObject *watch_py_take_notes(PyObject *self, PyObject *arg);
-PyObject *watch_py_took(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *watch_py_alive(PyObject *self, PyObject *unused);
 PyObject *watch_py_stats(PyObject *self, PyObject *unused);
 

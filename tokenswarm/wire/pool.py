@@ -74,13 +74,6 @@ class StampedSocket(gevent.socket.socket):  # type: ignore[misc]  # gevent ships
     #: (end offset, ancillary data or realtime seconds): bytes up to the offset had arrived by that stamp
     marks: list[Any] = []
     _response_pending = False  # a request went out: the next read is its response's first
-    #: Kernel stamps were enabled on this socket when it was made (``_stamped_tcp_socket``).
-    stamped = False
-    #: Registered with the arrival watcher (:mod:`tokenswarm.wire.watch`) from its first response's
-    #: header read until it is closed: once per connection, not per request. While it is, every
-    #: read of it advances the watcher's position -- this class's reads through ``watch.read_done``,
-    #: the hub reader's through the C fast path -- and whoever reads it otherwise calls :meth:`unwatch`.
-    watched = False
 
     def sendall(self, data: bytes, flags: int = 0) -> None:
         super().sendall(data, flags)
@@ -92,8 +85,6 @@ class StampedSocket(gevent.socket.socket):  # type: ignore[misc]  # gevent ships
             data, anc = self._first_read(bufsize)
         else:
             data, anc, _flags, _addr = self.recvmsg(bufsize, kstamp.ANC_BYTES, flags)
-            if self.watched and data and not flags & socket.MSG_PEEK:
-                watch.read_done(self._sock.fileno(), len(data), self.consumed)  # its notes date nothing here
         self.last_anc, self.last_data = anc, data
         self.consumed += len(data)
         return data
@@ -102,46 +93,31 @@ class StampedSocket(gevent.socket.socket):  # type: ignore[misc]  # gevent ships
         self.marks = []
         poller, raw = arrival_poller, self._sock
         fd = raw.fileno()
-        start = self.consumed
         if poller is not None:
             try:  # already there: no wait, nothing to note
                 data, anc, _flags, _addr = raw.recvmsg(bufsize, kstamp.ANC_BYTES)
+                return data, anc
             except BlockingIOError:
                 pass
-            else:
-                if self.watched:
-                    watch.read_done(fd, len(data), start)
-                return data, anc
             try:
                 # on_arrival: one note per arrival; the bytes stay queued until this read takes them
                 poller.add(fd, lambda _now, _offset: self._note(raw), on_arrival=True)
             except (OSError, ValueError):  # cannot watch it: one stamp for the read, as before
                 poller = None
-            # The sweeps need the loop; the watcher's thread notes arrivals while the loop is
-            # stalled. Set up once per connection (it stays on for the kept-alive requests).
-            if poller is not None and not self.watched and self.stamped:
-                self.watched = watch.start(fd) is not None
+        # The sweeps need the loop; the watcher's thread notes arrivals while the loop is stalled.
+        rx_start = watch.start(fd) if poller is not None else None
+        start = self.consumed
         try:
             data, anc, _flags, _addr = self.recvmsg(bufsize, kstamp.ANC_BYTES)
         finally:
             if poller is not None:
                 poller.remove(fd)
-        if self.watched:
-            noted = watch.read_done(fd, len(data), start)
-            if noted:
-                self.marks = sorted(self.marks + noted, key=lambda m: m[0])
+            if rx_start is not None:
+                noted = watch.notes_as_marks(fd, rx_start, start)
+                watch.stop(fd)
+                if noted:
+                    self.marks = sorted(self.marks + noted, key=lambda m: m[0])
         return data, anc
-
-    def unwatch(self) -> None:
-        """Stop the arrival watcher on this connection (before it is closed, or read by a reader
-        that does not advance the watcher's position)."""
-        if self.watched:
-            self.watched = False
-            watch.stop(self._sock.fileno())
-
-    def close(self) -> None:
-        self.unwatch()  # before the fd number can be reused by another socket
-        super().close()
 
     def _note(self, raw: socket.socket) -> None:
         """From a sweep: how many bytes are queued now, and the newest one's stamp."""
@@ -451,7 +427,7 @@ def _body_cuts(raw_body: bytes, raw_start: int, marks: list[Any]) -> list[tuple[
 
 def _stamped_tcp_socket(family: int, socktype: int, protocol: int) -> gevent.socket.socket:
     sock = StampedSocket(family, socktype, protocol)
-    sock.stamped = kstamp.enable(sock)
+    kstamp.enable(sock)
     return sock
 
 

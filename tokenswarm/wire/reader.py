@@ -164,23 +164,16 @@ class StreamPoller:
 _pollers: dict[tuple[Any, ...], StreamPoller] = {}
 
 
-def _forget_pollers() -> None:
-    """In a forked child: the parent's pollers (its epoll set, its hub's watchers) are not ours."""
-    _pollers.clear()
-
-
-# Forked workers get their own pollers. Cleared at the fork rather than keyed by os.getpid(),
-# which is a system call on every request (glibc does not cache it).
-os.register_at_fork(after_in_child=_forget_pollers)
-
-
 def stream_poller(clock: Callable[[], float]) -> StreamPoller | None:
     """The poller of this process and hub (created on first use: forked workers get their own)."""
     if _epoll is None:
         return None
-    key = (gevent.get_hub(), clock)
+    pid = os.getpid()
+    key = (pid, gevent.get_hub(), clock)
     p = _pollers.get(key)
     if p is None:
+        for stale in [k for k in _pollers if k[0] != pid]:  # inherited from the parent through fork
+            del _pollers[stale]
         p = _pollers[key] = StreamPoller(clock)
     return p
 
@@ -190,7 +183,7 @@ class HubReader:
 
     __slots__ = ("resp", "raw", "fd", "clock", "parser", "on_events", "on_eof", "done", "error", "poller",
                  "watcher", "dechunker", "trial", "takeovers", "stamped", "fast", "steady", "tail", "chunked",
-                 "watched", "own_watch")
+                 "watched")
 
     def __init__(self, resp: Any, clock: Callable[[], float], parser: SSEParser,
                  on_events: Callable[[float, list[Any]], bool], on_eof: Callable[[], None]) -> None:
@@ -207,7 +200,6 @@ class HubReader:
         self.watcher: Any = None  # gevent's io watcher (the greenlet path)
         self.stamped = False  # reads carry kernel receive timestamps
         self.watched = False  # registered with the arrival watcher (stamped reads, C extension built)
-        self.own_watch = False  # ...by this reader, for this response (not by the connection)
         # Our own de-chunking from the first chunk boundary on. The library's parser reads the
         # headers and whatever body bytes came with them; it is between chunks when it expects
         # no more bytes of the current one (remaining length 0). The states that also report 0
@@ -241,24 +233,13 @@ class HubReader:
             return
         self.fd = self.raw.fileno()
         poller = stream_poller(self.clock)
-        sock = resp._sock  # a StampedSocket (pool.py) may be watched for the connection's life
         if poller is not None:
             self.poller = poller
             if poller.kernel_stamps:
-                if getattr(sock, "watched", False) and sock.stamped:
-                    # set up when the connection was made and first read: no system call here
-                    self.stamped = True
-                    self.watched = FAST  # the C fast path advances the watcher's position
-                    self.own_watch = False
-                else:
-                    self.stamped = kstamp.enable(self.raw)
-                    self.watched = self.own_watch = FAST and self.stamped and watch.start(self.fd) is not None
-            if not self.watched and getattr(sock, "watched", False):
-                sock.unwatch()  # these reads would not advance the watcher's position
+                self.stamped = kstamp.enable(self.raw)
+                self.watched = FAST and self.stamped and watch.start(self.fd) is not None
             poller.add(self.fd, self.readable)
         else:
-            if getattr(sock, "watched", False):
-                sock.unwatch()
             self.watcher = gevent.get_hub().loop.io(self.fd, 1)
             self.watcher.start(lambda: self.readable(self.clock(), 0.0))
         try:
@@ -392,8 +373,8 @@ class HubReader:
         if p is not None:
             self.poller = None
             p.remove(self.fd)
-        if self.own_watch:
-            self.own_watch = self.watched = False
+        if self.watched:
+            self.watched = False
             watch.stop(self.fd)
         w = self.watcher
         if w is not None:

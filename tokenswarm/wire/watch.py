@@ -10,13 +10,6 @@ path then cuts a read at its chunk boundaries and dates each chunk by the first 
 covers it; the header read does the same through :func:`notes_as_marks`.
 
 While the loop keeps up, the thread wakes once a millisecond and touches no socket.
-
-A kept-alive connection is watched once, from its first response to its close
-(:class:`tokenswarm.wire.pool.StampedSocket`): every read of it, the C fast path's or the HTTP
-library's (through :func:`took`), advances the watcher's position, so a request costs no
-``TCP_INFO``/``FIONREAD``/``epoll_ctl`` of its own (measured before: 5 ``getsockopt``, 1.2
-``ioctl`` and ~4 ``epoll_ctl`` per request for the two watches each request set up and took
-down).
 ``TOKENSWARM_ARRIVAL_WATCH=0`` turns it off (one stamp per read, as without it).
 """
 
@@ -25,11 +18,11 @@ from __future__ import annotations
 import os
 
 try:
-    from tokenswarm.wire._fastread import alive, take_notes, took, unwatch, watch, watch_stats
+    from tokenswarm.wire._fastread import alive, take_notes, unwatch, watch, watch_stats
 
-    __all__ = ["ENABLED", "alive", "take_notes", "took", "unwatch", "watch", "watch_stats"]
+    __all__ = ["ENABLED", "alive", "take_notes", "unwatch", "watch", "watch_stats"]
 except ImportError:  # the C extension was not built: no watcher (reads keep one stamp each)
-    alive = take_notes = took = unwatch = watch = watch_stats = None
+    alive = take_notes = unwatch = watch = watch_stats = None
 
 #: The watcher is available and enabled (it needs kernel stamps too: callers check those).
 ENABLED = watch is not None and os.environ.get("TOKENSWARM_ARRIVAL_WATCH", "1") != "0"
@@ -44,23 +37,6 @@ def stop(fd: int) -> None:
     """Stop watching ``fd`` (before it is closed or read by someone else)."""
     if ENABLED:
         unwatch(fd)
-
-
-def read_done(fd: int, n: int, stream_start: int) -> list[tuple[int, float]] | None:
-    """A read of ``n`` bytes of watched ``fd`` done outside the C fast path (the HTTP library's).
-
-    Advances the watcher's position past those bytes and returns its notes about them as
-    ``(stream offset, realtime stamp)``, oldest first (``stream_start``: the caller's own offset
-    of the read's first byte); None when ``fd`` is not watched. Notes about bytes still queued
-    stay for the next read. No system call.
-    """
-    if not ENABLED:
-        return None
-    taken = took(fd, n)
-    if taken is None:
-        return None
-    rx_start, notes = taken
-    return [(stream_start + rx - rx_start, stamp) for rx, stamp in notes]
 
 
 def notes_as_marks(fd: int, rx_start: int, stream_start: int) -> list[tuple[int, float]]:
