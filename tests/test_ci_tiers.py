@@ -23,7 +23,8 @@ def test_plain():
 
 def run_pytest(tmp_path: Path, source: str, required: str | None, *args: str) -> subprocess.CompletedProcess:
     (tmp_path / "test_tier.py").write_text(source)
-    env = {k: v for k, v in os.environ.items() if k != "TOKENSWARM_CI_REQUIRE_TIERS"}
+    # a session of its own: not this run's tier requirement, nor its xdist worker's identity
+    env = {k: v for k, v in os.environ.items() if k != "TOKENSWARM_CI_REQUIRE_TIERS" and not k.startswith("PYTEST_XDIST")}
     if required is not None:
         env["TOKENSWARM_CI_REQUIRE_TIERS"] = required
     env["PYTHONPATH"] = str(ROOT)

@@ -45,8 +45,8 @@ def pytest_runtest_logreport(report: Any) -> None:
 
 
 def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        return  # a worker runs a share of the tests: the controller judges the session
+    if hasattr(session.config, "workerinput"):
+        return  # an xdist worker runs a share of the tests: the controller judges the session
     missing = required_tiers() - _ran
     if missing and exitstatus in (0, 5):
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")

@@ -65,7 +65,7 @@ def test_each_user_class_records_match_the_server_exactly(tmp_path, task):
     records, truth = run_on_sim(sc, tmp_path / "run", truth=True)
     pairs = check_against_truth(records, truth)
     m = read_manifest(tmp_path / "run")
-    assert m["format_version"] == FORMAT_VERSION == 2 and m["complete"] and m["steps"][0]["name"] == "c2"
+    assert m["format_version"] == FORMAT_VERSION == 3 and m["complete"] and m["steps"][0]["name"] == "c2"
     assert m["totals"]["records_received"] == len(records) == m["totals"]["requests_started"]
     assert [r["seq"] for r in records] == list(range(len(records)))
     assert {r["task"] for r in records} == {task}
