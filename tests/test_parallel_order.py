@@ -1,4 +1,4 @@
-"""The parallel run's order (tests/helpers/order.py): groups first, no long test queued behind another."""
+"""The parallel run's order (tests/helpers/order.py): long files first, none queued behind another."""
 
 from __future__ import annotations
 
@@ -8,35 +8,35 @@ from tests.helpers.order import parallel_order
 
 
 class Item:
-    """A collected test as the ordering sees it: a name and its markers."""
+    """A collected test as the ordering sees it: a node id and its markers."""
 
-    def __init__(self, name: str, *marks: pytest.MarkDecorator) -> None:
-        self.name = name
+    def __init__(self, nodeid: str, *marks: pytest.MarkDecorator) -> None:
+        self.nodeid = nodeid
         self.marks = {m.mark.name: m.mark for m in marks}
 
     def get_closest_marker(self, name: str):
         return self.marks.get(name)
 
     def __repr__(self) -> str:
-        return self.name
+        return self.nodeid
 
 
-def names(items) -> list[str]:
-    return [i.name for i in items]
+def ids(items) -> list[str]:
+    return [i.nodeid for i in items]
 
 
-def test_groups_come_first_then_each_long_test_longest_first_followed_by_two_short_ones():
-    items = [Item("s1"), Item("slow1", pytest.mark.slow), Item("s2"), Item("g1", pytest.mark.xdist_group("vllm")),
-             Item("recipe", pytest.mark.timeout(1500)), Item("s3"), Item("demo", pytest.mark.timeout(900)),
-             Item("s4"), Item("s5"), Item("g2", pytest.mark.xdist_group("vllm")), Item("s6"), Item("s7")]
-    assert names(parallel_order(items)) == ["g1", "g2", "recipe", "s1", "s2", "demo", "s3", "s4", "slow1", "s5", "s6",
-                                            "s7"]
+def test_long_files_go_first_longest_first_each_followed_by_two_short_files_and_a_file_stays_whole():
+    items = [Item("a.py::t1"), Item("a.py::t2"), Item("engine.py::t[base]", pytest.mark.timeout(900)),
+             Item("engine.py::t[spec]", pytest.mark.timeout(900)), Item("b.py::t"), Item("slow.py::t", pytest.mark.slow),
+             Item("recipe.py::t", pytest.mark.timeout(1500)), Item("c.py::t"), Item("d.py::t"), Item("e.py::t")]
+    assert ids(parallel_order(items)) == [
+        "recipe.py::t", "a.py::t1", "a.py::t2", "b.py::t",
+        "engine.py::t[base]", "engine.py::t[spec]", "c.py::t", "d.py::t",
+        "slow.py::t", "e.py::t"]
 
 
-def test_every_test_is_kept_once_and_short_tests_keep_their_collection_order():
-    items = [Item(f"s{i}") for i in range(5)] + [Item(f"l{i}", pytest.mark.slow) for i in range(4)]
+def test_every_test_is_kept_once_in_its_files_collection_order():
+    items = [Item(f"s{i}.py::t") for i in range(3)] + [Item("l.py::t2", pytest.mark.slow), Item("l.py::t1")]
     ordered = parallel_order(items)
-    assert sorted(names(ordered)) == sorted(names(items))
-    assert [n for n in names(ordered) if n.startswith("s")] == [f"s{i}" for i in range(5)]
-    # more long tests than short ones: the long ones follow each other once the short ones are used up
-    assert names(ordered) == ["l0", "s0", "s1", "l1", "s2", "s3", "l2", "s4", "l3"]
+    assert sorted(ids(ordered)) == sorted(ids(items))
+    assert ids(ordered) == ["l.py::t2", "l.py::t1", "s0.py::t", "s1.py::t", "s2.py::t"]

@@ -1,23 +1,23 @@
-"""The order the parallel run needs: shared-fixture groups first, then the longest tests, each
-followed by short ones.
+"""The order the parallel run needs: the files with the longest tests first, each followed by
+files of short ones.
 
-Under ``pytest -n 4 --dist loadgroup --no-loadscope-reorder`` (the README's command) every
-worker holds the test it runs plus one or two queued behind it. The suite's time is at least
-its longest test, so the long ones must start early, and no long test may be queued behind
-another (a ten-minute recipe would hold a second one for ten minutes while other workers
-idle): after each long test come two short ones, which are what a worker queues behind it. A
-test is long when it declares its own time limit (``@pytest.mark.timeout(S)``, given to every
-end-to-end test of minutes) or is marked ``slow``; the longest limit first. The groups
-(``xdist_group``: the real-engine tests, whose session fixtures start vLLM or llama.cpp and
-run their scenarios) each go to one worker, first. Sorting is stable and depends only on the
-collection, so every worker computes the same order (xdist requires it).
+The README's command runs ``pytest -n 4 --dist loadfile --no-loadscope-reorder``: every test
+file goes whole to one worker (its module and session fixtures -- a vLLM or llama.cpp server
+and its scenarios, minutes each -- are then set up once, in pytest's own order), and a worker
+holds the file it runs plus one or two queued behind it. The suite's time is at least its
+longest file, so the long files must start first, and no long file may be queued behind
+another (a ten-minute recipe would hold the next for ten minutes while other workers idle):
+after each long file come two short ones. A file's weight is its longest test's: the time
+limit the test declares (``@pytest.mark.timeout(S)``, given to every end-to-end test of
+minutes), then the ``slow`` marker. Inside a file the collection order is kept. The order
+depends only on the collection, so every worker computes the same (xdist requires it).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-SHORT_AFTER_EACH_LONG = 2
+SHORT_FILES_AFTER_EACH_LONG = 2
 
 
 def expected_weight(item: Any) -> tuple[float, int]:
@@ -27,18 +27,24 @@ def expected_weight(item: Any) -> tuple[float, int]:
     return (limit_s, 1 if item.get_closest_marker("slow") is not None else 0)
 
 
+def test_file(item: Any) -> str:
+    return str(item.nodeid).split("::", 1)[0]
+
+
 def parallel_order(items: list[Any]) -> list[Any]:
-    """Groups, then each long test (longest first) followed by short ones, then the rest."""
-    grouped = [i for i in items if i.get_closest_marker("xdist_group") is not None]
-    rest = [i for i in items if i.get_closest_marker("xdist_group") is None]
-    long = sorted((i for i in rest if expected_weight(i) > (0.0, 0)), key=expected_weight, reverse=True)
-    short = [i for i in rest if expected_weight(i) == (0.0, 0)]
-    ordered = list(grouped)
-    for n, item in enumerate(long):
-        ordered.append(item)
-        ordered += short[n * SHORT_AFTER_EACH_LONG:(n + 1) * SHORT_AFTER_EACH_LONG]
-    ordered += short[len(long) * SHORT_AFTER_EACH_LONG:]
-    return ordered
+    """Files by their longest test, each long file followed by two short files, then the rest."""
+    files: dict[str, list[Any]] = {}
+    for item in items:
+        files.setdefault(test_file(item), []).append(item)
+    weight = {name: max(expected_weight(i) for i in its) for name, its in files.items()}
+    long = sorted((f for f in files if weight[f] > (0.0, 0)), key=lambda f: weight[f], reverse=True)
+    short = [f for f in files if weight[f] == (0.0, 0)]
+    order: list[str] = []
+    for n, name in enumerate(long):
+        order.append(name)
+        order += short[n * SHORT_FILES_AFTER_EACH_LONG:(n + 1) * SHORT_FILES_AFTER_EACH_LONG]
+    order += short[len(long) * SHORT_FILES_AFTER_EACH_LONG:]
+    return [item for name in order for item in files[name]]
 
 
 def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -> None:

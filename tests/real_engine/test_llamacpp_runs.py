@@ -30,7 +30,6 @@ from tokenswarm.testmodel.llamacpp import DRAFT_MAX
 
 pytestmark = [
     pytest.mark.real_engine,
-    pytest.mark.xdist_group("llamacpp"),  # one worker: the session fixtures start llama.cpp once per mode
     pytest.mark.timeout(600),
     pytest.mark.skipif(SKIP_REASON is not None, reason=SKIP_REASON or ""),
 ]

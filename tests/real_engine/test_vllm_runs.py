@@ -28,7 +28,6 @@ from tests.real_engine.vllm_runs import CLASSES, SKIP_REASON, SPEC_K, EngineRuns
 
 pytestmark = [
     pytest.mark.real_engine,
-    pytest.mark.xdist_group("vllm"),  # one worker: the session fixtures start vLLM once
     pytest.mark.timeout(900),  # the first test pays for a server start and its runs
     pytest.mark.skipif(SKIP_REASON is not None, reason=SKIP_REASON or ""),
 ]
