@@ -27,16 +27,21 @@ def test_every_import_contract_in_pyproject_is_kept():
     assert "0 broken" in done.stdout
 
 
-def test_a_contract_the_code_breaks_is_reported_as_broken(tmp_path):
-    # The same rooms upside down: record at the top, entry points at the bottom. If the checker
-    # did not see the real imports, this would pass too.
+def lint_layers_upside_down(tmp_path, *layers: str) -> subprocess.CompletedProcess:
+    """``lint-imports`` (through the mapping) of one layers contract, ``layers`` top first."""
     config = tmp_path / "upside-down.ini"
     config.write_text(
         "[importlinter]\nroot_packages =\n    tokenswarm\n\n"
         "[importlinter:contract:upside-down]\nname = upside down\ntype = layers\n"
-        "layers =\n    tokenswarm.record\n    tokenswarm.load\n    tokenswarm.orchestrate\n"
+        "layers =\n" + "".join(f"    {layer}\n" for layer in layers)
     )
-    done = _mapped("lint-imports", "--no-cache", "--config", str(config))
+    return _mapped("lint-imports", "--no-cache", "--config", str(config))
+
+
+def test_a_contract_the_code_breaks_is_reported_as_broken(tmp_path):
+    # The same rooms upside down: record at the top, entry points at the bottom. If the checker
+    # did not see the real imports, this would pass too.
+    done = lint_layers_upside_down(tmp_path, "tokenswarm.record", "tokenswarm.load", "tokenswarm.orchestrate")
     assert done.returncode == 1, done.stdout[-2000:]
     assert "tokenswarm.load" in done.stdout and "BROKEN" in done.stdout
 
@@ -44,13 +49,7 @@ def test_a_contract_the_code_breaks_is_reported_as_broken(tmp_path):
 def test_the_analysis_own_imports_are_in_the_graph_and_can_break_a_contract(tmp_path):
     # The record below the analysis, upside down: only an import made inside analysis/ (the
     # loader reads records) can break it, so the analysis' files were scanned under their name.
-    config = tmp_path / "analysis-below-record.ini"
-    config.write_text(
-        "[importlinter]\nroot_packages =\n    tokenswarm\n\n"
-        "[importlinter:contract:upside-down]\nname = analysis below record\ntype = layers\n"
-        "layers =\n    tokenswarm.record\n    tokenswarm.analysis\n"
-    )
-    done = _mapped("lint-imports", "--no-cache", "--config", str(config))
+    done = lint_layers_upside_down(tmp_path, "tokenswarm.record", "tokenswarm.analysis")
     assert done.returncode == 1, done.stdout[-2000:]
     assert "tokenswarm.analysis.loader.records -> tokenswarm.record" in done.stdout, done.stdout[-3000:]
 
