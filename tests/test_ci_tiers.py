@@ -78,7 +78,8 @@ def test_under_parallel_workers_a_required_tier_that_ran_no_test_fails_the_sessi
 def test_no_timing_test_carries_a_tier_marker():
     # CI's timing stage runs without the tier requirement (.ci/run): that is only sound while
     # the tier tests all run in the README's stage, i.e. none of them is also a timing test.
+    env = {k: v for k, v in os.environ.items() if k != "TOKENSWARM_CI_REQUIRE_TIERS" and not k.startswith("PYTEST_XDIST")}
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
                           "-m", "timing and (browser or real_engine)", str(ROOT / "tests")],
-                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     assert res.returncode == 5, res.stdout[-2000:]

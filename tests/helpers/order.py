@@ -1,7 +1,7 @@
 """The order the parallel run needs: the files with the longest tests first, each followed by
 files of short ones.
 
-The README's command runs ``pytest -n 4 --dist loadfile --no-loadscope-reorder``: every test
+Under ``pytest -n 4 --dist loadfile --no-loadscope-reorder`` (docs/ci.md) every test
 file goes whole to one worker (its module and session fixtures -- a vLLM or llama.cpp server
 and its scenarios, minutes each -- are then set up once, in pytest's own order), and a worker
 holds the file it runs plus one or two queued behind it. The suite's time is at least its
@@ -48,4 +48,5 @@ def parallel_order(items: list[Any]) -> list[Any]:
 
 
 def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -> None:
-    items[:] = parallel_order(items)
+    if hasattr(config, "workerinput"):  # an xdist worker (each orders alike); one process keeps pytest's order
+        items[:] = parallel_order(items)
