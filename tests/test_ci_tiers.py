@@ -83,3 +83,12 @@ def test_no_timing_test_carries_a_tier_marker():
                           "-m", "timing and (browser or real_engine)", str(ROOT / "tests")],
                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     assert res.returncode == 5, res.stdout[-2000:]
+
+
+def test_a_test_unmarked_but_in_a_folder_named_after_the_tier_does_not_count_for_it(tmp_path):
+    # pytest's keywords include folder names: tests/real_engine/ must not stand in for the marker
+    (tmp_path / "browser").mkdir()
+    (tmp_path / "browser" / "test_in_folder.py").write_text("def test_plain():\n    pass\n")
+    for workers in ((), ("-n", "2")):
+        res = run_pytest(tmp_path, TIER_TESTS, "browser", "-m", "not browser", *workers)
+        assert res.returncode == 1 and "no test of theirs ran" in res.stdout, res.stdout

@@ -168,9 +168,9 @@ class RecordIdentity:
     ``schedule_lag_ms`` is ``None`` here (not observed before the send): the client sets it
     from the send's own clock reading.
 
-    It also reads as a ``Mapping`` (``identity["task"]``, ``{**identity, **phases}``) so the
-    per-request code that spreads it into the record needs no change; see
-    :meth:`record_fields` for the plain dict.
+    It also reads as a ``Mapping`` (``identity["task"]``): the streaming hooks hand it to
+    listeners as ``base``, documented that way (docs/hooks.md); the client builds the record
+    from :meth:`record_fields`.
     """
 
     run_id: str

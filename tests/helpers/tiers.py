@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 ENV = "TOKENSWARM_CI_REQUIRE_TIERS"
+#: The report property naming the required tiers a test ran in (its markers', not its path's).
+TIERS_RAN = "tokenswarm_tiers_ran"
 _ran: set[str] = set()
 
 
@@ -35,13 +37,17 @@ def pytest_runtest_makereport(item: Any, call: Any) -> Any:
         rep.outcome = "failed"
         rep.longrepr = (f"tier {', '.join(sorted(tiers))} is required here ({ENV}) but this test skipped: {reason}. "
                         "Fix the tier's install (see its log), or opt out with TOKENSWARM_CI_SKIP_TIERS.")
+    elif rep.when == "call":
+        # the tiers of the test's markers, on the report: pytest-xdist carries it to the controller
+        rep.user_properties.append((TIERS_RAN, sorted(tiers)))
 
 
 def pytest_runtest_logreport(report: Any) -> None:
     """Count the tiers that ran. Called where the reports arrive: in a plain session, and in
     pytest-xdist's controller for every worker's report (the workers' own counts stay there)."""
-    if report.when == "call" and not report.skipped:
-        _ran.update(required_tiers() & set(report.keywords))
+    for name, tiers in report.user_properties:
+        if name == TIERS_RAN:
+            _ran.update(tiers)
 
 
 def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
