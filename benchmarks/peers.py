@@ -25,7 +25,7 @@ Clients (how each is run and what its figures mean: ``peer_tools.py``'s docstrin
 * ``vllm``: ``vllm bench serve`` (``--backend openai-chat``, random dataset) from the vLLM
   venv (``--vllm-python``, default ``/root/.cache/tokenswarm/vllm-venv/bin/python``), called
   through ``vllm.benchmarks.serve`` (that venv's ``vllm`` script needs the package metadata);
-* ``aiperf``, ``guidellm``, ``inference-perf``: from ``/work/venvs/peer-<name>/bin/<name>``
+* ``aiperf``, ``guidellm``, ``inference-perf``: from ``~/.cache/tokenswarm/peers/peer-<name>/bin/<name>``
   (``--peer-venvs``; Python 3.12 venvs, installed as docs/benchmarks.md says). A tool that is
   not installed is reported as unavailable, one that fails as FAILED with the end of its stderr,
   never silently left out.
@@ -88,6 +88,8 @@ PROFILES = {  # truth server options: tokens per chunk, step ms, TTFT ms
 }
 CLIENTS = ("tokenswarm", "vllm", "aiperf", "guidellm", "inference-perf")
 VLLM_PYTHON = "/root/.cache/tokenswarm/vllm-venv/bin/python"
+#: Where the peers' venvs are (``--peer-venvs``): beside the vLLM venv, outside any checkout.
+PEER_VENVS = str(Path.home() / ".cache" / "tokenswarm" / "peers")
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}  # no tool may reach the Hub
 _VLLM_MAIN = ("import sys\nfrom vllm.utils.argparse_utils import FlexibleArgumentParser\n"
               "from vllm.benchmarks.serve import add_cli_args, main\n"
@@ -318,7 +320,7 @@ def main() -> int:
     ap.add_argument("--output-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--vllm-python", default=VLLM_PYTHON)
-    ap.add_argument("--peer-venvs", default="/work/venvs",
+    ap.add_argument("--peer-venvs", default=PEER_VENVS,
                     help="where the peers' venvs are: DIR/peer-aiperf, DIR/peer-guidellm, DIR/peer-inference-perf")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (every tool's results files)")
     args = ap.parse_args()

@@ -8,7 +8,7 @@ per request by name, requests counted from the server's truth log. Start-up is i
 long enough (``--seconds``) that it is small against the requests (~0.3 calls per request at
 15 s, 96 streams; the table prints each run's request count).
 
-    python benchmarks/request_syscalls.py --src /work/main --seconds 10
+    python benchmarks/request_syscalls.py --src /tmp/older-checkout --seconds 10
     python benchmarks/request_syscalls.py --length 12 --streams 96 --rounds 2
 
 ``strace`` slows the client (every call stops it), so the requests per second here are not the
