@@ -51,15 +51,22 @@ def test_excess_requests_wait_and_show_in_metrics_and_ttft(tmp_path):
         for th in threads:
             th.start()
         labels = (("engine", "0"), ("model_name", "m"))
-        # all six admitted and the engine's first batch taken: max_num_seqs must cap it at two
-        m = wait_until(lambda: (m := s.metrics())[("vllm:num_requests_running", labels)] > 0
-                       and m[("vllm:num_requests_waiting", labels)] + m[("vllm:num_requests_running", labels)] == 6
-                       and m, 10, "all six requests admitted and a first batch running", every_s=0.01)
-        waiting = m[("vllm:num_requests_waiting", labels)]
-        running = m[("vllm:num_requests_running", labels)]
+        seen = []  # (running, waiting) at every scrape
+
+        def full_batch_with_the_rest_waiting():
+            m = s.metrics()
+            seen.append((m[("vllm:num_requests_running", labels)], m[("vllm:num_requests_waiting", labels)]))
+            running, waiting = seen[-1]
+            return running == 2 and waiting >= 3
+
+        # All six at once: two running, four waiting. On a busy machine the threads' requests can
+        # arrive spread out and the engine start the first alone (1 running, 5 waiting, then 2
+        # and 3): either way max_num_seqs caps the batch at two and the excess shows as waiting.
+        wait_until(full_batch_with_the_rest_waiting, 10, "two requests running and at least three waiting",
+                   every_s=0.01)
         for th in threads:
             th.join(20)
-        assert running == 2 and waiting == 4
+        assert max(running for running, _ in seen) == 2, seen
         ttfts = sorted(r.arrivals[0] - t0 for r in results.values())
         # two waves of ~0.2 s each: the last pair waits for two earlier pairs
         assert ttfts[-1] > ttfts[0] + 0.3

@@ -3,21 +3,25 @@ run them side by side): the demo, the study of docs/studies.md, the README's fir
 stage of docs/ci.md and the manual A/B -- each must print a verdict with every cell judged.
 
 The commands are read from the pages themselves, so a page and its test cannot drift apart. The
-only changes: ``tokenswarm`` runs as ``python -m tokenswarm`` (the interpreter under test) and the
-fixed port 8000 becomes a free one. The manual A/B recipe (plumbing of two runs and compare) is
+only changes: ``tokenswarm`` runs as ``python -m tokenswarm`` (the interpreter under test), the
+fixed port 8000 becomes a free one and ``--out`` a directory of the test's. The four long ones
+(:func:`recipes`) start when a one-process run of the suite starts (tests/study/early.py). The manual A/B recipe (plumbing of two runs and compare) is
 the one run with shortened, fixed steps (appended ``--set`` flags).
 """
 
 
 import json
+import re
 import shlex
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Callable
+from pathlib import Path
 
 from tests.helpers.runs import ROOT
 from tests.helpers.waiting import wait_until
-from tokenswarm.sim.testing import free_port
+from tests.study.early import Recipe
 
 SHORT = ["--set", "load.steps=[1]", "--set", "load.warmup_s=0.5", "--set", "load.step_duration_s=3",
          "--set", "load.stop_timeout_s=2", "--set", "load.until=null"]
@@ -62,19 +66,46 @@ def wait_ready(port: int, proc: subprocess.Popen, timeout_s: float = 60) -> None
     wait_until(answers, timeout_s, f"the simulator on port {port} to answer /v1/models", every_s=0.1)
 
 
-def run_documented(tmp_path, sim_line: str, run_line: str, timeout_s: float = 600) -> tuple[subprocess.CompletedProcess, int]:
-    """Start the documented simulator on a free port, then the documented run against it."""
-    port = free_port()
-    sim_argv = as_python(shlex.split(sim_line.strip().rstrip("&").strip().replace("--port 8000", f"--port {port}")))
-    sim = subprocess.Popen(sim_argv, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           start_new_session=True)
-    try:
-        wait_ready(port, sim)
-        argv = as_python(shlex.split(run_line.replace("127.0.0.1:8000", f"127.0.0.1:{port}")))
-        return subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=timeout_s), port
-    finally:
-        sim.kill()
-        sim.wait(20)
+def _sim_argv(sim_line: str) -> Callable[[int], list[str]]:
+    """A documented simulator line, on the free port it is given instead of 8000."""
+    line = sim_line.split("#", 1)[0].strip().rstrip("&").strip()
+    return lambda port: as_python(shlex.split(line.replace("--port 8000", f"--port {port}")))
+
+
+def _run_argv(run_line: str, out_from: str, out_to: str) -> Callable[[Path, int | None], list[str]]:
+    """A documented ``tokenswarm run`` line against the simulator's port, writing into the work directory."""
+    def argv(workdir: Path, port: int | None) -> list[str]:
+        line = run_line.replace("127.0.0.1:8000", f"127.0.0.1:{port}").replace(out_from, f"--out {workdir / out_to}")
+        return as_python(shlex.split(line))
+    return argv
+
+
+def _study_argv(workdir: Path, port: int | None) -> list[str]:
+    (line,) = recipe("study")
+    argv = as_python(shlex.split(line))
+    return [re.sub(r"^(\w+=)tokenswarm sim", rf"\1{sys.executable} -m tokenswarm sim", a) for a in argv]
+
+
+def _demo_argv(workdir: Path, port: int | None) -> list[str]:
+    (line,) = documented_lines("README.md", "pip install -e . &&")
+    return as_python(shlex.split(line.split("&&", 1)[1]))
+
+
+def recipes() -> dict[str, Recipe]:
+    """The long recipes as processes, longest first (the order they start early in)."""
+    (readme_sim,) = documented_lines("README.md", "tokenswarm sim --port 8000")
+    (readme_run,) = documented_lines("README.md", "tokenswarm run scenarios/mix.yaml")
+    (ci_sim,) = documented_lines("docs/ci.md", "tokenswarm sim --port 8000 &")
+    (ci_run,) = documented_lines("docs/ci.md", "tokenswarm run scenarios/mix.yaml")
+    return {
+        "study": Recipe("study", _study_argv, timeout_s=1400),
+        # the two that drive mix.yaml at 8-16 users (the heavier ones) next, while the study is light
+        "readme_run": Recipe("readme_run", _run_argv(readme_run, "--out runs/mix1", "mix1"), _sim_argv(readme_sim),
+                             cwd=ROOT, timeout_s=600),
+        "ci_stage": Recipe("ci_stage", _run_argv(ci_run, "--out runs/ci", "ci"), _sim_argv(ci_sim), cwd=ROOT,
+                           timeout_s=600),
+        "demo": Recipe("demo", _demo_argv, timeout_s=850),
+    }
 
 
 def slo_checks(run_dir) -> list[dict]:

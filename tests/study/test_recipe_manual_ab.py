@@ -5,7 +5,8 @@ import subprocess
 
 import pytest
 
-from tests.study.documented import SHORT, as_python, free_port, recipe, wait_ready
+from tests.study.documented import SHORT, as_python, recipe, wait_ready
+from tokenswarm.sim.testing import free_port
 
 pytestmark = pytest.mark.slow
 

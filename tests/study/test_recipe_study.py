@@ -1,26 +1,20 @@
 """The study command of docs/studies.md, run as written (tests/study/documented.py)."""
 
 import json
-import re
-import shlex
-import subprocess
-import sys
 
 import pytest
 
-from tests.study.documented import as_python, judged_everywhere, recipe
+from tests.study.documented import judged_everywhere
 
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.recipe("study")
 @pytest.mark.timeout(1500)
-def test_the_documented_study_command_judges_every_cell_it_prints(tmp_path):
-    (line,) = recipe("study")
-    argv = as_python(shlex.split(line))
-    argv = [re.sub(r"^(\w+=)tokenswarm sim", rf"\1{sys.executable} -m tokenswarm sim", a) for a in argv]
-    res = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=1400)
+def test_the_documented_study_command_judges_every_cell_it_prints(early_recipes):
+    res, workdir = early_recipes.outcome("study")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    out = tmp_path / "studies" / "spec"
+    out = workdir / "studies" / "spec"
     study = json.loads((out / "study.json").read_text())
     assert study["complete"] and "fixed count" in study["stopping"]["rule"]
     verdict = json.loads((out / "report" / "summary.json").read_text())["verdict"]

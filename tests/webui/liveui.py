@@ -62,7 +62,7 @@ def locust_web_ui(scenario: Path, host: str, out: Path, *extra: str, mode: str =
                  "--master-port", str(master_port)],
                 cwd=ROOT, start_new_session=True, stdout=logs[-1], stderr=subprocess.STDOUT))
     try:
-        wait_port(port, 40)
+        wait_port(port, 90)  # a starved machine (CI beside a vLLM server) can take long to import Locust
         yield f"http://127.0.0.1:{port}/"
     finally:
         for p in reversed(procs):

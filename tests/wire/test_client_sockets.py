@@ -105,7 +105,9 @@ def test_the_hub_reader_takes_the_framing_over_after_a_header_read_that_ended_in
         # the header read and the rest of the cut chunk; not the ~8 later chunks, trailer and [DONE]
         assert len(library_reads) <= 3
     else:
-        assert len(library_reads) >= 8
+        # the library read the whole body itself, however its reads fell (a busy machine joins them)
+        fed = b"".join(library_reads)
+        assert all(f"w{i}_0 ".encode() in fed for i in range(6)) and b"[DONE]" in fed
 
 
 def test_a_finished_stream_leaves_no_reference_cycles_for_the_garbage_collector(server):
