@@ -11,6 +11,7 @@ tells tokenswarm which engine it is talking to.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import urllib.request
 from dataclasses import dataclass, field
@@ -79,6 +80,38 @@ class LlamaCppRuns:
     dirs: dict[str, Path] = field(default_factory=dict)
     results: dict[str, subprocess.CompletedProcess] = field(default_factory=dict)
     log_tail: str = ""
+    log_path: Path | None = None  # the server's whole log
+
+
+@dataclass(frozen=True)
+class LoggedTask:
+    """One request as llama.cpp's log accounts for it (``print_timing`` and ``release`` lines)."""
+
+    prompt_processed: int  # "prompt eval time = ... / N tokens": prompt tokens computed
+    generated: int  # "eval time = ... / N tokens"
+    kept: int  # "stop processing: n_tokens = N": prompt and answer in the slot, the last token aside
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.kept - self.generated + 1
+
+
+def logged_tasks(log_path: Path) -> list[LoggedTask]:
+    """Every finished request of the log, in the order llama.cpp finished them."""
+    seen: dict[int, dict[str, int]] = {}
+    done: list[LoggedTask] = []
+    for line in log_path.read_text(errors="replace").splitlines():
+        m = re.search(r"task (\d+) \| prompt eval time =\s*[\d.]+ ms /\s*(\d+) tokens", line)
+        if m:
+            seen.setdefault(int(m[1]), {})["p"] = int(m[2])
+        m = re.search(r"task (\d+) \|\s+eval time =\s*[\d.]+ ms /\s*(\d+) tokens", line)
+        if m:
+            seen.setdefault(int(m[1]), {})["g"] = int(m[2])
+        m = re.search(r"task (\d+) \| stop processing: n_tokens = (\d+)", line)
+        if m and int(m[1]) in seen:
+            t = seen.pop(int(m[1]))
+            done.append(LoggedTask(t["p"], t["g"], int(m[2])))
+    return done
 
 
 def serve_and_run(gguf_path: Path, work: Path, *, speculative: bool) -> LlamaCppRuns:
@@ -94,4 +127,5 @@ def serve_and_run(gguf_path: Path, work: Path, *, speculative: bool) -> LlamaCpp
             out.dirs[name] = run_dir
             out.results[name] = run_locust(scenario, server.base_url, run_dir, timeout_s=180)
         out.log_tail = server.log_text(4000)
+    out.log_path = work / f"llamacpp-{label}.log"
     return out

@@ -105,7 +105,7 @@ class RecipeRun:
             self.start()
         assert self.proc is not None and self.started_at is not None
         try:
-            while True:
+            while self.proc.poll() is None:
                 left_s = self.recipe.timeout_s - (time.monotonic() - self.started_at)
                 if left_s <= 0:
                     _kill(self.proc)
@@ -113,7 +113,6 @@ class RecipeRun:
                                          f"its output is in {self.workdir}")
                 try:
                     self.proc.wait(min(left_s, 1.0))
-                    break
                 except subprocess.TimeoutExpired:
                     meanwhile()
         finally:
@@ -136,7 +135,11 @@ class EarlyRecipes:
         self.runs: dict[str, RecipeRun] = {}
 
     def tick(self) -> None:
-        """From a test's set-up: start the next recipes if there is room."""
+        """From a test's set-up: stop the simulators of finished commands, start the next recipes
+        if there is room."""
+        for run in self.runs.values():
+            if not run.running:
+                _kill(run.sim)
         while self.pending and sum(r.running for r in self.runs.values()) < MAX_RUNNING:
             self._run(self.pending.pop(0)).start()
 

@@ -78,12 +78,26 @@ def test_a_recipe_with_a_simulator_starts_its_command_once_the_simulator_answers
     try:
         early.tick()
         run = early.runs["with-sim"]
+        assert run.sim.poll() is None
+        run.proc.wait(30)
+        early.tick()  # a later test's set-up: the command has ended, its simulator goes
+        assert run.sim.poll() is not None, "the simulator is stopped once its command has ended"
         res, _ = early.outcome("with-sim")
         assert res.returncode == 0, res.stderr
         assert res.stdout == f"the simulator answered on {run.port}\n"
-        assert run.sim is not None and run.sim.poll() is not None, "the simulator is stopped with its recipe"
     finally:
         early.close()
+
+
+def test_a_recipe_that_ended_long_before_its_test_asks_is_not_past_its_timeout(tmp_path):
+    # started with the suite, asked for twenty minutes later: its timeout counts its own run
+    early = EarlyRecipes(tmp_path, {"quick": Recipe("quick", QUICK, timeout_s=5)}, ["quick"])
+    early.tick()
+    run = early.runs["quick"]
+    run.proc.wait(30)
+    run.started_at -= 1200
+    res, _ = early.outcome("quick")
+    assert res.returncode == 0 and res.stdout.startswith("done on")
 
 
 def test_a_recipe_past_its_timeout_is_killed_and_named(tmp_path):
