@@ -5,7 +5,17 @@ pattern). It counts the events it read and writes the count at exit.
 Like any script that wants token timings, it notes when it read each event that carries
 text (``time.perf_counter()`` after the ``readline``) and the response id; with
 ``BENCH_TIMES_FILE`` set these are written at exit, one JSON line per request, so the
-benchmark can join them to the simulator's ground truth as it does tokenswarm's records."""
+benchmark can join them to the simulator's ground truth as it does tokenswarm's records.
+
+**The request bodies.** Unset ``BENCH_BODIES_FILE``: every request asks for the two-word
+prompt "benchmark please" with ``BENCH_MAX_TOKENS`` tokens and ``ignore_eos`` (the earlier
+runs' baseline). Set: a JSONL file of pre-serialised request bodies, one a line, which the
+users cycle through in order (one shared position) and send as they are, bytes in, no
+``json=`` serialisation -- what a plain Locust script with prepared bodies pays.
+``benchmarks/request_cost.py --only compare`` writes that file with tokenswarm's own
+workload code (``benchmarks/bench_bodies.py``) from the scenario tokenswarm runs in the same
+case, so both clients send the same prompts, answer lengths, messages, ``response_format``
+and sampling, and the server prefills and streams the same work for both."""
 
 import json
 import os
@@ -17,19 +27,40 @@ COUNT = {"events": 0, "requests": 0}
 TIMES: list[tuple] = []  # (response id, request start, [arrival of each text event]) per request
 
 
+def _bodies() -> list[bytes]:
+    path = os.environ.get("BENCH_BODIES_FILE")
+    if not path:
+        return []
+    with open(path, "rb") as fh:
+        bodies = [line.rstrip(b"\n") for line in fh if line.strip()]
+    if not bodies:
+        raise SystemExit(f"BENCH_BODIES_FILE {path}: no bodies")
+    return bodies
+
+
+BODIES = _bodies()
+NEXT_BODY = [0]  # the shared position in BODIES
+
+
 class PlainStreamUser(FastHttpUser):
     wait_time = constant(0)
     network_timeout = 600.0
 
     @task
     def chat(self):
-        body = {"model": os.environ.get("BENCH_MODEL", "sim-bench"), "stream": True,
-                "max_tokens": int(os.environ.get("BENCH_MAX_TOKENS", "200")),
-                "ignore_eos": True, "messages": [{"role": "user", "content": "benchmark please"}],
-                "stream_options": {"include_usage": True}}
+        if BODIES:
+            i = NEXT_BODY[0]
+            NEXT_BODY[0] = (i + 1) % len(BODIES)
+            send = {"data": BODIES[i]}
+        else:
+            send = {"json": {"model": os.environ.get("BENCH_MODEL", "sim-bench"), "stream": True,
+                             "max_tokens": int(os.environ.get("BENCH_MAX_TOKENS", "200")),
+                             "ignore_eos": True, "messages": [{"role": "user", "content": "benchmark please"}],
+                             "stream_options": {"include_usage": True}}}
         t0 = time.perf_counter()
-        with self.client.post("/v1/chat/completions", json=body, stream=True, catch_response=True, name="chat",
-                              headers={"Accept": "text/event-stream", "Accept-Encoding": "identity"}) as resp:
+        with self.client.post("/v1/chat/completions", stream=True, catch_response=True, name="chat",
+                              headers={"Accept": "text/event-stream", "Accept-Encoding": "identity",
+                                       "Content-Type": "application/json"}, **send) as resp:
             raw = resp.stream
             n = 0
             rid, arrivals = None, []

@@ -25,8 +25,16 @@ plan becomes ``--streams`` users for ``--seconds``), A B A B:
 * ``mix``: ``scenarios/mix.yaml``, 3-token chunks every 5 ms;
 * ``one-token``: ``scenarios/qa.yaml`` at ``--one-token-streams`` (256), one-token chunks every 10 ms.
 
-The baseline asks for the mean answer length tokenswarm got in the same round (its
-requests are all alike), so both read about as many chunks per request. Ratios are baseline /
+The baseline sends **the same request bodies** tokenswarm sends in that case
+(``--baseline-bodies scenario``, the default): before the first round,
+``benchmarks/bench_bodies.py`` builds them from the scenario with tokenswarm's own workload
+code (seed, prompts, ``max_tokens``, messages -- a conversation's first turn --,
+``response_format``, sampling) into a JSONL file the baseline cycles through
+(``BENCH_BODIES_FILE``), pre-serialised. With ``--baseline-bodies plain`` (the runs before
+2026-12-02 14:00 UTC) it sends the two-word prompt "benchmark please" and asks for the mean
+answer length tokenswarm got in the same round; on ``mix.yaml`` that was unfair to
+tokenswarm: its 1,000-8,000-token documents take the server longer to prefill, so tokenswarm
+ran a third of the baseline's requests. Ratios are baseline /
 tokenswarm whole-process CPU per chunk (the goal: >= 2, i.e. tokenswarm at most half), with
 tokenswarm's timing errors against the server's kernel-stamped truth over the steady window:
 TTFT, chunk gap and e2e error p99 (goal: <= 1 ms each).
@@ -281,8 +289,18 @@ def run_compare(args: argparse.Namespace, work: Path, case: str) -> None:
     streams = getattr(args, streams_opt)
     truth_path = work / f"compare-{case}-truth.jsonl"
     rows: list[dict[str, Any]] = []
-    print(f"\n== {case}: {scenario} as shipped vs plain Locust ({stamp()})")
+    print(f"\n== {case}: {scenario} as shipped vs plain Locust ({stamp()}); baseline bodies: "
+          f"{args.baseline_bodies}")
     with start_truth(truth_path, "--step-ms", str(step_ms), "--tokens-per-chunk", tokens, cpus="1") as srv:
+        bodies_env: dict[str, str] = {}
+        if args.baseline_bodies == "scenario":
+            from bench_bodies import build_bodies, write_bodies
+
+            bodies_path = work / f"compare-{case}-bodies.jsonl"
+            bodies = build_bodies(ROOT / scenario, srv.base_url, streams, max(8, -(-2000 // streams)))
+            write_bodies(bodies_path, bodies)
+            bodies_env = {"BENCH_BODIES_FILE": str(bodies_path)}
+            print(f"baseline bodies: {len(bodies)} built from {scenario} ({bodies_path})")
         for n in range(args.repeat):
             run = work / f"compare-{case}-{n}"
             ts = run_process("tokenswarm", tokenswarm_command(srv.base_url, scenario, streams, args.seconds, run, []),
@@ -293,8 +311,10 @@ def run_compare(args: argparse.Namespace, work: Path, case: str) -> None:
             count(ts, truth)
             mean_tokens = max(1, round(ts["tokens"] / max(1, ts["requests"])))
             base = run_process("baseline", baseline_command(srv.base_url, streams, args.seconds),
-                               {"BENCH_MODEL": "truth", "BENCH_MAX_TOKENS": str(mean_tokens)}, args.seconds)
-            base["max_tokens"] = mean_tokens
+                               {"BENCH_MODEL": "truth", "BENCH_MAX_TOKENS": str(mean_tokens), **bodies_env},
+                               args.seconds)
+            if not bodies_env:
+                base["max_tokens"] = mean_tokens
             rows += [ts, base]
         srv.flush()
         lateness = srv.stats()
@@ -403,6 +423,9 @@ def main() -> int:
     ap.add_argument("--step-ms", type=float, default=5.0)
     ap.add_argument("--tokens-per-chunk", default="3")
     ap.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    ap.add_argument("--baseline-bodies", choices=("scenario", "plain"), default="scenario",
+                    help="the baseline's requests: the scenario's own bodies, built by tokenswarm's workload code "
+                         "(default), or the two-word prompt at tokenswarm's mean answer length (the earlier runs)")
     ap.add_argument("--src", action="append", metavar="DIR",
                     help="split: also run the tokenswarm of this checkout (C extension built in place), side by side")
     ap.add_argument("--keep", type=Path, help="keep the runs and truth logs here")

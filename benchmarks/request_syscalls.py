@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from request_cost import stamp, tokenswarm_command  # noqa: E402
+from request_cost import length_field, stamp, tokenswarm_command  # noqa: E402
 from truthjoin import load_truth  # noqa: E402
 from truthserver.testing import start_truth  # noqa: E402
 
@@ -57,7 +57,7 @@ def run_tree(label: str, src: Path, host: str, args: argparse.Namespace, work: P
     run = work / f"run-{label}"
     out = json.dumps({"dist": "fixed", "value": args.length})
     cmd = tokenswarm_command(host, "scenarios/qa.yaml", args.streams, args.seconds, run,
-                             [f"traffic.classes.qa.output_tokens={out}",
+                             [f"traffic.classes.qa.{length_field(src)}={out}",
                               'traffic.classes.qa.sampling={"ignore_eos": true, "temperature": 0.7}'], src)
     summary = work / f"strace-{label}.txt"
     cmd = ["strace", "-f", "-c", "-o", str(summary), *cmd]

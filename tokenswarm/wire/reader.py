@@ -164,16 +164,23 @@ class StreamPoller:
 _pollers: dict[tuple[Any, ...], StreamPoller] = {}
 
 
+def _forget_pollers() -> None:
+    """In a forked child: the parent's pollers (its epoll set, its hub's watchers) are not ours."""
+    _pollers.clear()
+
+
+# Forked workers get their own pollers. Cleared at the fork rather than keyed by os.getpid(),
+# which is a system call on every request (glibc does not cache it).
+os.register_at_fork(after_in_child=_forget_pollers)
+
+
 def stream_poller(clock: Callable[[], float]) -> StreamPoller | None:
     """The poller of this process and hub (created on first use: forked workers get their own)."""
     if _epoll is None:
         return None
-    pid = os.getpid()
-    key = (pid, gevent.get_hub(), clock)
+    key = (gevent.get_hub(), clock)
     p = _pollers.get(key)
     if p is None:
-        for stale in [k for k in _pollers if k[0] != pid]:  # inherited from the parent through fork
-            del _pollers[stale]
         p = _pollers[key] = StreamPoller(clock)
     return p
 
