@@ -81,13 +81,19 @@ def test_an_unknown_slo_key_names_the_file_the_field_and_the_nearest_valid_name(
     assert "bench.yaml" in text and "slo.ttft_p99ms" in text and "did you mean 'ttft_p99_ms'" in text
 
 
-def test_the_web_ui_pages_ask_only_for_live_keys_of_the_table():
+def test_the_live_charts_draw_only_live_keys_of_the_table_and_the_pages_spell_none():
+    from tokenswarm.webui.series import CHARTS
+
+    charted = {key for chart in CHARTS for key, _label in chart.lines}
+    live = {k for k in charted if k.startswith(names.LIVE_PREFIX)}
+    assert live, "the charts draw live percentiles"
+    assert {k for k in live if k.removeprefix(names.LIVE_PREFIX) not in names.summary_keys()} == set()
     static = Path(names.__file__).parent / "webui" / "static"
-    asked = {k for f in static.glob("*.*") if f.suffix in (".js", ".html")
-             for k in re.findall(r"\blive_[a-z0-9_]+", f.read_text())}
-    assert asked, "the charts name live series"
-    table = names.summary_keys()
-    assert {k for k in asked if k.removeprefix(names.LIVE_PREFIX) not in table} == set()
+    identifiers = {k for k in charted if "_" in k}  # "users", "waiting", "running" are words of the pages' prose too
+    assert identifiers >= live | {"in_flight", "req_s", "kv_cache_pct"}
+    spelled = {f.name: sorted(k for k in identifiers if re.search(rf"\b{k}\b", f.read_text()))
+               for f in static.glob("*.*") if f.suffix in (".js", ".html")}
+    assert spelled and all(keys == [] for keys in spelled.values()), spelled
 
 
 def test_comparison_keys_are_spelled_from_the_table():

@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import math
+import re
 from pathlib import Path
 
 import orjson
@@ -218,6 +219,23 @@ def test_chart_series_samples_rates_windowed_percentiles_and_server_gauges(ui, t
     assert samples[0]["waiting"] == 7 and samples[0]["running"] == 3 and samples[0]["kv_cache_pct"] == 25.0
     later = client.get(f"/tokenswarm/series.json?since={samples[5]['t']}").get_json()["samples"]
     assert [s["t"] for s in later] == [s["t"] for s in samples[6:]]
+
+
+def test_the_charts_page_draws_fields_every_sample_carries_with_their_labels(ui, tmp_path):
+    state, client, ctl = ui
+    begin_run(ctl, tmp_path / "run", first_scrape=scrape_line(T0, 0, 0, 0, waiting=7))
+    state.clock.t = T0 + 2
+    state.sample_once()
+    (sample,) = client.get("/tokenswarm/series.json").get_json()["samples"]
+    page = client.get("/tokenswarm/charts").get_data(as_text=True)
+    canvases = re.findall(r'<canvas id="([^"]+)" data-series="([^"]+)" data-labels="([^"]+)"></canvas>', page)
+    assert [c[0] for c in canvases] == ["chart-tps", "chart-ttft", "chart-tpot", "chart-users", "chart-errors",
+                                        "chart-queue", "chart-kv"]
+    for element_id, series, labels in canvases:
+        fields = series.split(",")
+        assert set(fields) <= set(sample), (element_id, set(fields) - set(sample))
+        assert len(labels.split(",")) == len(fields), element_id
+    assert ("chart-ttft", "live_ttft_p50_ms,live_ttft_p95_ms,live_ttft_p99_ms", "p50,p95,p99") in canvases
 
 
 def test_sampler_is_bounded_and_a_new_run_clears_it(ui, tmp_path):

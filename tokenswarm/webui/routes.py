@@ -16,11 +16,23 @@ from typing import Any, Callable
 from flask import Response, jsonify, redirect, request, send_from_directory
 
 from tokenswarm.redact import redact_bytes
+from tokenswarm.webui.series import CHARTS
 from tokenswarm.webui.state import WebState
 from tokenswarm.webui.table import rows_to_csv, table_structure
 from tokenswarm.wire.auth import credentials_scope
 
 STATIC_DIR = Path(__file__).parent / "static"
+
+
+def charts_page() -> str:
+    """static/charts.html with its charts from the table (webui/series.py ``CHARTS``): each
+    canvas names the sample fields it draws and their legend labels, so the script spells none."""
+    sections = "\n".join(
+        f'  <section><h2>{html.escape(c.title)}</h2><canvas id="{c.element_id}" '
+        f'data-series="{html.escape(",".join(k for k, _ in c.lines))}" '
+        f'data-labels="{html.escape(",".join(label for _, label in c.lines))}"></canvas></section>'
+        for c in CHARTS)
+    return (STATIC_DIR / "charts.html").read_text().replace("<!-- charts -->", sections)
 TAB_KEY = "llm"
 #: Injected into Locust's index page: a small bar with links to the charts, CSV and report.
 LINKS_SCRIPT = b'<script src="./tokenswarm/static/links.js" defer></script>'
@@ -113,7 +125,7 @@ def _live_routes(route: Route, state: WebState) -> None:
 
     @route("/charts", "charts")
     def charts() -> Any:
-        return send_from_directory(STATIC_DIR, "charts.html")
+        return Response(charts_page(), mimetype="text/html")
 
     @route("/static/<path:name>", "static")
     def static(name: str) -> Any:

@@ -20,6 +20,43 @@ WAITING = "vllm:num_requests_waiting"
 RUNNING = "vllm:num_requests_running"
 KV_CACHE = "vllm:kv_cache_usage_perc"
 
+# A sample's fields besides the summary table's metrics (names.py): spelled here once, used by
+# the sampler and by the chart table below (the page and its script take them from there).
+USERS = "users"
+IN_FLIGHT = "in_flight"
+REQUESTS_PER_S = "req_s"
+ERRORS_PER_S = "err_s"
+SERVER_WAITING = "waiting"
+SERVER_RUNNING = "running"
+KV_CACHE_PCT = "kv_cache_pct"
+#: the windowed percentiles a sample carries, of TTFT and TPOT
+LIVE_PERCENTILES = (50, 95, 99)
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One chart of the live page: its element id, title and (sample field, legend label) lines."""
+
+    element_id: str
+    title: str
+    lines: tuple[tuple[str, str], ...]
+
+
+def _percentile_lines(metric: names.SummaryMetric) -> tuple[tuple[str, str], ...]:
+    return tuple((names.live_key(metric, f"p{p}"), f"p{p}") for p in LIVE_PERCENTILES)
+
+
+#: The live charts page, in order (tokenswarm/webui/routes.py renders it; static/charts.js draws it).
+CHARTS: tuple[Chart, ...] = (
+    Chart("chart-tps", "Output tokens/s", ((names.OUTPUT_TOKENS_PER_S, "output tok/s"),)),
+    Chart("chart-ttft", "Live TTFT percentiles (ms, last 10 s, within 1 %)", _percentile_lines(names.TTFT)),
+    Chart("chart-tpot", "Live TPOT percentiles (ms, last 10 s, within 1 %)", _percentile_lines(names.TPOT)),
+    Chart("chart-users", "Concurrency (users, in flight) and step", ((USERS, "users"), (IN_FLIGHT, "in flight"))),
+    Chart("chart-errors", "Requests/s and errors/s", ((REQUESTS_PER_S, "requests/s"), (ERRORS_PER_S, "errors/s"))),
+    Chart("chart-queue", f"Server queue ({WAITING} / running)", ((SERVER_WAITING, "waiting"), (SERVER_RUNNING, "running"))),
+    Chart("chart-kv", "KV-cache usage (%)", ((KV_CACHE_PCT, "KV cache %"),)),
+)
+
 
 @dataclass
 class Observation:
@@ -91,24 +128,24 @@ class ChartSampler:
             self._snaps.popleft()  # keep one snapshot at or before the window's start
         base = self._snaps[0]
         dt = snap.at_s - base.at_s
-        point: dict[str, Any] = {"t": round(obs.at_s, 3), "users": obs.users, "step": obs.step, "phase": obs.phase,
-                                 "in_flight": obs.in_flight, "requests": snap.requests, "failures": snap.failures}
+        point: dict[str, Any] = {"t": round(obs.at_s, 3), USERS: obs.users, "step": obs.step, "phase": obs.phase,
+                                 IN_FLIGHT: obs.in_flight, "requests": snap.requests, "failures": snap.failures}
         if dt > 0:
             point[names.OUTPUT_TOKENS_PER_S] = round((snap.tokens["Total"] - base.tokens.get("Total", 0)) / dt, 1)
-            point["req_s"] = round((snap.requests - base.requests) / dt, 2)
-            point["err_s"] = round((snap.failures - base.failures) / dt, 2)
+            point[REQUESTS_PER_S] = round((snap.requests - base.requests) / dt, 2)
+            point[ERRORS_PER_S] = round((snap.failures - base.failures) / dt, 2)
         else:
-            point[names.OUTPUT_TOKENS_PER_S] = point["req_s"] = point["err_s"] = None
+            point[names.OUTPUT_TOKENS_PER_S] = point[REQUESTS_PER_S] = point[ERRORS_PER_S] = None
         for metric, cur, prev in ((names.TTFT, snap.ttft, base.ttft), (names.TPOT, snap.tpot, base.tpot)):
             if dt <= 0:
                 prev = {}  # the first sample: everything so far
-            for p in (50, 95, 99):
+            for p in LIVE_PERCENTILES:
                 v = delta_quantile(cur, prev, p / 100)
                 point[names.live_key(metric, f"p{p}")] = None if v is None else round(v, 1)
-        point["waiting"] = gauge(obs.scrape, WAITING)
-        point["running"] = gauge(obs.scrape, RUNNING)
+        point[SERVER_WAITING] = gauge(obs.scrape, WAITING)
+        point[SERVER_RUNNING] = gauge(obs.scrape, RUNNING)
         kv = gauge(obs.scrape, KV_CACHE, how="mean")
-        point["kv_cache_pct"] = None if kv is None else round(kv * 100, 1)
+        point[KV_CACHE_PCT] = None if kv is None else round(kv * 100, 1)
         self.samples.append(point)
         return point
 

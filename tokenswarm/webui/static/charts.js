@@ -1,14 +1,11 @@
 // tokenswarm live charts: polls series.json every 2 s and draws line charts on <canvas>.
-// No dependencies and no network access beyond this Locust web server.
+// No dependencies and no network access beyond this Locust web server. Each canvas names the
+// sample fields it draws (data-series) and their legend labels (data-labels): the page is
+// rendered from the chart table in tokenswarm/webui/series.py, so no field is spelled here.
 (function () {
   "use strict";
   var MAX_SAMPLES = 5000;
   var COLORS = ["#1f77b4", "#ff7f0e", "#d62728", "#2ca02c", "#9467bd"];
-  var LABELS = {
-    output_tokens_per_s: "output tok/s", live_ttft_p50_ms: "p50", live_ttft_p95_ms: "p95", live_ttft_p99_ms: "p99",
-    live_tpot_p50_ms: "p50", live_tpot_p95_ms: "p95", live_tpot_p99_ms: "p99", users: "users", in_flight: "in flight",
-    req_s: "requests/s", err_s: "errors/s", waiting: "waiting", running: "running", kv_cache_pct: "KV cache %"
-  };
   var samples = [];
   var runId = null;
   var lastT = null;
@@ -28,7 +25,7 @@
   }
 
   // Draw one chart; returns the number of points drawn (also kept in canvas.dataset.points).
-  function draw(canvas, keys) {
+  function draw(canvas, keys, labels) {
     var dpr = window.devicePixelRatio || 1;
     var w = canvas.clientWidth, h = canvas.clientHeight;
     canvas.width = Math.round(w * dpr);
@@ -102,7 +99,7 @@
       g.fillStyle = COLORS[idx % COLORS.length];
       g.fillRect(lx, 4, 10, 10);
       g.fillStyle = "#1d2430";
-      g.fillText((LABELS[k] || k) + " " + fmtNum(last), lx + 14, 13);
+      g.fillText((labels[idx] || k) + " " + fmtNum(last), lx + 14, 13);
     });
     canvas.dataset.points = String(points);
     return points;
@@ -111,7 +108,7 @@
   function redraw() {
     var canvases = document.querySelectorAll("canvas[data-series]");
     for (var i = 0; i < canvases.length; i++) {
-      draw(canvases[i], canvases[i].dataset.series.split(","));
+      draw(canvases[i], canvases[i].dataset.series.split(","), (canvases[i].dataset.labels || "").split(","));
     }
   }
 
