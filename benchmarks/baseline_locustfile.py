@@ -9,9 +9,10 @@ benchmark can join them to the simulator's ground truth as it does tokenswarm's 
 
 **The request bodies.** Unset ``BENCH_BODIES_FILE``: every request asks for the two-word
 prompt "benchmark please" with ``BENCH_MAX_TOKENS`` tokens and ``ignore_eos`` (the earlier
-runs' baseline). Set: a JSONL file of pre-serialised request bodies, one a line, which the
-users cycle through in order (one shared position) and send as they are, bytes in, no
-``json=`` serialisation -- what a plain Locust script with prepared bodies pays.
+runs' baseline). Set: a file of ``THINK_S<TAB>BODY`` lines, pre-serialised request bodies
+which the users cycle through in order (one shared position) and send as they are, bytes in,
+no ``json=`` serialisation -- what a plain Locust script with prepared bodies pays -- each
+followed by its think time (the scenario's: a multi-turn conversation's between its turns).
 ``benchmarks/request_cost.py --only compare`` writes that file with tokenswarm's own
 workload code (``benchmarks/bench_bodies.py``) from the scenario tokenswarm runs in the same
 case, so both clients send the same prompts, answer lengths, messages, ``response_format``
@@ -27,15 +28,16 @@ COUNT = {"events": 0, "requests": 0}
 TIMES: list[tuple] = []  # (response id, request start, [arrival of each text event]) per request
 
 
-def _bodies() -> list[bytes]:
+def _bodies() -> list[tuple[float, bytes]]:
+    """``(think_s, body)`` per line of ``THINK_S<TAB>BODY`` (benchmarks/bench_bodies.py)."""
     path = os.environ.get("BENCH_BODIES_FILE")
     if not path:
         return []
     with open(path, "rb") as fh:
-        bodies = [line.rstrip(b"\n") for line in fh if line.strip()]
-    if not bodies:
+        lines = [line.rstrip(b"\n").split(b"\t", 1) for line in fh if line.strip()]
+    if not lines:
         raise SystemExit(f"BENCH_BODIES_FILE {path}: no bodies")
-    return bodies
+    return [(float(think), body) for think, body in lines]
 
 
 BODIES = _bodies()
@@ -51,7 +53,8 @@ class PlainStreamUser(FastHttpUser):
         if BODIES:
             i = NEXT_BODY[0]
             NEXT_BODY[0] = (i + 1) % len(BODIES)
-            send = {"data": BODIES[i]}
+            think_s, body = BODIES[i]
+            send = {"data": body}
         else:
             send = {"json": {"model": os.environ.get("BENCH_MODEL", "sim-bench"), "stream": True,
                              "max_tokens": int(os.environ.get("BENCH_MAX_TOKENS", "200")),
@@ -84,6 +87,8 @@ class PlainStreamUser(FastHttpUser):
             COUNT["requests"] += 1
             TIMES.append((rid, t0, arrivals))
             resp.request_meta["response_time"] = (time.perf_counter() - t0) * 1000
+        if BODIES and think_s > 0:
+            time.sleep(think_s)  # the scenario's think time after this request (gevent's sleep under Locust)
 
 
 @events.quitting.add_listener

@@ -8,8 +8,12 @@ counter, the target's model and stream options), the same user classes' draws
 (:func:`tokenswarm.load.users.pick_task`, :func:`~tokenswarm.load.users.task_deal`, per-user
 seeded generators) and :meth:`tokenswarm.load.users.Conversationalist.send` up to the body it
 hands the wire (prompts, ``max_tokens``, messages, ``response_format``, sampling, extra body
-fields). A multi-turn conversation contributes its first turn (the history the baseline
-cannot have: it has no replies to send back).
+fields). A multi-turn conversation contributes its first turn's body once per turn (the
+history the baseline cannot have: it has no replies to send back).
+
+Each line is ``THINK_S<TAB>BODY``: the seconds the user waits after that request, as the
+scenario has it (a conversation's think time between its turns, then the task's think time
+after it), so the baseline carries the same request rate and idle streams as tokenswarm.
 
 Users are dealt to the closed-loop classes by weight (as Locust spawns them) and take turns,
 one request each per round, so the file's order is a run's mix at any prefix.
@@ -20,6 +24,7 @@ one request each per round, so the file's order is a run's mix at any prefix.
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -39,10 +44,10 @@ class _NullSink:
         pass
 
 
-def _user_counts(classes: list[Any], users: int) -> list[tuple[Any, int]]:
-    """``users`` users dealt to the weighted classes (largest remainder), as Locust spawns them."""
-    total = sum(c.weight for c in classes)
-    shares = [(c, users * c.weight / total) for c in classes]
+def _user_counts(classes: list[tuple[Any, int]], users: int) -> list[tuple[Any, int]]:
+    """``users`` users dealt to the (class, weight) pairs (largest remainder), as Locust spawns them."""
+    total = sum(w for _, w in classes)
+    shares = [(c, users * w / total) for c, w in classes]
     counts = [int(s) for _, s in shares]
     order = sorted(range(len(shares)), key=lambda i: shares[i][1] - counts[i], reverse=True)
     for i in order[: users - sum(counts)]:
@@ -55,7 +60,7 @@ def build_bodies(scenario: str | Path, base_url: str, users: int, per_user: int,
     """``users x per_user`` request bodies of a closed-loop run of ``scenario`` against
     ``base_url`` (its model and ``/tokenize`` are asked as tokenswarm asks them)."""
     from tokenswarm.load.setup import build_worker_context, discover_model, set_class_weights
-    from tokenswarm.load.users import CLOSED_LOOP_USERS, Conversationalist, pick_task, task_deal
+    from tokenswarm.load.users import CLOSED_LOOP_USERS, Conversationalist, OpenLoopUser, pick_task, task_deal
     from tokenswarm.workload.scenario import load_scenario, parse_override
 
     overrides = dict(parse_override(s) for s in sets or [])
@@ -76,9 +81,17 @@ def build_bodies(scenario: str | Path, base_url: str, users: int, per_user: int,
         raise _Built
 
     ctx.body = body_hook  # type: ignore[method-assign]
-    set_class_weights(sc, "closed")
+    # the user classes' weights are Locust's class attributes: set for this scenario, then put back
+    # (a caller in the same process -- a test run -- keeps its own)
+    saved = {cls: cls.weight for cls in (*CLOSED_LOOP_USERS, OpenLoopUser)}
+    try:
+        set_class_weights(sc, "closed")
+        weighted = [(c, c.weight) for c in CLOSED_LOOP_USERS if c.weight > 0]
+    finally:
+        for cls, weight in saved.items():
+            cls.weight = weight
     senders: list[tuple[Any, Any, Any, Any]] = []  # (runner, rng, task or None, deal or None)
-    for cls, n in _user_counts([c for c in CLOSED_LOOP_USERS if c.weight > 0], users):
+    for cls, n in _user_counts(weighted, users):
         for _ in range(n):
             ordinal = ctx.next_user_ordinal(cls.__name__)
             runner = Conversationalist(ctx, None, None, cls.__name__)  # type: ignore[arg-type]
@@ -90,6 +103,7 @@ def build_bodies(scenario: str | Path, base_url: str, users: int, per_user: int,
                 tasks = [t for t in sc.traffic.classes if t.kind == cls.kind and t.weight > 0]
                 rng = ctx.rng_for(cls.kind, ordinal)
                 senders.append((runner, rng, pick_task(tasks, rng) if tasks else None, None))
+    lines: list[bytes] = []
     for _ in range(per_user):
         for runner, rng, tasks, deal in senders:
             task_cfg = pick_task(tasks, rng, deal) if isinstance(tasks, list) else tasks
@@ -102,12 +116,20 @@ def build_bodies(scenario: str | Path, base_url: str, users: int, per_user: int,
                     runner.single(task_cfg, rng, 0.0)
             except _Built:
                 pass
-            task_cfg.think_time_s.sample(rng)  # the draw the user makes after each request
-    return built
+            body = built.pop()
+            thinks: list[float] = []
+            if task_cfg.kind == "multi_turn":
+                # the conversation's other turns, each after its think time (drawn as the scenario
+                # draws them, from a generator of its own: the user's was spent on the first turn)
+                conv = ctx.prompt_sources[task_cfg.name].conversation(random.Random(len(lines)))
+                thinks = [conv.think_time_s(turn) for turn in range(1, conv.turns)]
+            thinks.append(task_cfg.think_time_s.sample(rng))  # the draw the user makes after each request
+            lines.extend(b"%.3f\t" % think + body for think in thinks)
+    return lines
 
 
 def write_bodies(path: Path, bodies: list[bytes]) -> None:
-    """One body a line (orjson writes no newline inside a body)."""
+    """One ``THINK_S<TAB>BODY`` a line (orjson writes no newline inside a body)."""
     with open(path, "wb") as fh:
         for b in bodies:
             fh.write(b + b"\n")

@@ -35,13 +35,14 @@ def test_no_more_than_max_running_start_and_the_next_starts_when_one_ends(tmp_pa
 
 
 def test_the_next_recipe_starts_as_soon_as_a_test_has_waited_for_one_to_end(tmp_path):
-    names = ["first", *(f"long{i}" for i in range(MAX_RUNNING - 1)), "next"]
-    table = {n: Recipe(n, LONG if n.startswith("long") else QUICK) for n in names}
-    early = EarlyRecipes(tmp_path, table, names)
+    names = [f"long{i}" for i in range(MAX_RUNNING)] + ["next"]
+    early = EarlyRecipes(tmp_path, {n: Recipe(n, QUICK if n == "next" else LONG) for n in names}, names)
     try:
         early.tick()
         assert early.pending == ["next"]
-        early.outcome("first")
+        early.runs["long0"].kill()  # it ends while its test waits for it
+        res, _ = early.outcome("long0")
+        assert res.returncode != 0  # killed
         assert "next" in early.runs and not early.pending
     finally:
         early.close()
