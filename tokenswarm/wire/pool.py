@@ -76,14 +76,7 @@ class StampedSocket(gevent.socket.socket):  # type: ignore[misc]  # gevent ships
     _response_pending = False  # a request went out: the next read is its response's first
 
     def sendall(self, data: bytes, flags: int = 0) -> None:
-        # One non-blocking send first: a request fits the send buffer, and gevent's sendall asks
-        # the kernel for SO_SNDBUF before every send (a getsockopt per request, measured).
-        try:
-            sent = self._sock.send(data, flags)
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        if sent < len(data):
-            super().sendall(memoryview(data)[sent:], flags)
+        super().sendall(data, flags)
         self._response_pending = True
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
@@ -115,10 +108,6 @@ class StampedSocket(gevent.socket.socket):  # type: ignore[misc]  # gevent ships
         rx_start = watch.start(fd) if poller is not None else None
         start = self.consumed
         try:
-            if poller is not None and self.timeout != 0.0:
-                # the read above found nothing: wait for bytes first (gevent's recvmsg would try
-                # once more and fail again: one EAGAIN recvmsg per request, measured)
-                self._wait(self._read_event)
             data, anc, _flags, _addr = self.recvmsg(bufsize, kstamp.ANC_BYTES)
         finally:
             if poller is not None:
