@@ -19,7 +19,12 @@
  * makes the stamp later than the bytes it vouches for, never earlier.
  *
  * While the loop keeps up (the usual case) the thread only wakes, compares two clocks and
- * sleeps again: about a thousand wake-ups a second, no system calls on the sockets.
+ * sleeps again: about a thousand wake-ups a second, no system calls on the sockets. When the
+ * loop has not swept for a while and nothing has arrived since the thread's last look (a quiet
+ * loop: every stream waiting for its server), the thread blocks until something does, on a
+ * second epoll set that holds the first (readable when the first has events, which it leaves
+ * pending): an idle process does not pay two thousand sweeps a second (measured: 4.6 % of a
+ * core with 96 streams waiting), and an arrival during a stall is noted at once.
  */
 #include "_watch.h"
 
@@ -46,6 +51,7 @@
 #define NAP_STALLED_NS 500000L    /* and while it is stalled: the notes' resolution */
 #define PEEK_SPAN (64L << 20)     /* longer than any receive queue: the peek reaches the newest segment */
 #define EVENTS_PER_WAIT 256
+#define IDLE_WAIT_MS 100          /* a quiet thread's longest block before it looks at its set again */
 
 typedef struct {
     unsigned int gen; /* registration number (epoll data carries it: a reused fd is not confused) */
@@ -62,6 +68,7 @@ static int n_slots;
 static int n_watched;
 static unsigned int next_gen = 1;
 static int epfd = -1;
+static int outer_epfd = -1; /* holds epfd alone: readable while epfd has pending events */
 static pid_t owner_pid;
 /* Shared between the interpreter's thread and the watcher's: atomics (relaxed order is
  * enough -- each is one independent number; the slots are guarded by ``lock``). */
@@ -147,11 +154,15 @@ static void add_note(watch_slot *s, unsigned long long rx, double stamp)
     atomic_fetch_add_explicit(&n_notes_total, 1, memory_order_relaxed);
 }
 
-static void sweep(struct epoll_event *evs)
+/* Note every watched socket that received data since the last sweep; returns how many did. */
+static int sweep(struct epoll_event *evs)
 {
+    int seen = 0;
     atomic_fetch_add_explicit(&n_stalled_sweeps, 1, memory_order_relaxed);
     for (;;) {
         int n = epoll_wait(epfd, evs, EVENTS_PER_WAIT, 0);
+        if (n > 0)
+            seen += n;
         for (int i = 0; i < n; i++) {
             unsigned long long u = evs[i].data.u64;
             int fd = (int)(u & 0xffffffffu);
@@ -166,7 +177,7 @@ static void sweep(struct epoll_event *evs)
             pthread_mutex_unlock(&lock);
         }
         if (n < EVENTS_PER_WAIT)
-            return;
+            return seen;
     }
 }
 
@@ -180,8 +191,13 @@ static void *watch_main(void *arg)
             pthread_cond_wait(&wake, &lock);
         pthread_mutex_unlock(&lock);
         int stalled = mono_ns() - atomic_load_explicit(&last_alive_ns, memory_order_relaxed) > STALL_NS;
-        if (stalled)
-            sweep(evs);
+        if (stalled && sweep(evs) == 0 && outer_epfd >= 0) {
+            /* Nothing arrived since the last look: wait for an arrival instead of polling. The
+             * timeout only bounds how long a thread whose sockets all went away stays here. */
+            struct epoll_event ready;
+            epoll_wait(outer_epfd, &ready, 1, IDLE_WAIT_MS);
+            continue; /* an arrival: swept at once if the loop is still not sweeping */
+        }
         struct timespec nap = {0, stalled ? NAP_STALLED_NS : NAP_ALIVE_NS};
         nanosleep(&nap, NULL);
     }
@@ -203,9 +219,23 @@ static int ensure_thread(void)
     if (slots != NULL)
         memset(slots, 0, sizeof(watch_slot) * (size_t)n_slots);
     n_watched = 0;
+    if (outer_epfd >= 0)
+        close(outer_epfd);
+    outer_epfd = -1;
     epfd = epoll_create1(EPOLL_CLOEXEC);
     if (epfd < 0)
         return -1;
+    /* Optional: without it the thread polls while quiet, as it did before it could block. */
+    outer_epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (outer_epfd >= 0) {
+        struct epoll_event inner;
+        memset(&inner, 0, sizeof inner);
+        inner.events = EPOLLIN; /* level-triggered: stays readable while epfd holds events */
+        if (epoll_ctl(outer_epfd, EPOLL_CTL_ADD, epfd, &inner) < 0) {
+            close(outer_epfd);
+            outer_epfd = -1;
+        }
+    }
     if (peek_area == NULL) {
         void *area = mmap(NULL, PEEK_SPAN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (area == MAP_FAILED)
