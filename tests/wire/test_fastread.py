@@ -126,3 +126,46 @@ def test_the_common_reads_are_taken():
 ])
 def test_framing_left_to_the_python_decoder_is_declined(data):
     assert fastread.split(data, True) is None
+
+
+def _native_read(data: bytes):
+    """One ``read_events`` of ``data`` as a socket delivered it (no stamps, no watcher)."""
+    import socket
+
+    a, b = socket.socketpair()
+    try:
+        a.sendall(data)
+        b.setblocking(False)
+        _arrival, events, raw, tail, _groups = fastread.read_events(b.fileno(), True, False, 0.0, 1.0, 60.0, b"",
+                                                                    False)
+        return events, raw, tail
+    finally:
+        a.close()
+        b.close()
+
+
+EVENTS = b'data: {"a":1}\n\n' + b"data: [DONE]\n\n"
+CHUNK = b"%x\r\n%s\r\n" % (len(EVENTS), EVENTS)
+
+
+@pytest.mark.parametrize("data", [CHUNK + b"0\r\n\r\n", b"0\r\n\r\n"], ids=["with-events", "alone"])
+def test_a_read_that_ends_with_the_terminating_chunk_is_taken_and_says_the_body_ended(data):
+    # The stream's last read (its [DONE] and the terminating chunk, usually one write) no
+    # longer goes to the Python parsers: tail None tells the reader the body is complete.
+    events, raw, tail = _native_read(data)
+    assert events == ([(None, b'{"a":1}'), (None, b"[DONE]")] if data.startswith(CHUNK) else [])
+    assert raw is None and tail is None
+
+
+@pytest.mark.parametrize("data", [CHUNK + b"0\r\nX-Trailer: 1\r\n\r\n", CHUNK + b"0\r\n\r\nHTTP/1.1",
+                                  CHUNK + b"0;ext=1\r\n\r\n"],
+                         ids=["trailer", "bytes-after-the-end", "extension"])
+def test_a_terminating_chunk_with_anything_more_is_left_to_the_python_decoder(data):
+    events, raw, tail = _native_read(data)
+    assert events is None and raw == data and tail == b""
+
+
+def test_a_terminating_chunk_cut_by_the_read_is_left_to_the_python_decoder():
+    # "0\r\n" without its final CRLF: the general parsers keep the partial line for the next read
+    events, raw, tail = _native_read(CHUNK + b"0\r\n")
+    assert events is None and raw == CHUNK + b"0\r\n" and tail == b""

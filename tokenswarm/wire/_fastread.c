@@ -8,7 +8,7 @@
  * is not a reason to give up: its bytes come back as a raw "tail" that the caller passes in
  * front of the next read, which then starts at a chunk boundary again. Anything unusual (CR
  * line ends, comments, "event:" lines, an event split across chunks, chunk extensions, the
- * last chunk, EOF) is handed back untouched, with any tail in front, and the Python parsers
+ * last chunk with trailers or not read whole, EOF) is handed back untouched, with any tail in front, and the Python parsers
  * take it: the fast path either understands the complete chunks of a read or none of them,
  * so both paths give the same events (tests/load/test_fastread.py checks this on generated
  * framings).
@@ -86,14 +86,18 @@ static int hex_value(char c)
 
 /* Whole non-empty chunks ("<hex>\r\n<data>\r\n", no extensions), each of whole events.
  * With ``tail`` non-NULL, a last chunk that the bytes end inside is allowed: *tail is set to
- * its first byte (else to ``end``). 1 = done, 0 = not the simple framing, -1 = error. */
-static int split_chunks(const char *p, const char *end, PyObject *out, const char **tail)
+ * its first byte (else to ``end``). With ``last`` non-NULL, the bytes may end with the body's
+ * terminating chunk exactly ("0\r\n\r\n": no trailers, nothing after it); *last says whether
+ * they did. 1 = done, 0 = not the simple framing, -1 = error. */
+static int split_chunks(const char *p, const char *end, PyObject *out, const char **tail, int *last)
 {
     const char *base = p;
     n_chunks = 0;
     chunks_overflow = 0;
     if (tail != NULL)
         *tail = end;
+    if (last != NULL)
+        *last = 0;
     while (p < end) {
         const char *start = p;
         size_t size = 0;
@@ -107,8 +111,12 @@ static int split_chunks(const char *p, const char *end, PyObject *out, const cha
             *tail = start; /* the size line continues in the next read */
             return 1;
         }
+        if (last != NULL && size == 0 && digits > 0 && end - p == 4 && memcmp(p, "\r\n\r\n", 4) == 0) {
+            *last = 1; /* the body's end, read with its last events: one read less in Python */
+            return 1;
+        }
         if (digits == 0 || end - p < 2 || p[0] != '\r' || p[1] != '\n' || size == 0)
-            return 0; /* extensions, the last chunk, a partial size line: the Python decoder */
+            return 0; /* extensions, trailers, a partial size line: the Python decoder */
         p += 2;
         if ((size_t)(end - p) < size + 2) {
             if (tail == NULL)
@@ -140,7 +148,9 @@ static int split_chunks(const char *p, const char *end, PyObject *out, const cha
  * the monotonic timeline (stamp - real_minus_mono_s) when ``stamped`` and plausible (not in
  * the future, not older than max_age_s), else ``now_s``. ``events`` is the list of (None, payload) tuples
  * of the complete chunks when the bytes were the simple framing, and the returned ``tail``
- * the raw bytes of a chunk they end inside (pass it to the next call). Otherwise ``data``
+ * the raw bytes of a chunk they end inside (pass it to the next call) -- or None when the
+ * bytes ended with the body's terminating chunk ("0\r\n\r\n", no trailers): the body is
+ * complete after these events. Otherwise ``data``
  * holds every byte (the old tail and the new read; only the old tail, or b"", at EOF) for the
  * general parsers, and ``tail`` is b"".
  *
@@ -237,7 +247,8 @@ static PyObject *read_events(PyObject *Py_UNUSED(self), PyObject *const *args, P
         if (events == NULL)
             return NULL;
         const char *tail;
-        int rc = split_chunks(read_buf, read_buf + total, events, &tail);
+        int last;
+        int rc = split_chunks(read_buf, read_buf + total, events, &tail, &last);
         if (rc < 0) {
             Py_DECREF(events);
             return NULL;
@@ -260,6 +271,8 @@ static PyObject *read_events(PyObject *Py_UNUSED(self), PyObject *const *args, P
                 if (groups != Py_None)
                     n_dated_reads++;
             }
+            if (last) /* tail None: the body ended after these events */
+                return Py_BuildValue("(dNOON)", arrival, events, Py_None, Py_None, groups);
             return Py_BuildValue("(dNOy#N)", arrival, events, Py_None, tail, tail_len, groups);
         }
         Py_DECREF(events);
@@ -479,7 +492,7 @@ static PyObject *split(PyObject *Py_UNUSED(self), PyObject *args)
         return NULL;
     }
     const char *p = view.buf, *end = p + view.len, *tail = end;
-    int rc = chunked ? split_chunks(p, end, events, allow_tail ? &tail : NULL) : split_events(p, end, events);
+    int rc = chunked ? split_chunks(p, end, events, allow_tail ? &tail : NULL, NULL) : split_events(p, end, events);
     if (rc < 0 || rc == 0 || view.len == 0) {
         PyBuffer_Release(&view);
         Py_DECREF(events);

@@ -238,6 +238,11 @@ class HubReader:
                     return
         if resp.message_complete:
             return
+        # The first read may take the fast path too: whole chunks of whole events from the first
+        # byte are what our framing needs to be trusted (a read that begins inside a chunk's
+        # closing CRLF or the terminating line is not the simple framing and goes to the trial).
+        dec = self.dechunker
+        self.fast = FAST and dec is not None and not self.trial and dec.idle and self.parser.idle
         self.fd = self.raw.fileno()
         poller = stream_poller(self.clock)
         if poller is not None:
@@ -271,9 +276,12 @@ class HubReader:
         cuts = None
         try:
             if self.fast:
-                now, events, data, self.tail, groups = _read_events(self.fd, True, self.stamped, offset, now,
-                                                                    kstamp.PLAUSIBLE_AGE_S, self.tail, self.watched)
+                now, events, data, tail, groups = _read_events(self.fd, True, self.stamped, offset, now,
+                                                               kstamp.PLAUSIBLE_AGE_S, self.tail, self.watched)
                 if events is not None:
+                    self.tail = b"" if tail is None else tail
+                    if events or tail is None:
+                        self.trial = None  # whole chunks parsed from a boundary: the framing is ours
                     if groups is not None:  # the watcher saw its chunks arrive apart
                         self._dated(groups)
                     elif events:
@@ -281,6 +289,10 @@ class HubReader:
                         if steady is not None:
                             steady(now, events)
                         elif self.on_events(now, events):
+                            self._finish(None)
+                    if tail is None:  # the body's terminating chunk came with them
+                        self.resp.feed(b"0\r\n\r\n")  # end the message for the library: keep-alive reuse
+                        if not self.done.is_set():
                             self._finish(None)
                     return
                 cuts = groups  # undecoded bytes: where the watcher saw them arrive apart
