@@ -39,12 +39,17 @@ tokenswarm whole-process CPU per chunk (the goal: >= 2, i.e. tokenswarm at most 
 tokenswarm's timing errors against the server's kernel-stamped truth over the steady window:
 TTFT, chunk gap and e2e error p99 (goal: <= 1 ms each).
 
+With ``--src DIR`` (a checkout with its C extension built in place) the comparison runs that
+tree's tokenswarm too, in every round, between this tree's and the baseline (A B C A B C), and
+prints each tree's ratio: a change's effect on the ratio, measured in one run.
+
 Every table is printed with the date, the load average before and after, and the command.
 On a shared machine absolute figures are noisy; ratios from one run are what to quote.
 
     python benchmarks/request_cost.py                                  # split and comparison
     python benchmarks/request_cost.py --only split --seconds 15 --repeat 2
     python benchmarks/request_cost.py --only compare --cases qa one-token --seconds 20
+    python benchmarks/request_cost.py --only compare --cases qa mix --src /tmp/before
     python benchmarks/request_cost.py --only ceiling --seconds 15
 
 **Ceiling** (``--only ceiling``): a worker's load at which accuracy still holds on one core, for
@@ -284,7 +289,12 @@ def split_table(args: argparse.Namespace, rows: list[dict[str, Any]], tree: str)
 
 
 def run_compare(args: argparse.Namespace, work: Path, case: str) -> None:
-    """Plain Locust and tokenswarm on one shipped scenario, A B A B; ratios and accuracy."""
+    """Plain Locust and tokenswarm on one shipped scenario, A B A B; ratios and accuracy.
+
+    With ``--src`` trees, each round runs this tree, then each other tree, then the baseline
+    (A B C A B C): every tree's ratio comes from the same rounds, so a change's effect on the
+    ratio is measured in one run."""
+    trees = [("tokenswarm", ROOT), *((Path(d).resolve().name, Path(d).resolve()) for d in args.src or [])]
     scenario, tokens, step_ms, streams_opt = CASES[case]
     streams = getattr(args, streams_opt)
     truth_path = work / f"compare-{case}-truth.jsonl"
@@ -302,26 +312,30 @@ def run_compare(args: argparse.Namespace, work: Path, case: str) -> None:
             bodies_env = {"BENCH_BODIES_FILE": str(bodies_path)}
             print(f"baseline bodies: {len(bodies)} built from {scenario} ({bodies_path})")
         for n in range(args.repeat):
-            run = work / f"compare-{case}-{n}"
-            ts = run_process("tokenswarm", tokenswarm_command(srv.base_url, scenario, streams, args.seconds, run, []),
-                             {}, args.seconds)
-            ts["run"] = run
+            tree_rows = []
+            for tree, src in trees:
+                run = work / f"compare-{case}-{tree}-{n}"
+                ts = run_process(tree, tokenswarm_command(srv.base_url, scenario, streams, args.seconds, run, [], src),
+                                 {}, args.seconds, src)
+                ts.update(run=run, tree=tree)
+                tree_rows.append(ts)
             srv.flush()
             truth = load_truth(truth_path)
-            count(ts, truth)
+            count(tree_rows[0], truth)
+            ts = tree_rows[0]
             mean_tokens = max(1, round(ts["tokens"] / max(1, ts["requests"])))
             base = run_process("baseline", baseline_command(srv.base_url, streams, args.seconds),
                                {"BENCH_MODEL": "truth", "BENCH_MAX_TOKENS": str(mean_tokens), **bodies_env},
                                args.seconds)
             if not bodies_env:
                 base["max_tokens"] = mean_tokens
-            rows += [ts, base]
+            rows += [*tree_rows, base]
         srv.flush()
         lateness = srv.stats()
     truth = load_truth(truth_path)
     for r in rows:
         count(r, truth)
-        if r["label"] == "tokenswarm":
+        if "tree" in r:
             accuracy(r, truth)
     print(f"{streams} streams, one event every {step_ms:g} ms of {tokens} token(s), {args.seconds:g} s of load; "
           f"finished {stamp()}")
@@ -335,17 +349,21 @@ def run_compare(args: argparse.Namespace, work: Path, case: str) -> None:
         print(f"{label:<11} {r['requests']:>8} {r['chunks']:>8} {r['chunks'] / max(1, r['requests']):>10.1f} "
               f"{r['us_per_chunk'] or 0:>14.1f} {r['whole_cpu_s'] / max(1, r['requests']) * 1e6:>12.0f} "
               f"{r['window_us_per_chunk'] or 0:>15.1f} {errs}")
-    pairs = list(zip(rows[0::2], rows[1::2]))
-    whole = sorted(b["us_per_chunk"] / t["us_per_chunk"] for t, b in pairs if b["us_per_chunk"] and t["us_per_chunk"])
-    steady = sorted(b["window_us_per_chunk"] / t["window_us_per_chunk"] for t, b in pairs
-                    if b["window_us_per_chunk"] and t["window_us_per_chunk"])
-    if whole:
-        w = statistics.median(whole)
-        print(f"whole-process CPU per chunk, baseline / tokenswarm: {w:.2f}x (pairs: "
-              f"{', '.join(f'{x:.2f}x' for x in whole)}); goal >= {RATIO_GOAL:.0f}x: "
-              f"{'met' if w >= RATIO_GOAL else 'NOT met'}")
-    if steady:
-        print(f"steady-window CPU per chunk, baseline / tokenswarm: {statistics.median(steady):.2f}x")
+    per_round = len(trees) + 1
+    rounds = [rows[i:i + per_round] for i in range(0, len(rows), per_round)]
+    for k, (tree, _src) in enumerate(trees):
+        pairs = [(r[k], r[-1]) for r in rounds]
+        whole = sorted(b["us_per_chunk"] / t["us_per_chunk"] for t, b in pairs if b["us_per_chunk"] and t["us_per_chunk"])
+        steady = sorted(b["window_us_per_chunk"] / t["window_us_per_chunk"] for t, b in pairs
+                        if b["window_us_per_chunk"] and t["window_us_per_chunk"])
+        name = "tokenswarm" if tree == "tokenswarm" else f"tokenswarm at {tree}"
+        if whole:
+            w = statistics.median(whole)
+            print(f"whole-process CPU per chunk, baseline / {name}: {w:.2f}x (pairs: "
+                  f"{', '.join(f'{x:.2f}x' for x in whole)}); goal >= {RATIO_GOAL:.0f}x: "
+                  f"{'met' if w >= RATIO_GOAL else 'NOT met'}")
+        if steady:
+            print(f"steady-window CPU per chunk, baseline / {name}: {statistics.median(steady):.2f}x")
     errs = [r["accuracy"] for r in rows if r.get("accuracy") and r["accuracy"]["joined"]]
     if errs:
         worst = {k: max(e[k] for e in errs) for k in ("ttft_err_p99_ms", "gap_err_p99_ms", "e2e_err_p99_ms")}
@@ -427,7 +445,8 @@ def main() -> int:
                     help="the baseline's requests: the scenario's own bodies, built by tokenswarm's workload code "
                          "(default), or the two-word prompt at tokenswarm's mean answer length (the earlier runs)")
     ap.add_argument("--src", action="append", metavar="DIR",
-                    help="split: also run the tokenswarm of this checkout (C extension built in place), side by side")
+                    help="split and compare: also run the tokenswarm of this checkout (C extension built in place), "
+                         "in the same rounds")
     ap.add_argument("--keep", type=Path, help="keep the runs and truth logs here")
     args = ap.parse_args()
     print(f"command: {shlex.join([sys.executable, *sys.argv])}")

@@ -18,8 +18,10 @@
  * The note is taken with TCP_INFO first and the peek second: a segment arriving in between
  * makes the stamp later than the bytes it vouches for, never earlier.
  *
- * While the loop keeps up (the usual case) the thread only wakes, compares two clocks and
- * sleeps again: about a thousand wake-ups a second, no system calls on the sockets. When the
+ * While the loop keeps up (the usual case) the thread only wakes when the loop would count as
+ * stalled if it had not swept meanwhile, compares two clocks and sleeps again: about five
+ * hundred wake-ups a second for a loop sweeping every millisecond, no system calls on the
+ * sockets. When the
  * loop has not swept for a while and nothing has arrived since the thread's last look (a quiet
  * loop: every stream waiting for its server), the thread blocks until something does, on a
  * second epoll set that holds the first (readable when the first has events, which it leaves
@@ -47,7 +49,8 @@
 
 #define NOTE_MAX 64               /* notes kept per socket; when full the newest is overwritten */
 #define STALL_NS 2000000LL        /* the loop counts as stalled when it has not swept for this long */
-#define NAP_ALIVE_NS 1000000L     /* the thread's period while the loop keeps up */
+#define NAP_PAST_NS 50000L        /* while the loop keeps up: look this long after it would count as stalled */
+#define NAP_MIN_NS 50000L         /* the shortest nap */
 #define NAP_STALLED_NS 500000L    /* and while it is stalled: the notes' resolution */
 #define PEEK_SPAN (64L << 20)     /* longer than any receive queue: the peek reaches the newest segment */
 #define EVENTS_PER_WAIT 256
@@ -190,7 +193,9 @@ static void *watch_main(void *arg)
         while (n_watched == 0)
             pthread_cond_wait(&wake, &lock);
         pthread_mutex_unlock(&lock);
-        int stalled = mono_ns() - atomic_load_explicit(&last_alive_ns, memory_order_relaxed) > STALL_NS;
+        long long now = mono_ns();
+        long long alive_at = atomic_load_explicit(&last_alive_ns, memory_order_relaxed);
+        int stalled = now - alive_at > STALL_NS;
         if (stalled && sweep(evs) == 0 && outer_epfd >= 0) {
             /* Nothing arrived since the last look: wait for an arrival instead of polling. The
              * timeout only bounds how long a thread whose sockets all went away stays here. */
@@ -198,7 +203,12 @@ static void *watch_main(void *arg)
             epoll_wait(outer_epfd, &ready, 1, IDLE_WAIT_MS);
             continue; /* an arrival: swept at once if the loop is still not sweeping */
         }
-        struct timespec nap = {0, stalled ? NAP_STALLED_NS : NAP_ALIVE_NS};
+        /* While the loop keeps up, look again just when it would count as stalled if it did not
+         * sweep meanwhile (a loop sweeping every millisecond: one wake-up per two, not per one). */
+        long long nap_ns = stalled ? NAP_STALLED_NS : alive_at + STALL_NS - now + NAP_PAST_NS;
+        if (nap_ns < NAP_MIN_NS)
+            nap_ns = NAP_MIN_NS;
+        struct timespec nap = {0, (long)nap_ns};
         nanosleep(&nap, NULL);
     }
     return NULL;
