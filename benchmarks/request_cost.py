@@ -51,6 +51,12 @@ On a shared machine absolute figures are noisy; ratios from one run are what to 
     python benchmarks/request_cost.py --only compare --cases qa one-token --seconds 20
     python benchmarks/request_cost.py --only compare --cases qa mix --src /tmp/before
     python benchmarks/request_cost.py --only ceiling --seconds 15
+    python benchmarks/request_cost.py --only idle --seconds 10 --repeat 2 --src /tmp/before
+
+**Idle** (``--only idle``): the per-second cost of a worker whose ``--streams`` requests all wait
+for a first token (the truth server holds them for a minute): its CPU share over ``--seconds``,
+8 s in, per tree, alternately. What a worker spends while its server is slow is paid on every
+run; a quiet worker should cost next to nothing.
 
 **Ceiling** (``--only ceiling``): a worker's load at which accuracy still holds on one core, for
 short and long answers (``--ceiling-lengths``, 12 and 192 tokens): closed-loop runs at more and
@@ -374,6 +380,43 @@ def run_compare(args: argparse.Namespace, work: Path, case: str) -> None:
     print(f"truth server lateness: {json.dumps(lateness)[:200]}")
 
 
+def run_idle(args: argparse.Namespace, work: Path) -> None:
+    """The per-second cost of a worker whose streams all wait: ``--streams`` requests open
+    against a server that answers none of them for a minute (truth server ``--ttft-ms 60000``).
+
+    Each tree (this one and each ``--src``), alternately, ``--repeat`` rounds: the process's CPU
+    over a ``--seconds`` window that starts 8 s in (start-up and the sends are over by then).
+    What a worker costs while its server is slow -- a long prefill, a queue -- is paid on every
+    run whatever its traffic, and it is what a quiet arrival watcher or poller costs.
+    """
+    trees = [("this", ROOT), *((Path(d).resolve().name, Path(d).resolve()) for d in args.src or [])]
+    print(f"\n== idle: {args.streams} streams waiting for a first token ({stamp()})")
+    shares: dict[str, list[float]] = {}
+    with start_truth(None, "--step-ms", str(args.step_ms), "--tokens-per-chunk", args.tokens_per_chunk,
+                     "--ttft-ms", "60000", cpus="1", warm_up=False) as srv:
+        for n in range(args.repeat):
+            for tree, src in trees:
+                cmd = tokenswarm_command(srv.base_url, "scenarios/qa.yaml", args.streams, args.seconds + 20,
+                                         work / f"idle-{tree}-{n}", [], src)
+                if shutil.which("taskset"):
+                    cmd = ["taskset", "-c", "0", *cmd]
+                env = {**os.environ, **({"PYTHONPATH": str(src)} if src != ROOT else {})}
+                proc = subprocess.Popen(cmd, cwd=src, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                try:
+                    time.sleep(8.0)
+                    c0, t0 = process_tree_cpu(proc.pid), time.monotonic()
+                    time.sleep(args.seconds)
+                    c1, t1 = process_tree_cpu(proc.pid), time.monotonic()
+                finally:
+                    proc.kill()
+                    proc.wait()
+                shares.setdefault(tree, []).append((c1 - c0) / (t1 - t0))
+    print(f"finished {stamp()}")
+    for tree, v in shares.items():
+        print(f"{tree:<12} CPU share while every stream waits: median {statistics.median(v):.4f} of a core "
+              f"(rounds: {', '.join(f'{x:.4f}' for x in v)})")
+
+
 def run_ceiling(args: argparse.Namespace, work: Path) -> None:
     """A worker's ceiling where accuracy holds: more streams until an error p99 passes the goal.
 
@@ -427,8 +470,8 @@ def run_ceiling(args: argparse.Namespace, work: Path) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", choices=("split", "compare", "ceiling"),
-                    help="one part only (default: split and compare; the ceiling runs only when asked)")
+    ap.add_argument("--only", choices=("split", "compare", "ceiling", "idle"),
+                    help="one part only (default: split and compare; the ceiling and idle run only when asked)")
     ap.add_argument("--ceiling-lengths", type=int, nargs="+", default=[12, 192],
                     help="ceiling: answer lengths, short and long (tokens)")
     ap.add_argument("--ceiling-streams", type=int, nargs="+", default=[8, 16, 24, 32, 48, 64, 96, 128, 192, 256],
@@ -445,8 +488,8 @@ def main() -> int:
                     help="the baseline's requests: the scenario's own bodies, built by tokenswarm's workload code "
                          "(default), or the two-word prompt at tokenswarm's mean answer length (the earlier runs)")
     ap.add_argument("--src", action="append", metavar="DIR",
-                    help="split and compare: also run the tokenswarm of this checkout (C extension built in place), "
-                         "in the same rounds")
+                    help="split, compare and idle: also run the tokenswarm of this checkout (C extension built in "
+                         "place), in the same rounds")
     ap.add_argument("--keep", type=Path, help="keep the runs and truth logs here")
     args = ap.parse_args()
     print(f"command: {shlex.join([sys.executable, *sys.argv])}")
@@ -458,6 +501,8 @@ def main() -> int:
         run_split(args, work)
     if args.only == "ceiling":
         run_ceiling(args, work)
+    if args.only == "idle":
+        run_idle(args, work)
     if args.only in (None, "compare"):
         for case in args.cases:
             run_compare(args, work, case)
