@@ -134,16 +134,25 @@ def baseline_command(host: str, streams: int, seconds: float) -> list[str]:
             "--stop-timeout", "5"]
 
 
-def run_process(label: str, cmd: list[str], env: dict[str, str], seconds: float, src: Path = ROOT) -> dict[str, Any]:
-    """One client from start to exit on core 0: whole-process CPU and a steady mid-run window's."""
+def trees_of(args: argparse.Namespace, this: str = "this") -> list[tuple[str, Path]]:
+    """This tree (labelled ``this``) and each ``--src`` checkout, as (label, root)."""
+    return [(this, ROOT), *((Path(d).resolve().name, Path(d).resolve()) for d in args.src or [])]
+
+
+def start_client(cmd: list[str], env: dict[str, str], src: Path, **popen: Any) -> subprocess.Popen[Any]:
+    """One client process of the tree at ``src`` on core 0 (its own sources first on the path)."""
     if shutil.which("taskset"):
         cmd = ["taskset", "-c", "0", *cmd]
     if src != ROOT:
         env = {**env, "PYTHONPATH": str(src)}
+    return subprocess.Popen(cmd, cwd=src, env={**os.environ, **env}, **popen)
+
+
+def run_process(label: str, cmd: list[str], env: dict[str, str], seconds: float, src: Path = ROOT) -> dict[str, Any]:
+    """One client from start to exit on core 0: whole-process CPU and a steady mid-run window's."""
     before = _children_cpu()
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=src, env={**os.environ, **env}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = start_client(cmd, env, src, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # The tree's CPU every 0.1 s: what it had spent when the server received its first request
     # is its start-up, measured rather than fitted (a fit cannot tell it from per-request work).
     samples: list[tuple[float, float]] = []
@@ -230,7 +239,7 @@ def run_split(args: argparse.Namespace, work: Path) -> None:
     """The same server and streams at each answer length, alternately; the per-request/per-chunk fit
     of each tree (this one, and ``--src`` trees side by side)."""
     truth_path = work / "split-truth.jsonl"
-    trees = [("this", ROOT), *((Path(d).resolve().name, Path(d).resolve()) for d in args.src or [])]
+    trees = trees_of(args)
     rows: list[dict[str, Any]] = []
     print(f"\n== split: per request and per chunk ({stamp()})")
     with start_truth(truth_path, "--step-ms", str(args.step_ms), "--tokens-per-chunk", args.tokens_per_chunk,
@@ -300,7 +309,7 @@ def run_compare(args: argparse.Namespace, work: Path, case: str) -> None:
     With ``--src`` trees, each round runs this tree, then each other tree, then the baseline
     (A B C A B C): every tree's ratio comes from the same rounds, so a change's effect on the
     ratio is measured in one run."""
-    trees = [("tokenswarm", ROOT), *((Path(d).resolve().name, Path(d).resolve()) for d in args.src or [])]
+    trees = trees_of(args, "tokenswarm")
     scenario, tokens, step_ms, streams_opt = CASES[case]
     streams = getattr(args, streams_opt)
     truth_path = work / f"compare-{case}-truth.jsonl"
@@ -389,7 +398,7 @@ def run_idle(args: argparse.Namespace, work: Path) -> None:
     What a worker costs while its server is slow -- a long prefill, a queue -- is paid on every
     run whatever its traffic, and it is what a quiet arrival watcher or poller costs.
     """
-    trees = [("this", ROOT), *((Path(d).resolve().name, Path(d).resolve()) for d in args.src or [])]
+    trees = trees_of(args)
     print(f"\n== idle: {args.streams} streams waiting for a first token ({stamp()})")
     shares: dict[str, list[float]] = {}
     with start_truth(None, "--step-ms", str(args.step_ms), "--tokens-per-chunk", args.tokens_per_chunk,
@@ -398,10 +407,7 @@ def run_idle(args: argparse.Namespace, work: Path) -> None:
             for tree, src in trees:
                 cmd = tokenswarm_command(srv.base_url, "scenarios/qa.yaml", args.streams, args.seconds + 20,
                                          work / f"idle-{tree}-{n}", [], src)
-                if shutil.which("taskset"):
-                    cmd = ["taskset", "-c", "0", *cmd]
-                env = {**os.environ, **({"PYTHONPATH": str(src)} if src != ROOT else {})}
-                proc = subprocess.Popen(cmd, cwd=src, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                proc = start_client(cmd, {}, src, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 try:
                     time.sleep(8.0)
                     c0, t0 = process_tree_cpu(proc.pid), time.monotonic()

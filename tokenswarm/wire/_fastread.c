@@ -8,10 +8,10 @@
  * is not a reason to give up: its bytes come back as a raw "tail" that the caller passes in
  * front of the next read, which then starts at a chunk boundary again. Anything unusual (CR
  * line ends, comments, "event:" lines, an event split across chunks, chunk extensions, the
- * last chunk with trailers or not read whole, EOF) is handed back untouched, with any tail in front, and the Python parsers
- * take it: the fast path either understands the complete chunks of a read or none of them,
- * so both paths give the same events (tests/load/test_fastread.py checks this on generated
- * framings).
+ * last chunk with trailers or not read whole, EOF) is handed back untouched, with any tail in
+ * front, and the Python parsers take it: the fast path either understands the complete chunks
+ * of a read or none of them, so both paths give the same events (tests/wire/test_fastread.py
+ * checks this on generated framings).
  */
 #include "_watch.h"
 

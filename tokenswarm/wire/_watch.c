@@ -21,12 +21,12 @@
  * While the loop keeps up (the usual case) the thread only wakes when the loop would count as
  * stalled if it had not swept meanwhile, compares two clocks and sleeps again: about five
  * hundred wake-ups a second for a loop sweeping every millisecond, no system calls on the
- * sockets. When the
- * loop has not swept for a while and nothing has arrived since the thread's last look (a quiet
- * loop: every stream waiting for its server), the thread blocks until something does, on a
- * second epoll set that holds the first (readable when the first has events, which it leaves
- * pending): an idle process does not pay two thousand sweeps a second (measured: 4.6 % of a
- * core with 96 streams waiting), and an arrival during a stall is noted at once.
+ * sockets. When the loop has not swept for a while and nothing has arrived since the thread's
+ * last look (a quiet loop: every stream waiting for its server), the thread blocks until
+ * something does, on a second epoll set that holds the first (readable when the first has
+ * events, which it leaves pending): an idle process does not pay two thousand sweeps a second
+ * (measured: 4.6 % of a core with 96 streams waiting), and an arrival during a stall is noted
+ * at once.
  */
 #include "_watch.h"
 

@@ -241,8 +241,7 @@ class HubReader:
         # The first read may take the fast path too: whole chunks of whole events from the first
         # byte are what our framing needs to be trusted (a read that begins inside a chunk's
         # closing CRLF or the terminating line is not the simple framing and goes to the trial).
-        dec = self.dechunker
-        self.fast = FAST and dec is not None and not self.trial and dec.idle and self.parser.idle
+        self.fast = self._fast_allowed()
         self.fd = self.raw.fileno()
         poller = stream_poller(self.clock)
         if poller is not None:
@@ -291,9 +290,7 @@ class HubReader:
                         elif self.on_events(now, events):
                             self._finish(None)
                     if tail is None:  # the body's terminating chunk came with them
-                        self.resp.feed(b"0\r\n\r\n")  # end the message for the library: keep-alive reuse
-                        if not self.done.is_set():
-                            self._finish(None)
+                        self._body_ended()
                     return
                 cuts = groups  # undecoded bytes: where the watcher saw them arrive apart
             elif self.watched:  # the general parsers' read, through C for the watcher's notes
@@ -360,12 +357,11 @@ class HubReader:
                     self.trial = None  # our framing produced data: it is ours from now on
                 stop = self._body(now, body) if body else False
                 if dec.done:
-                    self.resp.feed(b"0\r\n\r\n")  # end the message for the library: keep-alive reuse
-                    self._finish(None)
+                    self._body_ended()
                 elif stop:
                     self._finish(None)
                 else:
-                    self.fast = FAST and self.trial is None and dec.idle and self.parser.idle
+                    self.fast = self._fast_allowed()
                 return
         resp = self.resp
         resp.feed(data)  # de-chunks into _body_buffer; may complete the message
@@ -380,6 +376,18 @@ class HubReader:
         elif self.takeovers and _between_chunks(resp):
             self.takeovers -= 1
             self.dechunker, self.trial = ChunkedDecoder(), []
+
+    def _fast_allowed(self) -> bool:
+        """The C fast path may take the next read: our de-chunker is trusted or has not been fed
+        yet (no trial bytes) and neither it nor the SSE parser holds anything partial."""
+        dec = self.dechunker
+        return FAST and dec is not None and not self.trial and dec.idle and self.parser.idle
+
+    def _body_ended(self) -> None:
+        """Our framing read the terminating chunk: end the message for the library too, so its
+        connection is reused (keep-alive), and stop reading."""
+        self.resp.feed(b"0\r\n\r\n")
+        self._finish(None)
 
     def _finish(self, exc: BaseException | None) -> None:
         self.stop()
