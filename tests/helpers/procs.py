@@ -15,6 +15,16 @@ from tests.helpers.waiting import wait_until
 HERE = Path(__file__).parent
 
 
+def default_sigint() -> None:
+    """``preexec_fn`` for a child that a test interrupts with SIGINT: Ctrl-C's default action.
+
+    A shell without job control starts its background commands with SIGINT ignored, and a Python
+    started with SIGINT ignored keeps ignoring it (no KeyboardInterrupt): a suite launched as
+    ``bash .ci/run &`` would otherwise see the child finish instead of being interrupted.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from tests.helpers.procs import default_sigint
 from tests.helpers.runs import ROOT
 from tests.helpers.waiting import wait_until
 
@@ -102,7 +103,7 @@ def test_an_interrupted_study_resumes_and_skips_the_finished_arm_rounds(tmp_path
     out = tmp_path / "study"
     cmd = study_cmd(scenario, out, f"base={SIM}", f"draft={SIM} --spec-method draft", extra=["--no-report"])
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=default_sigint)
 
     def second_arm_round_started() -> bool:
         assert proc.poll() is None, proc.communicate()
