@@ -75,14 +75,28 @@ def test_under_parallel_workers_a_required_tier_that_ran_no_test_fails_the_sessi
     assert res.returncode == 1 and "no test of theirs ran" in res.stdout, res.stdout
 
 
-def test_no_timing_test_carries_a_tier_marker():
-    # CI's timing stage runs without the tier requirement (.ci/run): that is only sound while
-    # the tier tests all run in the README's stage, i.e. none of them is also a timing test.
+def test_no_timing_test_needs_a_browser():
+    # CI's timing stage requires only the real-engine tier (.ci/run): a browser test there would
+    # skip on a machine without Chromium and nobody would know.
     env = {k: v for k, v in os.environ.items() if k != "TOKENSWARM_CI_REQUIRE_TIERS" and not k.startswith("PYTEST_XDIST")}
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
-                          "-m", "timing and (browser or real_engine)", str(ROOT / "tests")],
+                          "-m", "timing and browser", str(ROOT / "tests")],
                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     assert res.returncode == 5, res.stdout[-2000:]
+
+
+def test_the_timing_stage_requires_the_real_engine_tier_whenever_the_suite_does():
+    script = (ROOT / ".ci" / "run").read_text()
+    stage = script[script.index("# -- timing:"):]
+    run = subprocess.run(["bash", "-c", stage.split("status=0", 1)[0] + 'printf %s "$timing_tiers"'],
+                         capture_output=True, text=True, timeout=30,
+                         env={"PATH": os.environ["PATH"], "TOKENSWARM_CI_REQUIRE_TIERS": "browser,real_engine"})
+    assert run.stdout.endswith("real_engine"), run.stdout
+    assert 'TOKENSWARM_CI_REQUIRE_TIERS="$timing_tiers" pytest -p no:xdist -m timing' in stage
+    none = subprocess.run(["bash", "-c", stage.split("status=0", 1)[0] + 'printf "[%s]" "$timing_tiers"'],
+                          capture_output=True, text=True, timeout=30,
+                          env={"PATH": os.environ["PATH"], "TOKENSWARM_CI_REQUIRE_TIERS": "browser"})
+    assert none.stdout.endswith("[]"), none.stdout
 
 
 def test_a_test_unmarked_but_in_a_folder_named_after_the_tier_does_not_count_for_it(tmp_path):

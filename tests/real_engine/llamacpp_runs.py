@@ -49,7 +49,9 @@ CLASSES: dict[str, dict[str, Any]] = {
 def scenarios(tmp: Path) -> dict[str, Path]:
     """The scenario files by run name: the same names and seeds on both servers."""
     # each step runs until both tasks have 10 answers, so the all-tasks row of the comparison has
-    # the 20 its speedup needs (a ratio from fewer is not printed)
+    # the 20 its speedup needs (a ratio from fewer is not printed). Every user deals both tasks
+    # (stratified): with a task per user, concurrency 1 sends only code, qa never gets its 10 and
+    # the step runs to max_step_s (it did: 2 x 120 s per server and ~2,000 requests where 20 do).
     load = {"mode": "closed", "steps": [1, 4], "warmup_s": 0.5, "step_duration_s": 4.0,
             "until": {"min_requests_per_task": 10, "max_step_s": 120}, "spawn_rate": 100, "stop_timeout_s": 30}
     out = {}
@@ -57,7 +59,7 @@ def scenarios(tmp: Path) -> dict[str, Path]:
     d.mkdir(parents=True, exist_ok=True)
     out["classes"] = scenario_file(d, name="llamacpp-classes", target=TARGET,
                                    traffic={"seed": 13, "keep_outputs": True, "tokenizer": None,
-                                            "classes": CLASSES},
+                                            "task_draw": "stratified", "classes": CLASSES},
                                    load=load)
     return out
 

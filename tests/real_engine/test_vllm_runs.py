@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.runs import ROOT, read_manifest, read_records
-from tests.real_engine.vllm_runs import CLASSES, SKIP_REASON, SPEC_K, EngineRuns
+from tests.real_engine.vllm_runs import CLASSES, PROBE_PROMPT, PROBE_TOKENS, SKIP_REASON, SPEC_K, EngineRuns
+from tokenswarm.testmodel.build import greedy_chain, load_manifest
 
 pytestmark = [
     pytest.mark.real_engine,
@@ -176,6 +177,26 @@ def test_server_counter_deltas_over_a_run_equal_the_records(engine, name):
         # Greedy on a cycling model: drafts come after the output starts repeating, and most
         # output tokens are accepted drafts.
         assert run_delta(run_dir, ACCEPTED) > sum(r["output_tokens"] for r in ok) / 2
+
+
+def test_vllm_greedy_output_follows_the_cycle_identically_with_and_without_ngram_speculation(
+    engine_model_dir, baseline_engine, ngram_engine
+):
+    from tokenizers import Tokenizer
+
+    manifest = load_manifest(engine_model_dir)
+    tok = Tokenizer.from_file(str(engine_model_dir / "tokenizer.json"))
+    prompt_ids = tok.encode(f"<s><|user|>\n{PROBE_PROMPT}</s>\n<|assistant|>\n", add_special_tokens=False).ids
+    expected = greedy_chain(manifest["successor"], prompt_ids[-1], PROBE_TOKENS)
+    base, spec = baseline_engine.probe, ngram_engine.probe
+    assert base["ids"] == expected, "vLLM's greedy output is the successor chain the weights encode"
+    assert spec["ids"] == base["ids"], "n-gram speculation must not change greedy output"
+    # Chunk sizes are compared by median: a busy machine makes vLLM merge steps now and then.
+    assert base["accepted_after"] is None, "a server without speculation exposes no spec_decode counters"
+    assert statistics.median(base["chunk_tokens"]) == 1, base["chunk_tokens"]
+    assert statistics.median(spec["chunk_tokens"]) > 1, f"accepted drafts arrive together: {spec['chunk_tokens']}"
+    accepted_tokens = (spec["accepted_after"] or 0.0) - (spec["accepted_before"] or 0.0)
+    assert accepted_tokens > len(expected) / 2, "most of the output came from accepted drafts"
 
 
 def test_multi_token_chunks_come_from_speculation_not_from_plain_streaming(baseline_engine, ngram_engine):

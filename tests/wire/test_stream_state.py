@@ -146,3 +146,15 @@ def test_error_bodies_are_summarised():
         "HTTP 400: BadRequestError: too long"
     assert error_from_body(500, b"<html>oops</html>") == "HTTP 500: <html>oops</html>"
     assert error_from_body(503, b"") == "HTTP 503"
+
+
+def test_a_delivery_dated_before_the_previous_one_is_dated_with_it_never_a_negative_gap():
+    # two reads microsecond apart whose stamps were converted with offsets sampled apart (seen on
+    # llama.cpp under load: 9.613 ms, then 9.612 ms)
+    s = StreamState(sent_s=100.0)
+    s.on_events(100.009613, [content("a", 1), content("b", 2)])
+    s.on_events(100.009612, [content("c", 3)])
+    s.on_events(100.0200, [content("d", 4, finish="length"), TRAILER, DONE])
+    r = finish(s, 100.03)
+    assert r.chunk_offsets_ms == [9.613, 9.613, 9.613, 20.0]
+    assert all(b >= a for a, b in zip(r.chunk_offsets_ms, r.chunk_offsets_ms[1:]))

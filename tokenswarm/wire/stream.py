@@ -146,6 +146,13 @@ class StreamState:
         """Consume parsed SSE events that arrived at ``now_s``; return content chunks added."""
         # The hot path: one iteration per SSE event, kept flat on purpose (no helper calls for
         # a typed completion chunk). Any other payload is read into the same fields by _read_object.
+        last = self.last_delivery_s
+        if last is not None and now_s < last:
+            # A connection's bytes arrive in order, so a delivery dated before the one read
+            # earlier is an error of the date's conversion (each kernel stamp is moved onto the
+            # monotonic clock by an offset sampled within ~20 us; two reads a microsecond apart
+            # have come out 1 us backwards under load), not an arrival: it is dated with that one.
+            now_s = last
         self.last_delivery_s = now_s
         added = 0
         nbytes = self.bytes_seen
