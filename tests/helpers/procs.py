@@ -31,14 +31,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _listening(port: int) -> bool:
+def port_open(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def wait_port(port: int, timeout_s: float = 10.0) -> None:
     """Wait (bounded) until something accepts connections on 127.0.0.1:``port``."""
-    wait_until(lambda: _listening(port), timeout_s, f"a listener on 127.0.0.1:{port}")
+    wait_until(lambda: port_open(port), timeout_s, f"a listener on 127.0.0.1:{port}")
 
 
 @contextlib.contextmanager

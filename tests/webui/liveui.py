@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.helpers.procs import free_port, wait_port
+from tests.helpers.procs import free_port, port_open
 from tests.helpers.runs import ROOT, scenario_file
 from tests.helpers.waiting import wait_until
 
@@ -62,7 +62,7 @@ def locust_web_ui(scenario: Path, host: str, out: Path, *extra: str, mode: str =
                  "--master-port", str(master_port)],
                 cwd=ROOT, start_new_session=True, stdout=logs[-1], stderr=subprocess.STDOUT))
     try:
-        wait_port(port, 90)  # a starved machine (CI beside a vLLM server) can take long to import Locust
+        _wait_listening(port, procs[0], log_dir / "locust-master.log")
         yield f"http://127.0.0.1:{port}/"
     finally:
         for p in reversed(procs):
@@ -76,6 +76,21 @@ def locust_web_ui(scenario: Path, host: str, out: Path, *extra: str, mode: str =
                 p.wait(10)
         for fh in logs:
             fh.close()
+
+
+def _wait_listening(port: int, proc: subprocess.Popen, log: Path, timeout_s: float = 90) -> None:
+    """Until the web UI listens (a starved machine, CI beside a vLLM server, can take long to
+    import Locust); a process that exits first, or a timeout, fails with what it printed."""
+    def listening() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"locust exited with status {proc.returncode} before its web UI listened:\n"
+                                 + log.read_text(errors="replace")[-3000:])
+        return port_open(port)
+
+    try:
+        wait_until(listening, timeout_s, f"the web UI on 127.0.0.1:{port}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n--- {log.name} ---\n" + log.read_text(errors="replace")[-3000:]) from None
 
 
 def get_json(url: str) -> Any:
