@@ -106,3 +106,12 @@ def test_a_test_unmarked_but_in_a_folder_named_after_the_tier_does_not_count_for
     for workers in ((), ("-n", "2")):
         res = run_pytest(tmp_path, TIER_TESTS, "browser", "-m", "not browser", *workers)
         assert res.returncode == 1 and "no test of theirs ran" in res.stdout, res.stdout
+
+
+def test_ci_runs_the_readme_test_command_as_written():
+    # the Quick start's second line is what CI runs: a user who types it runs what CI ran
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## Quick start", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    command = [ln for ln in block.splitlines() if ln.strip()][1].strip()
+    assert command.startswith("pip install -e '.[test]' && pytest "), command
+    assert f"{command} || status=$?" in (ROOT / ".ci" / "run").read_text(), command
