@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tokenswarm.wire import pool
-from tokenswarm.wire.pool import kernel_sent_time
+from tokenswarm.wire.pool import kernel_sent_time, sent_time
 
 pytestmark = pytest.mark.skipif(getattr(socket, "TCP_INFO", None) is None, reason="needs Linux TCP_INFO")
 JIFFY_S = 0.005  # the kernel counts tcpi_last_data_sent in jiffies (1-4 ms); a margin above that
@@ -56,3 +56,27 @@ def test_kernel_dated_sends_are_counted_for_the_manifest(connection):
 def test_without_tcp_info_the_reading_after_the_write_stands(monkeypatch, connection):
     monkeypatch.setattr(pool, "_TCP_INFO", None)
     assert kernel_sent_time(connection, 1.0, 2.0, time.perf_counter) == 2.0
+
+
+def test_a_small_write_preempted_on_its_way_out_is_dated_when_it_began():
+    # the write woke the server, which ran before this process read the clock again (1.5 ms):
+    # the request was with the server from the write on (281 of 1,259 TTFTs read 0.5-2 ms short)
+    assert sent_time(None, 10.0, 10.0015, 300, time.perf_counter) == 10.0
+
+
+def test_a_write_that_was_not_held_up_is_dated_when_it_returned():
+    assert sent_time(None, 10.0, 10.00003, 300, time.perf_counter) == 10.00003
+
+
+def test_a_large_write_held_up_is_not_assumed_to_have_left_at_once():
+    # more than a send buffer takes in one write: the bytes may have left late
+    assert sent_time(None, 10.0, 10.0015, 100_000, time.perf_counter) == 10.0015
+
+
+def test_a_long_hold_up_is_dated_by_the_kernel(connection):
+    before = time.perf_counter()
+    connection.sendall(b"POST / HTTP/1.1\r\n\r\n")
+    wrote = time.perf_counter()
+    time.sleep(0.2)
+    sent = sent_time(connection, before, time.perf_counter(), 20, time.perf_counter)
+    assert abs(sent - wrote) < JIFFY_S

@@ -148,13 +148,26 @@ def test_error_bodies_are_summarised():
     assert error_from_body(503, b"") == "HTTP 503"
 
 
-def test_a_delivery_dated_before_the_previous_one_is_dated_with_it_never_a_negative_gap():
-    # two reads microsecond apart whose stamps were converted with offsets sampled apart (seen on
-    # llama.cpp under load: 9.613 ms, then 9.612 ms)
+def test_a_delivery_dated_before_earlier_ones_dates_them_too_never_a_negative_gap():
+    # Two reads a microsecond apart whose stamps were converted with offsets sampled apart (seen
+    # on llama.cpp under load: 9.613 ms, then 9.612 ms). Every date is an upper bound of an
+    # arrival and bytes arrive in order, so the later, earlier date bounds the first read too.
     s = StreamState(sent_s=100.0)
     s.on_events(100.009613, [content("a", 1), content("b", 2)])
     s.on_events(100.009612, [content("c", 3)])
     s.on_events(100.0200, [content("d", 4, finish="length"), TRAILER, DONE])
     r = finish(s, 100.03)
-    assert r.chunk_offsets_ms == [9.613, 9.613, 9.613, 20.0]
-    assert all(b >= a for a, b in zip(r.chunk_offsets_ms, r.chunk_offsets_ms[1:]))
+    assert r.chunk_offsets_ms == [9.612, 9.612, 9.612, 20.0]
+    assert r.ttft_ms == 9.612
+
+
+def test_a_first_token_dated_late_by_a_late_read_takes_the_next_reads_earlier_stamp():
+    # the role chunk and first token read with the headers and dated when the loop got to them
+    # (2.0 ms late); the next read's kernel stamp says its bytes, and so everything before, had
+    # arrived by 10.5 ms
+    s = StreamState(sent_s=100.0)
+    s.on_events(100.0125, [ROLE, content("a", 1)])
+    s.on_events(100.0105, [content("b", 2)])
+    s.on_events(100.0300, [content("c", 3, finish="length"), TRAILER, DONE])
+    r = finish(s, 100.04)
+    assert r.ttft_ms == 10.5 and r.chunk_offsets_ms == [10.5, 10.5, 30.0]
