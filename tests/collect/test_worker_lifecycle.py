@@ -18,7 +18,7 @@ from tests.helpers.procs import free_port
 from tests.helpers.runs import ROOT, read_manifest, read_records, scenario_file, start_master_and_workers
 from tests.helpers.waiting import wait_until
 from tokenswarm.collect.relay import Collector
-from tokenswarm.commands.workers import DEFAULT_WORKER_WAIT_S, distributed_argv
+from tokenswarm.commands.workers import DEFAULT_WORKER_WAIT_S, distributed_argv, option_value, preflight
 from tokenswarm.load.lifecycle import watch_parent
 from tokenswarm.sim.testing import start_sim
 
@@ -42,6 +42,30 @@ def test_local_workers_dial_the_port_the_master_binds():
     assert distributed_argv(["--master-bind-port=5612"], 2)[:2] == ["--master-port", "5612"]
     assert "--master-port" not in distributed_argv(["--master-bind-port", "5612", "--master-port", "5700"], 2)
     assert "--master-port" not in distributed_argv([], 2), "the default port needs nothing"
+
+
+def test_local_workers_get_a_free_port_of_their_own_even_when_5557_is_taken():
+    import socket
+
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            taken.bind(("127.0.0.1", 5557))
+            taken.listen()
+        except OSError:
+            pass  # something else holds it already: the same situation
+        extra = preflight([], 2)
+    port = option_value(extra, "--master-bind-port")
+    assert port is not None and port != "5557" and option_value(extra, "--master-port") == port, extra
+
+
+def test_a_chosen_port_and_a_master_for_remote_workers_keep_their_port(monkeypatch):
+    from tokenswarm.commands import workers
+
+    monkeypatch.setattr(workers, "check_port_free", lambda host, port: None)  # whatever holds them now
+    assert option_value(preflight(["--master-bind-port", "5612"], 2), "--master-bind-port") is None
+    assert option_value(preflight(["--master", "--expect-workers", "2"], 0), "--master-bind-port") is None, \
+        "remote workers dial the port they were told"
 
 
 def test_a_master_waits_for_its_workers_for_a_bounded_time_unless_told_otherwise():

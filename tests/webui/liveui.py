@@ -46,8 +46,9 @@ def locust_web_ui(scenario: Path, host: str, out: Path, *extra: str, mode: str =
            "--web-host", "127.0.0.1", "--web-port", str(port), "--out", str(out), *extra]
     procs = []
     master_port = None
-    if mode == "processes":
-        cmd += ["--processes", "2"]
+    if mode == "processes":  # a port of its own: Locust's 5557 may be another test's (parallel workers)
+        local_port = str(free_port())
+        cmd += ["--processes", "2", "--master-bind-port", local_port, "--master-port", local_port]
     elif mode == "master":
         master_port = free_port()
         cmd += ["--master", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(master_port),

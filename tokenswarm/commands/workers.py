@@ -9,6 +9,8 @@ from __future__ import annotations
 import errno
 import socket
 
+from tokenswarm.study.server import free_port
+
 #: Locust's default master port (``--master-bind-port`` / ``--master-port``).
 DEFAULT_MASTER_PORT = 5557
 #: How long a master started by ``tokenswarm run`` waits for its workers by default (seconds).
@@ -79,6 +81,12 @@ def preflight(argv: list[str], local_workers: int) -> list[str]:
     """Check the master's port and return the options to add; raises ValueError/PortInUse."""
     if not is_master(argv, local_workers):
         return []
+    chosen: list[str] = []
+    if local_workers and "--master" not in argv and option_value(argv, "--master-bind-port") is None:
+        # only this run's own workers dial it: any free port does, where Locust's 5557 may be
+        # another run's (two `--workers` runs on one machine, or parallel test workers)
+        chosen = ["--master-bind-port", str(free_port())]
+        argv = argv + chosen
     host = option_value(argv, "--master-bind-host") or "127.0.0.1"  # tokenswarm's default (orchestrate.exposure)
     check_port_free("" if host == "*" else host, master_port(argv))
-    return distributed_argv(argv, local_workers)
+    return chosen + distributed_argv(argv, local_workers)
