@@ -82,16 +82,13 @@ def locust_web_ui(scenario: Path, host: str, out: Path, *extra: str, mode: str =
 def _wait_listening(port: int, proc: subprocess.Popen, log: Path, timeout_s: float = 90) -> None:
     """Until the web UI listens (a starved machine, CI beside a vLLM server, can take long to
     import Locust); a process that exits first, or a timeout, fails with what it printed."""
-    def listening() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError(f"locust exited with status {proc.returncode} before its web UI listened:\n"
-                                 + log.read_text(errors="replace")[-3000:])
-        return port_open(port)
-
     try:
-        wait_until(listening, timeout_s, f"the web UI on 127.0.0.1:{port}")
+        wait_until(lambda: proc.poll() is not None or port_open(port), timeout_s, f"the web UI on 127.0.0.1:{port}")
     except AssertionError as e:
         raise AssertionError(f"{e}\n--- {log.name} ---\n" + log.read_text(errors="replace")[-3000:]) from None
+    if proc.poll() is not None:
+        raise AssertionError(f"locust exited with status {proc.returncode} before its web UI listened:\n"
+                             + log.read_text(errors="replace")[-3000:])
 
 
 def get_json(url: str) -> Any:

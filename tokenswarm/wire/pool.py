@@ -281,22 +281,20 @@ def _send_once(http_client: Any, cpool: Any, data: bytes, timing: RequestTiming)
 def sent_time(sock: Any, before: float, after: float, nbytes: int, clock: Callable[[], float]) -> float:
     """When a request's bytes left, given the clock read just before and just after its write.
 
-    A write that took longer than :data:`SEND_PREEMPTED_S` was held up. A small request (at most
-    :data:`ONE_WRITE_BYTES`, what an idle connection's send buffer takes at once) is in the kernel
-    when its one write call returns, and on loopback already with the server, which the write
-    woke: the hold-up is the scheduler running that server (or another task) before this
-    process reads the clock again, so the bytes left at ``before`` (measured on 2026-12-03 at 64
-    streams on 2 cores: 281 of 1,259 TTFTs read 0.5-2 ms short, none long). A hold-up longer
-    than :data:`SEND_STALL_S`, or a larger request, is dated by the kernel.
+    A write that took longer than :data:`SEND_PREEMPTED_S` was held up. A hold-up longer than
+    :data:`SEND_STALL_S` is dated by the kernel. A shorter one, for a small request (at most
+    :data:`ONE_WRITE_BYTES`, what an idle connection's send buffer takes at once), came after
+    the bytes were in the kernel, on loopback already with the server the write woke: the
+    scheduler ran that server (or another task) before this process read the clock again, so
+    the bytes left at ``before`` (measured on 2026-12-03 at 64 streams on 2 cores: 281 of 1,259
+    TTFTs read 0.5-2 ms short, none long). A larger request may have left late: ``after``.
     """
     held = after - before
-    if held <= SEND_PREEMPTED_S:
-        return after  # the last byte is in the kernel's send buffer now
-    if held <= SEND_STALL_S and nbytes <= ONE_WRITE_BYTES:
-        return before
     if held > SEND_STALL_S:
         return kernel_sent_time(sock, before, after, clock)
-    return after
+    if held > SEND_PREEMPTED_S and nbytes <= ONE_WRITE_BYTES:
+        return before
+    return after  # the last byte is in the kernel's send buffer now
 
 
 def kernel_sent_time(sock: Any, before: float, after: float, clock: Callable[[], float]) -> float:
