@@ -143,7 +143,11 @@ def _spec_report(tmp_path, name, *sim_args):
 
 def test_draft_model_faults_fall_back_to_plain_decoding(tmp_path):
     healthy_recs, healthy, _ = _spec_report(tmp_path, "healthy")
-    recs, faulty, run = _spec_report(tmp_path, "faulty", "--fault-draft-unavailable", "0.5", "--fault-draft-slow", "0.3")
+    # 70 % of the 64-step windows without a draft: a healthy step yields ~2.5 tokens per draft, so
+    # drafts per token fall to ~0.5x healthy and tokens per chunk to ~0.6x, far from the bounds below
+    # even when the two runs, made one after the other, meet different machine load (at 50 % the
+    # expected 0.7x sat near the 0.8x bound, and a busy machine's run read 0.89x)
+    recs, faulty, run = _spec_report(tmp_path, "faulty", "--fault-draft-unavailable", "0.7", "--fault-draft-slow", "0.2")
     assert recs and all(r["outcome"] == "ok" for r in recs), "a draft fault is no request failure"
     lines = [json.loads(x) for x in (run / "server_metrics.jsonl").read_text().splitlines()]
     fallback = [sum(s["value"] for s in ln["samples"] if s["name"] == "tokenswarm_sim:draft_fallback_steps_total")

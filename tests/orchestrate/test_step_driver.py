@@ -55,6 +55,20 @@ def test_the_steady_window_opens_after_the_warmup_and_the_next_step_starts_at_it
     assert manifest.current.steps[0].ended_at == 1011.0 and manifest.current.steps[1].started_at == 1011.0
 
 
+def test_a_late_tick_opens_the_window_when_it_broadcasts_it_and_warns_that_the_generator_was_held_up(tmp_path):
+    warnings: list[str] = []
+    d, manifest, ctx = driver(tmp_path, [True], [])
+    d._warn = warnings.append
+    d.start(LoadPlan(StepMachine(plan_steps("closed", [2], warmup_s=0.5, duration_s=2))))
+    full = SimpleNamespace(user_count=2)
+    d.tick(full, 0.0, None)
+    assert d.tick(full, 4.2, None) is not None, "a 2 s window cannot have passed unseen: the step goes on"
+    assert manifest.current.steps[0].steady_at == 1004.2 and ctx.steps[-1]["phase"] == "steady"
+    assert warnings == ["step c2: the load plan's tick came 3.7 s late (the generator was held up); its steady "
+                        "window opened at that tick, so the window holds the records tagged in it"]
+    assert d.tick(full, 6.2, None) is None and manifest.current.steps[0].ended_at == 1006.2
+
+
 def test_a_done_plan_ends_the_shape(tmp_path):
     d, manifest, _ctx = driver(tmp_path, [True], [])
     d.start(LoadPlan(StepMachine(plan_steps("closed", [1], warmup_s=0, duration_s=1))))

@@ -92,8 +92,10 @@ def test_a_study_of_two_simulator_arms_completes_with_a_verdict_per_task_and_loa
     report = (out / "report" / "report.md").read_text()
     assert report.index("## Conditions") < report.index("## draft vs base") < report.index("## Verdict rules")
     assert "tiny-fast" in report and "rounds 2" in report
-    # the printed verdict table names its n per arm and the verdict words
-    assert "ok requests base/cand" in res.stdout and c1["verdict"] in res.stdout
+    # the printed verdict table names its n per arm and the verdict words (a cell whose generator was
+    # overloaded, as on a busy CI machine, prints "SUSPECT: generator overloaded (...)" in capitals)
+    assert "ok requests base/cand" in res.stdout
+    assert c1["verdict"].casefold() in res.stdout.casefold(), (c1["verdict"], res.stdout[-3000:])
     assert no_server_left(out)
     again = run([sys.executable, "-m", "tokenswarm", "report", str(out), "--quiet"])
     assert again.returncode == 0, again.stderr

@@ -23,17 +23,35 @@ def test_steps_wait_for_the_target_then_warm_up_then_hold_steady():
     assert m.times[0].steady_s == 9.0 and m.times[0].ended_s == 19.0
     m.advance(20.0, reached=True)
     assert m.remaining_s(21.0) == pytest.approx(14.0)
-    tr = m.advance(40.0, reached=True)
-    assert [(t.step.name, t.phase) for t in tr] == [("c4", "steady"), ("c4", "done")]
-    assert m.done and m.times[1].ended_s == 35.0
+    tr = m.advance(25.9, reached=True)                  # a tick's usual lateness: dated as planned
+    assert [(t.step.name, t.phase, t.at_s) for t in tr] == [("c4", "steady", 25.0)]
+    tr = m.advance(35.4, reached=True)
+    assert [(t.step.name, t.phase, t.at_s) for t in tr] == [("c4", "done", 35.0)]
+    assert m.done and m.times[1].ended_s == 35.0 and m.late_ticks == []
 
 
-def test_a_late_tick_catches_up_through_several_transitions_with_exact_times():
+def test_a_window_edge_seen_by_a_late_tick_is_dated_at_that_tick_so_no_window_passes_unrecorded():
+    # The run context tags records with the phase a tick broadcasts. A tick that came 100 s late
+    # (the generator was held up) must not open and close windows in the past: nothing sent then
+    # was tagged steady. The window opens at the tick and lasts its full duration from there.
     m = StepMachine(plan_steps("open", [2.0, 4.0], warmup_s=1, duration_s=2))
     m.advance(0.0, reached=True)
     tr = m.advance(100.0, reached=True)
-    assert [(t.step.name, t.phase, t.at_s) for t in tr] == [
-        ("r2", "steady", 1.0), ("r4", "warmup", 3.0), ("r4", "steady", 4.0), ("r4", "done", 6.0)]
+    assert [(t.step.name, t.phase, t.at_s) for t in tr] == [("r2", "steady", 100.0)]
+    assert m.late_ticks == [("r2", "steady", 99.0)]
+    tr = m.advance(104.0, reached=True)                 # the window ended at 102: 2 s late, at the tick
+    assert [(t.step.name, t.phase, t.at_s) for t in tr] == [("r4", "warmup", 104.0)]
+    assert m.times[0].steady_s == 100.0 and m.times[0].ended_s == 104.0
+    assert m.late_ticks[-1] == ("r2", "ended", 2.0)
+    tr = m.advance(105.5, reached=True)                 # on time again: as planned
+    assert [(t.step.name, t.phase, t.at_s) for t in tr] == [("r4", "steady", 105.0)]
+
+
+def test_the_late_tick_bound_is_the_machines_own_setting():
+    m = StepMachine(plan_steps("open", [2.0], warmup_s=1, duration_s=2), late_tick_s=float("inf"))
+    m.advance(0.0, reached=True)
+    tr = m.advance(100.0, reached=True)                 # never late: every edge as planned
+    assert [(t.phase, t.at_s) for t in tr] == [("steady", 1.0), ("done", 3.0)] and m.late_ticks == []
 
 
 def test_rate_steps_are_named_by_rate():

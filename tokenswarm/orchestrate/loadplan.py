@@ -237,12 +237,16 @@ class StepDriver:
         """Advance the plan; the step to run now (None: the plan is done)."""
         assert self.plan is not None
         machine = self.plan.machine
-        timeouts = len(machine.ramp_timeouts)
+        timeouts, late = len(machine.ramp_timeouts), len(machine.late_ticks)
         transitions = machine.advance(
             now_s, lambda step: runner.user_count >= users_for(step, runner, is_master=self.is_master))
         if len(machine.ramp_timeouts) > timeouts:
             self._warn(f"step {machine.steps[machine.ramp_timeouts[-1]].name}: target load not reached "
                        f"(only {runner.user_count} users); it ran at the load it had")
+        for name, edge, late_s in machine.late_ticks[late:]:
+            what = "steady window opened" if edge == "steady" else "steady window closed"
+            self._warn(f"step {name}: the load plan's tick came {late_s:.1f} s late (the generator was held "
+                       f"up); its {what} at that tick, so the window holds the records tagged in it")
         for tr in transitions:
             if not self._taking():
                 self.pending.append(tr)
