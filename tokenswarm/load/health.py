@@ -83,6 +83,7 @@ class HealthMonitor:
         self._greenlets: list[gevent.Greenlet] = []
         self._warned = False
         self.last: dict[str, Any] | None = None
+        self._since = time.time()  # the start of the interval the next sample covers
 
     def _probe(self) -> None:
         clock = time.perf_counter
@@ -94,7 +95,9 @@ class HealthMonitor:
     def sample(self) -> dict[str, Any]:
         lag_max, lag_mean = self.lag.take()
         conns = open_sockets()
-        s = {"t": round(time.time(), 3), "worker_id": self.worker_id, "cpu_pct": self.proc.cpu_percent(None),
+        now = time.time()
+        s = {"t": round(now, 3), "since": round(self._since, 3), "worker_id": self.worker_id,
+             "cpu_pct": self.proc.cpu_percent(None),
              "rss_mb": round(self.proc.memory_info().rss / 1e6, 1), "loop_lag_max_ms": round(lag_max, 2),
              "loop_lag_mean_ms": round(lag_mean, 3), "connections": conns}
         if watch.ENABLED:  # arrivals the watcher's thread dated while this process's loop was stalled
@@ -111,7 +114,7 @@ class HealthMonitor:
                 self._warned = True
                 log.warning("tokenswarm: THE LOAD GENERATOR ITSELF IS A BOTTLENECK (%s): TTFT/ITL measured in this "
                             "window are inflated. Add workers (--workers N) or lower the load.", "; ".join(reasons))
-        self.last = s
+        self.last, self._since = s, now
         return s
 
     def _sampler(self) -> None:
@@ -120,7 +123,13 @@ class HealthMonitor:
             self.on_sample(self.sample())
 
     def start(self) -> None:
+        self._since = time.time()
         self._greenlets = [gevent.spawn(self._probe), gevent.spawn(self._sampler)]
+
+    def final_sample(self) -> dict[str, Any]:
+        """The interval since the last sample, taken at the run's end: a stall in a run shorter than
+        ``sample_s``, or in its last seconds, is reported like any other."""
+        return self.sample()
 
     def stop(self) -> None:
         for g in self._greenlets:

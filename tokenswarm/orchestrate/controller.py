@@ -345,6 +345,7 @@ class RunController:
             self._periodic_greenlet.kill(block=False)
         if self.health is not None:
             self.health.stop()
+            self.on_health_sample(self.health.final_sample())
         for s in self.scrapers:
             s.stop(final_scrape=True)
 

@@ -86,7 +86,7 @@ class RunRecording:
         # the master's own samples do not make worker timings suspect: it sends no requests
         if sample.get("untrusted") and sample.get("role") != "master":
             reason = f"{sample['worker_id']}: " + "; ".join(sample["untrusted"])
-            self.untrusted.append([sample["t"] - 5.0, sample["t"], reason])
+            self.untrusted.append([sample.get("since", sample["t"] - 5.0), sample["t"], reason])
             self.untrusted = merge_windows(self.untrusted, 5.0)[-200:]  # bounded for soak runs
 
     def write_live_summary(self, doc_of_window: Any) -> None:
