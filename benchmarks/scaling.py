@@ -46,7 +46,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from generator import CpuQuota, proc_cpu, sim_chunks  # noqa: E402
 
-from tokenswarm.sim.testing import SimHandle, free_port, start_sim  # noqa: E402
+from tokenswarm.sim.testing import SimHandle, start_sim  # noqa: E402
+from tokenswarm.wire.ports import free_port  # noqa: E402
 
 #: Emission-lag p99 above which the simulator, not the workers, set the pace (row void).
 SERVER_LATE_P99_S = 0.005

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from tests.helpers.waiting import wait_until
+from tokenswarm.wire.ports import free_port as free_port  # the tests import it from here
 
 HERE = Path(__file__).parent
 
@@ -23,12 +24,6 @@ def default_sigint() -> None:
     ``bash .ci/run &`` would otherwise see the child finish instead of being interrupted.
     """
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def port_open(port: int) -> bool:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.helpers.waiting import wait_until
-from tokenswarm.sim.testing import free_port
+from tokenswarm.wire.ports import free_port
 
 #: recipes running at once: the light study beside one of the others (the README's run and the
 #: CI stage drive mix.yaml at 8-16 users: about half a core each)

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from tests.study.documented import SHORT, as_python, recipe, wait_ready
-from tokenswarm.sim.testing import free_port
+from tokenswarm.wire.ports import free_port
 
 pytestmark = pytest.mark.slow
 

