@@ -133,7 +133,7 @@ def test_a_same_origin_state_change_without_the_sessions_token_is_refused(plante
             r = s.post(ui + path, headers=headers, timeout=10, **body)
             assert r.status_code == 403, (path, token, r.status_code)
             assert "X-Tokenswarm-Csrf" in r.json()["message"]
-    time.sleep(1.0)
+    time.sleep(1.0)  # not a synchronisation: an absence is checked (a started run would preflight within ms)
     assert grabbed(grabber) == []
 
 

@@ -247,6 +247,6 @@ def test_another_web_sites_form_post_cannot_start_a_run(browser_page, tmp_path):
         with evil.expect_navigation():
             evil.evaluate("document.getElementById('f').submit()")
         assert "refused" in evil.content()
-        time.sleep(1.5)
+        time.sleep(1.5)  # not a synchronisation: an absence is checked, and a started run sends within ms
         assert get_json(base + "tokenswarm/status.json")["state"] != "running"
         assert sim.stats()["requests"] == 0, "nothing reached the target"

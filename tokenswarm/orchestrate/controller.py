@@ -58,7 +58,7 @@ MSG_LIVE = "tokenswarm_live"  # a worker's last live-stats delta at test stop (w
 #: a worker's health samples not yet in a report, and its last one, at test stop (Locust sends no
 #: report after a stop, so a stall in a worker's last seconds would otherwise go unreported)
 MSG_HEALTH = "tokenswarm_health"
-__all__ = ["EXIT_BAD_CONFIG", "EXIT_RUN_BROKE", "MSG_LIVE", "MSG_STEP", "RunController"]
+__all__ = ["EXIT_BAD_CONFIG", "EXIT_RUN_BROKE", "MSG_HEALTH", "MSG_LIVE", "MSG_STEP", "RunController"]
 
 
 class RunController:

@@ -45,8 +45,6 @@ class ServerNotReady(RuntimeError):
     """The arm's server exited or did not answer ``/v1/models`` in time (exit status 3)."""
 
 
-
-
 def substitute(command: str, port: int) -> str:
     """``command`` with ``{host}`` and ``{port}`` filled in (other braces left alone)."""
     return command.replace("{host}", f"http://127.0.0.1:{port}").replace("{port}", str(port))
