@@ -73,3 +73,30 @@ def test_records_lost_fail_the_run_even_when_every_written_request_succeeded(tmp
     v = evaluate_run(run, {}, outcomes={"ok": 3})
     assert v["exit_status"] == EXIT_RUN_BROKE
     assert v["reason"] == "1 record(s) lost (the manifest's warnings name them)"
+
+
+def test_an_interrupted_run_prints_and_writes_the_status_it_exits_with_never_pass(tmp_path, capsys):
+    import json
+
+    from tokenswarm.orchestrate.verdict import EXIT_INTERRUPTED, conclude
+
+    run = write_run(tmp_path / "run", [record(i) for i in range(3)])
+    v, code = conclude(run, {}, outcomes={"ok": 3}, interrupted="locust_quit")
+    printed = capsys.readouterr().out
+    assert code == v["exit_status"] == EXIT_INTERRUPTED and not v["passed"]
+    assert v["reason"] == ("the run was interrupted (locust_quit) before its plan ended; "
+                           "the SLOs alone: no SLOs given; the run worked")
+    assert "verdict: INTERRUPTED - the run was interrupted (locust_quit)" in printed
+    assert "(exit status 130)" in printed and "PASS" not in printed
+    assert json.loads((run / "slo.json").read_text())["exit_status"] == EXIT_INTERRUPTED
+    assert '<failure message="the run was interrupted' in (run / "junit.xml").read_text()
+
+
+def test_a_run_the_circuit_breaker_stopped_prints_run_broke_with_the_breakers_message(tmp_path, capsys):
+    from tokenswarm.orchestrate.verdict import conclude
+
+    run = write_run(tmp_path / "run", [record(i) for i in range(3)])
+    breaker = "circuit breaker: 20 identical failures before any success (HTTP 401)"
+    v, code = conclude(run, {}, outcomes={"ok": 3}, broken=breaker)
+    assert code == v["exit_status"] == EXIT_RUN_BROKE and v["reason"].startswith(breaker + "; the SLOs alone: ")
+    assert f"verdict: FAIL (run broke) - {breaker}" in capsys.readouterr().out

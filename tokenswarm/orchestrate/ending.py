@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 import gevent
 
 from tokenswarm.load.breaker import CircuitBreaker
-from tokenswarm.orchestrate.verdict import EXIT_OK, EXIT_SLO_MISSED, conclude
+from tokenswarm.orchestrate.verdict import EXIT_INTERRUPTED, EXIT_OK, EXIT_SLO_MISSED, conclude
 from tokenswarm.redact import redact
 
 if TYPE_CHECKING:  # the probing hook reads records with the analysis (numpy): imported only by a search or sweep
@@ -41,8 +41,6 @@ if TYPE_CHECKING:  # the probing hook reads records with the analysis (numpy): i
 
 log = logging.getLogger("tokenswarm")
 
-#: The exit status of an interrupted run (128 + SIGINT, the shell's convention; studies use it too).
-EXIT_INTERRUPTED = 130
 #: Worker message (master -> workers): stop without waiting for in-flight streams.
 MSG_HARD_STOP = "tokenswarm_hard_stop"
 
@@ -141,7 +139,8 @@ def judge_run(run_dir: Path, slos: dict[str, Any], probing: ProbingPlan | None, 
         from tokenswarm.orchestrate.probing import write_capacity  # numpy and the analysis: only for these plans
 
         write_capacity(run_dir, probing)
-    verdict, code = conclude(run_dir, slos, broken=broken, outcomes=outcomes)
+    interrupted = reason.value if reason is not None and reason.interrupted else None
+    verdict, code = conclude(run_dir, slos, broken=broken, outcomes=outcomes, interrupted=interrupted)
     return verdict, final_exit_status(code, probing=probing is not None, reason=reason, partial_steps=partial_steps)
 
 

@@ -7,6 +7,10 @@ Exit statuses (documented in the README):
   ("not enough samples": fewer than 10 / (1 - q) requests in the row; a gate never passes by chance)
 * 2 -- bad configuration or usage (raised earlier, before any traffic)
 * 3 -- the run itself broke: no successful request, no records, a worker lost, or records lost
+* 130 -- the run was interrupted before its plan ended (Ctrl-C, SIGTERM, Locust's own stop)
+
+The verdict printed and written says the status the process exits with: a run the circuit
+breaker stopped, or one interrupted, never prints PASS.
 
 Files written next to the records: ``slo.json`` (machine-readable verdict) and
 ``junit.xml`` (one test case per SLO and step/task row, so CI systems show it natively).
@@ -26,6 +30,8 @@ from tokenswarm.metrics import slo_name
 from tokenswarm.workload.scenario import SLO_NAMES
 
 EXIT_OK, EXIT_SLO_MISSED, EXIT_BAD_CONFIG, EXIT_RUN_BROKE = 0, 1, 2, 3
+#: the run was interrupted before its plan ended (as a shell reports Ctrl-C)
+EXIT_INTERRUPTED = 130
 
 
 def parse_slo_args(items: list[str]) -> dict[str, Any]:
@@ -136,7 +142,7 @@ def write_junit(verdict: dict[str, Any], path: str | Path) -> None:
                    f"{r['threshold_value']} {r['unit']}" + (f" ({r['detail']})" if r.get("detail") else ""))
             body = f"<failure message={quoteattr(msg)}/>"
         cases.append(f"  <testcase classname=\"tokenswarm.slo\" name={quoteattr(name)}>{body}</testcase>")
-    if verdict["exit_status"] == EXIT_RUN_BROKE:
+    if verdict["exit_status"] in (EXIT_RUN_BROKE, EXIT_INTERRUPTED):
         cases.append(f"  <testcase classname=\"tokenswarm.run\" name=\"run completed\">"
                      f"<failure message={quoteattr(verdict['reason'])}/></testcase>")
     failures = sum(1 for c in cases if "<failure" in c)
@@ -153,7 +159,8 @@ def verdict_table(verdict: dict[str, Any]) -> str:
         lines.append(f"{r['slo_name']:<18} {str(r.get('step_name') or '-'):<8} {str(r.get('task')):<14} "
                      f"{obs:>12} {r['comparison']:>2} {r['threshold_value']:>10.4g}  "
                      + ("ok" if r["passed"] else _not_judged(r) if r.get("not_enough_samples") else "MISSED"))
-    word = {EXIT_OK: "PASS", EXIT_SLO_MISSED: "FAIL (SLO missed)", EXIT_RUN_BROKE: "FAIL (run broke)"}[verdict["exit_status"]]
+    word = {EXIT_OK: "PASS", EXIT_SLO_MISSED: "FAIL (SLO missed)", EXIT_RUN_BROKE: "FAIL (run broke)",
+            EXIT_INTERRUPTED: "INTERRUPTED"}[verdict["exit_status"]]
     checks = verdict["checks"]
     if verdict["exit_status"] == EXIT_SLO_MISSED and all(r["passed"] or r.get("not_enough_samples") for r in checks):
         word = "FAIL (SLO not judged: too few samples)"  # nothing was missed; the gate could not be judged
@@ -168,28 +175,44 @@ def _not_judged(r: dict[str, Any]) -> str:
 
 
 def conclude(run_dir: str | Path, slos: dict[str, Any], *, broken: str | None = None,
-             outcomes: Mapping[str, int] | None = None) -> tuple[dict[str, Any] | None, int]:
+             outcomes: Mapping[str, int] | None = None, interrupted: str | None = None) -> tuple[dict[str, Any] | None, int]:
     """The end of a run: write and print the verdict; return it and the process exit status.
 
     ``broken`` is the circuit breaker's message when it stopped the run: the exit status is
     then :data:`EXIT_RUN_BROKE` whatever the SLOs say, because the run did not measure the
-    server it was meant to. A verdict that cannot be evaluated is logged, never raised: it
-    must not hide the run's own files, and the status says the run broke. ``outcomes``: see
-    :func:`evaluate_run`.
+    server it was meant to. ``interrupted`` is the stop reason of a run that ended before its
+    plan did: :data:`EXIT_INTERRUPTED`. Either way the verdict says so, with what the SLOs alone
+    gave. A verdict that cannot be evaluated is logged, never raised: it must not hide the
+    run's own files, and the status says the run broke. ``outcomes``: see :func:`evaluate_run`.
     """
     try:
-        v = write_verdict(run_dir, slos, outcomes=outcomes)
+        v = write_verdict(run_dir, slos, outcomes=outcomes, broken=broken, interrupted=interrupted)
     except Exception as exc:
         logging.getLogger("tokenswarm").exception("tokenswarm: could not evaluate the SLO verdict: %s", exc)
         return None, EXIT_RUN_BROKE
     print(verdict_table(v), flush=True)
-    return v, EXIT_RUN_BROKE if broken else int(v["exit_status"])
+    return v, int(v["exit_status"])
 
 
-def write_verdict(run_dir: str | Path, slos: dict[str, Any], *,
-                  outcomes: Mapping[str, int] | None = None) -> dict[str, Any]:
+def overruled(v: dict[str, Any], *, broken: str | None, interrupted: str | None) -> dict[str, Any]:
+    """The SLO verdict ``v`` with the run's own ending over it: the circuit breaker's stop
+    (:data:`EXIT_RUN_BROKE`), else an interruption (:data:`EXIT_INTERRUPTED`); the SLOs' own
+    reason is kept after it."""
+    if broken:
+        status, why = EXIT_RUN_BROKE, broken
+    elif interrupted:
+        status, why = EXIT_INTERRUPTED, f"the run was interrupted ({interrupted}) before its plan ended"
+    else:
+        return v
+    if status == v["exit_status"] and why in v["reason"]:
+        return v
+    return {**v, "exit_status": status, "passed": False, "reason": f"{why}; the SLOs alone: {v['reason']}"}
+
+
+def write_verdict(run_dir: str | Path, slos: dict[str, Any], *, outcomes: Mapping[str, int] | None = None,
+                  broken: str | None = None, interrupted: str | None = None) -> dict[str, Any]:
     """Evaluate, write ``slo.json`` and ``junit.xml`` into ``run_dir``, return the verdict."""
-    v = evaluate_run(run_dir, slos, outcomes=outcomes)
+    v = overruled(evaluate_run(run_dir, slos, outcomes=outcomes), broken=broken, interrupted=interrupted)
     Path(run_dir, "slo.json").write_text(json.dumps(v, indent=2))
     write_junit(v, Path(run_dir, "junit.xml"))
     return v
