@@ -54,13 +54,6 @@ def test_master_collects_every_record_from_two_workers(tmp_path):
     assert all(not w["missing_seqs"] and w["final_received"] for w in m["workers"])
     assert all("kernel_stamps" in w["timing"] for w in m["workers"]), "each worker's timing paths"
     assert {r["step"] for r in records} == {0, 1}
-    # each worker's health up to its stop: its last sample, sent with its final batch, ends after
-    # its last request did (Locust sends no report after a stop)
-    health = [json.loads(x) for x in (run / "generator_health.jsonl").read_text().splitlines()]
-    for wid in by_worker:
-        mine = [h for h in health if h["worker_id"] == wid and h.get("role") == "worker"]
-        last_end = max(r["sent_at_s"] + (r["e2e_ms"] or 0) / 1000 for r in records if r["worker_id"] == wid)
-        assert mine and mine[-1]["t"] >= last_end and mine[-1]["since"] < mine[-1]["t"], (wid, mine[-1:], last_end)
     # server metrics: the counter delta over the run equals the tokens the records say were served
     lines = [json.loads(x) for x in (run / "server_metrics.jsonl").read_text().splitlines()]
     assert len(lines) >= 3

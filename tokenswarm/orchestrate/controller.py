@@ -55,10 +55,7 @@ log = logging.getLogger("tokenswarm")
 
 MSG_STEP = "tokenswarm_step"
 MSG_LIVE = "tokenswarm_live"  # a worker's last live-stats delta at test stop (web UI / progress on the master)
-#: a worker's health samples not yet in a report, and its last one, at test stop (Locust sends no
-#: report after a stop, so a stall in a worker's last seconds would otherwise go unreported)
-MSG_HEALTH = "tokenswarm_health"
-__all__ = ["EXIT_BAD_CONFIG", "EXIT_RUN_BROKE", "MSG_HEALTH", "MSG_LIVE", "MSG_STEP", "RunController"]
+__all__ = ["EXIT_BAD_CONFIG", "EXIT_RUN_BROKE", "MSG_LIVE", "MSG_STEP", "RunController"]
 
 
 class RunController:
@@ -271,14 +268,9 @@ class RunController:
         if not info:
             return
         self.live.merge_delta(info.get("live", {}))
-        self.on_health_samples(info.get("health"))
+        for sample in info.get("health") or []:
+            self.on_health_sample(sample)
         self.workers.record(client_id, info, self.collector)
-
-    def on_health_samples(self, samples: Any) -> None:
-        """A worker's health samples (a report's, or the ones it sends at its stop)."""
-        for sample in samples or []:
-            if isinstance(sample, dict):
-                self.on_health_sample(sample)
 
     def reset_live(self) -> None:
         """Locust's "Reset Stats" also resets the live LLM statistics (records are untouched)."""

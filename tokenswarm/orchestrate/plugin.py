@@ -44,7 +44,7 @@ from tokenswarm.load.setup import (  # noqa: F401  (planned_duration_s, scenario
 )
 from tokenswarm.orchestrate import exposure
 from tokenswarm.orchestrate.admission import MSG_REFUSED, WorkerGate, send_hello, token_from
-from tokenswarm.orchestrate.controller import MSG_HEALTH, MSG_LIVE, MSG_STEP, RunController
+from tokenswarm.orchestrate.controller import MSG_LIVE, MSG_STEP, RunController
 from tokenswarm.orchestrate.ending import MSG_HARD_STOP
 from tokenswarm.orchestrate.outputs import html_refusal, redact_exceptions, redact_locust_outputs
 from tokenswarm.orchestrate.runflags import RunFlags
@@ -216,7 +216,6 @@ def _on_init(environment: Any, **_kw: Any) -> None:
         runner.register_message(MSG_FINAL, collector_proxy.on_final)
         environment.events.worker_report.add_listener(lambda client_id, data, **kw: ctl.on_worker_report(client_id, data))
         runner.register_message(MSG_LIVE, lambda environment, msg, **kw: ctl.live.merge_delta(msg.data))
-        runner.register_message(MSG_HEALTH, lambda environment, msg, **kw: ctl.on_health_samples(msg.data))
     else:
         runner.register_message(MSG_STEP, lambda environment, msg, **kw: None)  # local: ctx updated directly
     environment.events.test_start.add_listener(lambda environment, **kw: ctl.start())
@@ -366,8 +365,6 @@ class _WorkerSide:
             self.flusher.kill(block=False)
         if self.health is not None:
             self.health.stop()
-            self.runner.send_message(MSG_HEALTH, [*self.health_samples, self.health.final_sample()])
-            self.health_samples = []
         self.runner.send_message(MSG_LIVE, ctx.live.take_delta())
         ctx.sink.final(ctx.last_seq, ctx.requests_started)
         self.ctx = None
