@@ -27,9 +27,15 @@ def test_a_spec_bench_study_reports_speedup_and_acceptance_per_category(tmp_path
     summary = draft_vs_base_summary(scenario, out)
     cells = {v["task"]: v for v in summary["verdict"]}
     assert set(cells) == {"all", *CATEGORIES}, "one row per Spec-Bench category, and the whole"
+    # Faster over the whole set. Per category, with 16-token answers and a few requests each, a
+    # category's speedup can sit near 1 (qa once read 0.999 in [0.967, 1.254] on a busy machine):
+    # each has its speedup inside its interval, drafts accepted, and none is significantly slower.
+    assert cells["all"]["speedup_ci"][0] > 1.0, cells["all"]
     for name in CATEGORIES:
-        assert cells[name]["speedup"] is not None and cells[name]["speedup"] > 1.0, cells[name]
-        assert cells[name]["mean_accepted_length"] > 1.0, cells[name]
+        c = cells[name]
+        lo, hi = c["speedup_ci"]
+        assert c["mean_accepted_length"] > 1.0 and lo <= c["speedup"] <= hi, c
+        assert hi > 1.0, f"{name}: significantly slower with the draft model: {c}"
     # multi-turn questions went as conversations: second turns were sent after the first answers
     records = [json.loads(line) for line in (out / "runs" / "draft-r1" / "records.jsonl").read_text().splitlines()]
     second = [r for r in records if r["task"] == "mt_bench" and r["turn"] == 1]
