@@ -204,8 +204,6 @@ def overruled(v: dict[str, Any], *, broken: str | None, interrupted: str | None)
         status, why = EXIT_INTERRUPTED, f"the run was interrupted ({interrupted}) before its plan ended"
     else:
         return v
-    if status == v["exit_status"] and why in v["reason"]:
-        return v
     return {**v, "exit_status": status, "passed": False, "reason": f"{why}; the SLOs alone: {v['reason']}"}
 
 

@@ -81,8 +81,6 @@ def vllm_available(python: str | None = None) -> bool:
     return probe.returncode == 0
 
 
-
-
 def vllm_command(
     model_dir: str | Path,
     *,

@@ -95,7 +95,8 @@ class StepMachine:
     #: such an edge is dated at the tick: dated as planned, a window could open and close in one
     #: late tick and hold none of the records sent in it (a 2.2 s stall once left 2 of 150).
     late_tick_s: float = 1.5
-    #: the edges dated at a late tick: (step name, phase that began, seconds past the plan)
+    #: the edges dated at a late tick: (step name, ``"steady"`` (the window opened) or ``"ended"``,
+    #: seconds past the plan)
     late_ticks: list[tuple[str, str, float]] = field(default_factory=list)
 
     @property
