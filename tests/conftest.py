@@ -18,7 +18,7 @@ keep_xdist_on_real_threads()
 @pytest.fixture(scope="session")
 def early_recipes(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     """The long documented recipes (tests/study/early.py): those whose tests are selected start
-    with the suite in a one-process run; an xdist worker runs each in its test."""
+    with the suite in a one-process run; under xdist, together when a worker reaches their file."""
     from tests.study.documented import recipes
     from tests.study.early import EarlyRecipes
 

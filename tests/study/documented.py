@@ -1,12 +1,13 @@
-"""The documented recipes, run as written (one test file per recipe, so that parallel workers
-run them side by side): the demo, the study of docs/studies.md, the README's first run, the CI
-stage of docs/ci.md and the manual A/B -- each must print a verdict with every cell judged.
+"""The documented recipes, run as written: the demo, the study of docs/studies.md, the README's
+first run, the CI stage of docs/ci.md and the manual A/B -- each must print a verdict with every
+cell judged.
 
 The commands are read from the pages themselves, so a page and its test cannot drift apart. The
 only changes: ``tokenswarm`` runs as ``python -m tokenswarm`` (the interpreter under test), the
 fixed port 8000 becomes a free one and ``--out`` a directory of the test's. The four long ones
-(:func:`recipes`) start when a one-process run of the suite starts (tests/study/early.py). The manual A/B recipe (plumbing of two runs and compare) is
-the one run with shortened, fixed steps (appended ``--set`` flags).
+(:func:`recipes`, tested in tests/study/test_recipes.py) run side by side (tests/study/early.py).
+The manual A/B recipe (plumbing of two runs and compare) is the one run with shortened, fixed
+steps (appended ``--set`` flags).
 """
 
 
@@ -92,14 +93,13 @@ def _demo_argv(workdir: Path, port: int | None) -> list[str]:
 
 
 def recipes() -> dict[str, Recipe]:
-    """The long recipes as processes, longest first (the order they start early in)."""
+    """The long recipes as processes, longest first (the order a one-process run starts them in)."""
     (readme_sim,) = documented_lines("README.md", "tokenswarm sim --port 8000")
     (readme_run,) = documented_lines("README.md", "tokenswarm run scenarios/mix.yaml")
     (ci_sim,) = documented_lines("docs/ci.md", "tokenswarm sim --port 8000 &")
     (ci_run,) = documented_lines("docs/ci.md", "tokenswarm run scenarios/mix.yaml")
     return {
         "study": Recipe("study", _study_argv, timeout_s=1400),
-        # the two that drive mix.yaml at 8-16 users (the heavier ones) next, while the study is light
         "readme_run": Recipe("readme_run", _run_argv(readme_run, "--out runs/mix1", "mix1"), _sim_argv(readme_sim),
                              cwd=ROOT, timeout_s=600),
         "ci_stage": Recipe("ci_stage", _run_argv(ci_run, "--out runs/ci", "ci"), _sim_argv(ci_sim), cwd=ROOT,

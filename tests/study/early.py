@@ -1,17 +1,19 @@
-"""The long documented recipes, started at the beginning of a one-process run of the suite.
+"""The long documented recipes, started together rather than one after another.
 
 The demo, the study of docs/studies.md, the README's first run and the CI stage of docs/ci.md
-take 1.5 to 9 minutes each, and spend most of it waiting on the simulator's pace (the study
-uses ~4 % of a core). Run by their tests one after another, they would add ~18 minutes at the
-end of a one-process run. Started when the suite starts, they run beside the rest: the first
-test's set-up launches them, at most :data:`MAX_RUNNING` at a time, as processes that write to
+take 1.5 to 8 minutes each, and spend nearly all of it waiting on the simulator's pace (measured
+on 2026-12-03 in a four-worker run: the README's run 7.5 s of CPU in 204 s and its simulator
+5.6 s; the study's runs 4-5 s each). Run one after another they would take ~17 minutes; side by
+side, as long as the longest. A one-process run of the suite starts them with its first test's
+set-up; under xdist the worker that reaches their file (tests/study/test_recipes.py) starts them
+there, while the other workers run the rest. Either way they start as processes that write to
 files (nothing has to read their pipes; a recipe with a simulator waits the second or two until
-it answers), and every test's set-up starts the next one when a place is free (no thread: Locust's gevent patching makes threads greenlets that would only run
-when a test yields). Each recipe's test then waits for its process and asserts on its output
-exactly as it would on a run of its own.
+it answers), at most :data:`MAX_RUNNING` at a time, and every test's set-up starts the next one
+when a place is free (no thread: Locust's gevent patching makes threads greenlets that would
+only run when a test yields). Each recipe's test then waits for its process and asserts on its
+output exactly as it would on a run of its own.
 
-Only the recipes whose tests are selected start early, and only in one process: in an xdist
-worker, or when a recipe's test comes before its turn, the test runs the recipe itself,
+Only the recipes whose tests are selected start; one whose test comes before its turn runs then,
 the same way. A run of the suite that ends early kills whatever is still running.
 """
 
@@ -29,9 +31,9 @@ from pathlib import Path
 from tests.helpers.waiting import wait_until
 from tokenswarm.wire.ports import free_port
 
-#: recipes running at once: the light study beside one of the others (the README's run and the
-#: CI stage drive mix.yaml at 8-16 users: about half a core each)
-MAX_RUNNING = 2
+#: recipes running at once: all four documented ones (each, with its simulator, uses a few per
+#: cent of a core)
+MAX_RUNNING = 4
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,11 @@ class EarlyRecipes:
         self.base_dir, self.recipes = base_dir, recipes
         self.pending = list(early)  # to start early, in this order
         self.runs: dict[str, RecipeRun] = {}
+
+    def start(self, names: list[str]) -> None:
+        """Start ``names`` now, as places allow (those already started or queued are left as they are)."""
+        self.pending += [n for n in names if n not in self.runs and n not in self.pending]
+        self.tick()
 
     def tick(self) -> None:
         """From a test's set-up: stop the simulators of finished commands, start the next recipes

@@ -106,3 +106,17 @@ def test_a_recipe_past_its_timeout_is_killed_and_named(tmp_path):
     with pytest.raises(AssertionError, match=r"stuck: still running after 0.5 s"):
         early.outcome("stuck")
     assert not early.runs["stuck"].running
+
+
+def test_the_recipes_a_worker_reaches_start_together_and_a_running_one_is_not_started_again(tmp_path):
+    names = [f"long{i}" for i in range(MAX_RUNNING)]
+    early = EarlyRecipes(tmp_path, {n: Recipe(n, LONG) for n in names}, [])  # an xdist worker: nothing early
+    try:
+        early.start(names[:1])
+        first = early.runs["long0"].proc
+        early.start(names)
+        assert sorted(early.runs) == sorted(names) and not early.pending
+        assert all(run.running for run in early.runs.values())
+        assert early.runs["long0"].proc is first, "a recipe already running keeps its process"
+    finally:
+        early.close()
