@@ -116,3 +116,24 @@ def test_ci_runs_the_readme_test_command_as_written():
     command = [ln for ln in block.splitlines() if ln.strip()][1].strip()
     assert command.startswith("pip install -e '.[test]' && pytest "), command
     assert f"{command} || status=$?" in (ROOT / ".ci" / "run").read_text(), command
+
+
+def test_the_recipe_stage_runs_every_recipe_beside_the_readme_command_and_requires_no_tier():
+    # The README's command leaves the long documented recipes out; CI runs them in a session of
+    # their own, started before that command and waited for after it, with no tier required
+    # (none of them is a tier's test, so a required tier would fail the session for running none).
+    script = (ROOT / ".ci" / "run").read_text()
+    stage = script[script.index("# -- tests:"):script.index("# -- timing:")]
+    launch, waited = 'TOKENSWARM_CI_REQUIRE_TIERS="" pytest -p no:xdist -p no:cacheprovider', 'wait "$recipes_pid" ||'
+    background = stage[stage.index(launch):].split("&\n", 1)[0]  # the command up to its '&'
+    assert "-m recipe" in background, background
+    assert stage.index(launch) < stage.index("pytest -n 4") < stage.index(waited)
+    assert '-m "not timing and not recipe"' in stage
+    # ...and the recipe tests are one file, so that one xdist worker starts them together
+    env = {k: v for k, v in os.environ.items() if k != "TOKENSWARM_CI_REQUIRE_TIERS" and not k.startswith("PYTEST_XDIST")}
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
+                          "-m", "recipe", str(ROOT / "tests")], capture_output=True, text=True, cwd=ROOT, env=env,
+                         timeout=300)
+    ids = [ln for ln in res.stdout.splitlines() if "::" in ln]
+    from tests.study.documented import recipes
+    assert len(ids) == len(recipes()) and all(i.startswith("tests/study/test_recipes.py::") for i in ids), ids
