@@ -79,10 +79,10 @@ _OWN_FLAGS = frozenset({"--scenario", "--out", "--set", "--slo"})
 
 def locustfile_options() -> list[tuple[tuple[str, ...], dict[str, Any]]]:
     """The plugin's own Locust options (one definition: read from the plugin), as argparse args."""
-    from tokenswarm.orchestrate import plugin  # Locust loads late: after the command set the process up
+    from tokenswarm.orchestrate.options import add_options  # without Locust: it loads after the exec
 
     recorder = _OptionRecorder()
-    plugin.add_options(recorder)
+    add_options(recorder)
     out = []
     for flags, kwargs in recorder.options:
         if kwargs.get("help") is argparse.SUPPRESS or _OWN_FLAGS.intersection(flags):
@@ -168,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_flags(args: argparse.Namespace) -> Any:
     """The plan-shaping flags of this command line: the plugin's own, and -u/-t from Locust's."""
-    from tokenswarm.orchestrate.runflags import RunFlags  # imports Locust's options: Locust loads late
+    from tokenswarm.orchestrate.runflags import RunFlags
 
     locust_flags = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     locust_flags.add_argument("-u", "--users", dest="users")

@@ -10,10 +10,9 @@ before the first request), never a log line followed by another plan. ``tokenswa
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
-
-from locust.util.timespan import parse_timespan
 
 from tokenswarm.workload.scenario import ScenarioError, load_scenario
 
@@ -81,7 +80,7 @@ class RunFlags:
             seconds = float(self.run_time)
         else:
             try:
-                seconds = float(parse_timespan(str(self.run_time).strip()))
+                seconds = float(timespan_s(str(self.run_time).strip()))
             except ValueError:
                 raise RunFlagError(f"-t/--run-time {self.run_time!r}: expected a duration such as 90, 90s, "
                                    "5m or 1h30m") from None
@@ -105,6 +104,21 @@ class RunFlags:
                     given = {"--steps": self.steps, "--step-duration": self.step_duration, "--warmup": self.warmup}[flag]
                     raise RunFlagError(f"{flag} {str(given).strip()}: {text}") from None
             raise
+
+
+_TIMESPAN = re.compile(r"((?P<hours>\d+?)h)?((?P<minutes>\d+?)m)?((?P<seconds>\d+?)s)?")
+
+
+def timespan_s(text: str) -> int:
+    """Seconds of a ``-t`` value as Locust reads it (``20``, ``20s``, ``3m``, ``1h20m``, ``3h30m10s``;
+    ``ValueError`` otherwise): its ``locust.util.timespan`` rules, without importing Locust, whose
+    import patches the process (``tokenswarm run`` checks ``-t`` before it hands over to Locust)."""
+    if re.fullmatch(r"\d+", text):
+        return int(text)
+    parts = _TIMESPAN.fullmatch(text) if text else None
+    if parts is None or not any(parts.groupdict().values()):
+        raise ValueError(f"invalid time span {text!r}: expected e.g. 20, 20s, 3m, 2h, 1h20m, 3h30m10s")
+    return sum(int(v or 0) * unit for v, unit in zip(parts.group("hours", "minutes", "seconds"), (3600, 60, 1)))
 
 
 def _number(text: str) -> int | float:

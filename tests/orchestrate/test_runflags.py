@@ -1,0 +1,46 @@
+"""The run flags read before Locust is imported: ``-t`` as Locust reads it, and a ``tokenswarm run``
+that does not pay for Locust's import before it hands the process over."""
+
+import subprocess
+import sys
+
+import pytest
+from locust.util.timespan import parse_timespan
+
+from tests.helpers.runs import ROOT
+from tokenswarm.orchestrate.runflags import RunFlagError, RunFlags, timespan_s
+
+SPANS = ["0", "20", "007", "20s", "3m", "2h", "1h20m", "3h30m10s", "90m", "1h1s", "100000s",
+         "", "s", "h", "1x", "1.5", "1m2h", "20 s", "-5", "1h20", "m5", "20ss", "٣"]
+
+
+@pytest.mark.parametrize("text", SPANS)
+def test_a_run_time_reads_as_locust_reads_it(text):
+    try:
+        expected: object = parse_timespan(text)
+    except ValueError:
+        expected = ValueError
+    try:
+        got: object = timespan_s(text)
+    except ValueError:
+        got = ValueError
+    assert got == expected, text
+
+
+def test_a_bad_run_time_is_an_error_naming_the_flag():
+    with pytest.raises(RunFlagError, match=r"-t/--run-time '5 minutes': expected a duration such as 90"):
+        RunFlags(run_time="5 minutes").run_time_s()
+    assert RunFlags(run_time="1h30m").run_time_s() == 5400.0
+
+
+def test_tokenswarm_run_checks_its_flags_without_importing_locust():
+    # `tokenswarm run` execs Locust once the scenario and flags are checked: importing Locust
+    # before that (its gevent patching, ~0.6 s of CPU) would be paid twice per run
+    probe = ("import sys, runpy; sys.argv = ['tokenswarm', 'run', 'scenarios/qa.yaml', '--headless', '-t', '1m', "
+             "'--steps', '1,2']; import tokenswarm.commands.run as r, argparse; p = argparse.ArgumentParser(); "
+             "r.add_arguments(p); a, rest = p.parse_known_args(sys.argv[2:]); a.passthrough = rest; "
+             "r.run_flags(a).check(r.resolve_scenario_path(a.scenario), None); "
+             "print(sorted(m for m in sys.modules if m == 'locust' or m.startswith('locust.')))")
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip() == "[]", res.stdout
