@@ -10,6 +10,7 @@ tests only read those directories, so at most one vLLM server runs at a time (th
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import time
 import urllib.request
@@ -162,12 +163,29 @@ PROBE_TOKENS = 96
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 
 
-def probe(base_url: str) -> dict[str, Any]:
-    """Token ids and chunk sizes of one greedy answer, with the accepted-token counter around it."""
-    before = metric_total(base_url, ACCEPTED)
-    ids, chunk_tokens = stream_chat_token_ids(base_url, PROBE_PROMPT, PROBE_TOKENS)
-    return {"ids": ids, "chunk_tokens": chunk_tokens, "accepted_before": before,
-            "accepted_after": metric_total(base_url, ACCEPTED)}
+#: Probes of a server without speculation: its API server merges engine steps into one chunk when
+#: it falls behind (a saturated machine: seen with a median of 2 tokens per chunk in a 4-worker
+#: run), so it is asked again, up to this many times, for an answer streamed as it decoded.
+PLAIN_PROBE_ATTEMPTS = 3
+
+
+def probe(base_url: str, *, speculative: bool) -> dict[str, Any]:
+    """Token ids and chunk sizes of one greedy answer, with the accepted-token counter around it.
+
+    Without speculation: the first answer whose chunks are mostly single tokens, else the most
+    finely chunked of :data:`PLAIN_PROBE_ATTEMPTS` (the test then fails on it).
+    """
+    kept: dict[str, Any] = {}
+    for _ in range(1 if speculative else PLAIN_PROBE_ATTEMPTS):
+        before = metric_total(base_url, ACCEPTED)
+        ids, chunk_tokens = stream_chat_token_ids(base_url, PROBE_PROMPT, PROBE_TOKENS)
+        got = {"ids": ids, "chunk_tokens": chunk_tokens, "accepted_before": before,
+               "accepted_after": metric_total(base_url, ACCEPTED)}
+        if not kept or len(chunk_tokens) > len(kept["chunk_tokens"]):
+            kept = got
+        if statistics.median(chunk_tokens or [0]) <= 1:
+            break
+    return kept
 
 
 @dataclass
@@ -200,7 +218,7 @@ def serve_and_run(model_dir: Path, work: Path, *, speculative: bool, names: tupl
         # The first requests are slow (about 3 s with n-gram on CPU): pay that before any run.
         for _ in range(2):
             chat(server.base_url, "Warm up: what is a list?", 32)
-        out.probe = probe(server.base_url)
+        out.probe = probe(server.base_url, speculative=speculative)
         for name in names:
             run_dir = work / f"{label}-{name}"
             out.dirs[name] = run_dir
