@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,14 +78,31 @@ def test_under_parallel_workers_a_required_tier_that_ran_no_test_fails_the_sessi
     assert res.returncode == 1 and "no test of theirs ran" in res.stdout, res.stdout
 
 
-def test_no_timing_test_needs_a_browser():
+@pytest.fixture(scope="module")
+def stage_markers(tmp_path_factory) -> dict[str, set[str]]:
+    """Every test of the suite with the stage and tier markers it carries, from one collection."""
+    out = tmp_path_factory.mktemp("collected") / "markers.json"
+    plugin = tmp_path_factory.mktemp("plugin")
+    (plugin / "markers_out.py").write_text(
+        "import json, os\n"
+        "def pytest_collection_finish(session):\n"
+        "    names = {'timing', 'recipe', 'browser', 'real_engine'}\n"
+        "    found = {i.nodeid: sorted({m.name for m in i.iter_markers()} & names) for i in session.items}\n"
+        "    open(os.environ['MARKERS_OUT'], 'w').write(json.dumps(found))\n")
+    env = {k: v for k, v in os.environ.items() if k != "TOKENSWARM_CI_REQUIRE_TIERS" and not k.startswith("PYTEST_XDIST")}
+    env.update(MARKERS_OUT=str(out), PYTHONPATH=os.pathsep.join([str(plugin), str(ROOT)]))
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "markers_out",
+                          "--collect-only", str(ROOT / "tests")], capture_output=True, text=True, cwd=ROOT, env=env,
+                         timeout=300)
+    assert res.returncode == 0 and out.is_file(), res.stdout[-2000:] + res.stderr[-2000:]
+    return {node: set(marks) for node, marks in json.loads(out.read_text()).items()}
+
+
+def test_no_timing_test_needs_a_browser(stage_markers):
     # CI's timing stage requires only the real-engine tier (.ci/run): a browser test there would
     # skip on a machine without Chromium and nobody would know.
-    env = {k: v for k, v in os.environ.items() if k != "TOKENSWARM_CI_REQUIRE_TIERS" and not k.startswith("PYTEST_XDIST")}
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
-                          "-m", "timing and browser", str(ROOT / "tests")],
-                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
-    assert res.returncode == 5, res.stdout[-2000:]
+    assert len(stage_markers) > 1000
+    assert not [n for n, m in stage_markers.items() if {"timing", "browser"} <= m]
 
 
 def test_the_timing_stage_requires_the_real_engine_tier_whenever_the_suite_does():
@@ -118,7 +138,7 @@ def test_ci_runs_the_readme_test_command_as_written():
     assert f"{command} || status=$?" in (ROOT / ".ci" / "run").read_text(), command
 
 
-def test_the_recipe_stage_runs_every_recipe_beside_the_readme_command_and_requires_no_tier():
+def test_the_recipe_stage_runs_every_recipe_beside_the_readme_command_and_requires_no_tier(stage_markers):
     # The README's command leaves the long documented recipes out; CI runs them in a session of
     # their own, started before that command and waited for after it, with no tier required
     # (none of them is a tier's test, so a required tier would fail the session for running none).
@@ -129,11 +149,9 @@ def test_the_recipe_stage_runs_every_recipe_beside_the_readme_command_and_requir
     assert "-m recipe" in background, background
     assert stage.index(launch) < stage.index("pytest -n 4") < stage.index(waited)
     assert '-m "not timing and not recipe"' in stage
-    # ...and the recipe tests are one file, so that one xdist worker starts them together
-    env = {k: v for k, v in os.environ.items() if k != "TOKENSWARM_CI_REQUIRE_TIERS" and not k.startswith("PYTEST_XDIST")}
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
-                          "-m", "recipe", str(ROOT / "tests")], capture_output=True, text=True, cwd=ROOT, env=env,
-                         timeout=300)
-    ids = [ln for ln in res.stdout.splitlines() if "::" in ln]
+    # ...and the recipe tests are one file, so that one xdist worker starts them together; none
+    # is also a timing test or a tier's (the recipe stage requires no tier)
     from tests.study.documented import recipes
+    ids = [n for n, m in stage_markers.items() if "recipe" in m]
     assert len(ids) == len(recipes()) and all(i.startswith("tests/study/test_recipes.py::") for i in ids), ids
+    assert all(stage_markers[i] == {"recipe"} for i in ids), {i: stage_markers[i] for i in ids}
