@@ -202,12 +202,6 @@ class EngineRuns:
     log_tail: str = ""
 
 
-#: The test servers run vLLM's engine in the API server's process (the same engine, scheduler,
-#: streaming and metrics; one process instead of three, each importing torch): measured on
-#: 2026-12-03 on 2 cores, this file's tests took 119 s and 179 s of CPU against 158 s and 240 s.
-TEST_SERVER_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-
-
 def serve_and_run(model_dir: Path, work: Path, *, speculative: bool, names: tuple[str, ...]) -> EngineRuns:
     """Start vLLM once, warm it up, probe it, run the named scenarios one after another, stop it.
 
@@ -218,7 +212,7 @@ def serve_and_run(model_dir: Path, work: Path, *, speculative: bool, names: tupl
     label = "ngram" if speculative else "baseline"
     started = time.monotonic()
     with start_vllm(model_dir, speculative=speculative, max_model_len=MAX_MODEL_LEN,
-                    log_path=work / f"vllm-{label}.log", env=TEST_SERVER_ENV) as server:
+                    log_path=work / f"vllm-{label}.log") as server:
         out.startup_s = time.monotonic() - started
         out.log_path = server.log_path
         # The first requests are slow (about 3 s with n-gram on CPU): pay that before any run.
