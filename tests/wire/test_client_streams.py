@@ -35,7 +35,7 @@ def test_each_delivery_dates_its_chunks_from_the_send():
     assert t.discarded == 0 and t.settled == 1
 
 
-def test_multi_token_chunks():
+def test_each_chunk_records_the_tokens_it_carried():
     rec, _, _ = call(server_reply("normal", n=4, per_chunk=3))
     assert rec.chunk_tokens == [3, 3, 3, 3] and rec.output_tokens == 12
 
@@ -57,12 +57,12 @@ def test_usage_absent_leaves_chunk_tokens_unknown():
     assert rec.outcome == "ok" and rec.chunk_tokens is None and rec.tokens_estimated
 
 
-def test_invalid_json_in_stream():
+def test_an_event_that_is_not_json_ends_the_request_as_a_stream_error_keeping_its_tokens():
     rec, _, _ = call(server_reply("invalid_json", n=3))
     assert rec.outcome == "stream_error" and "invalid JSON" in rec.error and rec.output_tokens == 3
 
 
-def test_error_event_inside_stream():
+def test_an_error_event_inside_a_stream_is_a_stream_error_with_the_servers_message():
     rec, _, _ = call(server_reply("event_error", n=3))
     assert rec.outcome == "stream_error" and "engine died" in rec.error and rec.chunk_tokens == [1, 1, 1]
 

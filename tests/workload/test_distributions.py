@@ -29,7 +29,7 @@ def test_uniform_int_covers_both_ends_and_stays_inside():
     assert min(xs.count(v) for v in range(2, 6)) > 800
 
 
-def test_normal_mean_and_clipping():
+def test_a_normal_draw_is_clipped_to_its_bounds_and_has_the_mean_and_stddev_asked():
     d = make_dist({"dist": "normal", "mean": 100, "stddev": 20, "min": 90, "max": 130}, "x")
     assert isinstance(d, Normal)
     xs = draws(d)
@@ -65,7 +65,7 @@ def test_same_seed_same_draws_different_seed_differs():
     assert draws(d, 50, seed=1) != draws(d, 50, seed=2)
 
 
-def test_uniform_is_protocol_instance():
+def test_a_uniform_distribution_answers_the_dist_protocol():
     from tokenswarm.workload.distributions import Dist
 
     assert isinstance(make_dist({"dist": "uniform", "min": 1, "max": 2}, "x"), Dist)

@@ -76,7 +76,7 @@ def test_burstiness_controls_the_dispersion_of_gaps():
     assert cv("constant", 1) == 0.0
 
 
-def test_same_seed_same_schedule():
+def test_the_same_seed_gives_the_same_arrival_schedule():
     a = arrival_times(0, 10, ArrivalProcess(5, "poisson", 1, random.Random(3)))
     b = arrival_times(0, 10, ArrivalProcess(5, "poisson", 1, random.Random(3)))
     assert a == b
