@@ -57,3 +57,57 @@ def test_only_outside_stops_are_interruptions_and_every_stop_but_the_plans_cuts_
     assert reason.hard is (outside or reason is StopReason.MAX_RUN_TIME)
     assert reason.cuts_plan is (reason not in (StopReason.PLAN_DONE, StopReason.RUN_TIME))
     assert EXIT_INTERRUPTED == 130
+
+
+# Locust fires test_stop in whichever greenlet stops the runner, and a second stopper's quit kills
+# the runner's greenlets -- the first stopper among them (seen: a master exited 0 with its
+# manifest unfinalised when its heartbeat found the workers missing as the plan ended).
+
+def test_a_stop_whose_caller_is_killed_goes_on_and_quitting_waits_for_it(tmp_path):
+    import gevent
+
+    ctl = running_controller(tmp_path, web_ui=False)
+    done = []
+
+    def slow_stop() -> None:  # waits like the workers' last batches, then sets the exit status
+        gevent.sleep(0.3)
+        done.append(True)
+        ctl.env.process_exit_code = 3
+
+    ctl._stop = slow_stop  # type: ignore[method-assign]
+    try:
+        caller = gevent.spawn(ctl.stop)
+        gevent.sleep(0.05)
+        caller.kill(block=True)  # what runner.greenlet.kill does to the first stopper
+        assert caller.dead and not done, "the stop goes on without its caller"
+        ctl.on_quitting()  # Locust's quitting event, fired before it reads the exit status
+        assert done and ctl.env.process_exit_code == 3
+        ctl.stop()  # a later stopper finds it done
+        assert done == [True]
+    finally:
+        ctl.env.runner.quit()
+
+
+def test_a_stop_that_never_ends_is_abandoned_at_quitting_and_the_run_finalised_as_broken(tmp_path, monkeypatch):
+    import gevent
+
+    from tokenswarm.orchestrate import controller as controller_module
+    from tokenswarm.orchestrate.verdict import EXIT_RUN_BROKE
+
+    monkeypatch.setattr(controller_module, "FINALISE_GRACE_S", 0.2)
+    ctl = running_controller(tmp_path, web_ui=False)
+    ctl.env.stop_timeout = 0
+    finalised = []
+    ctl._stop = lambda: gevent.sleep(3600)  # type: ignore[method-assign]  # e.g. a scrape that never answers
+    ctl.finalize_manifest = lambda: finalised.append(ctl.ending.broken)  # type: ignore[method-assign]
+    ctl.recording.close_records = ctl.recording.close = lambda: None  # type: ignore[union-attr]
+    try:
+        caller = gevent.spawn(ctl.stop)
+        gevent.sleep(0.05)
+        caller.kill(block=True)
+        ctl.on_quitting()
+        assert ctl.env.process_exit_code == EXIT_RUN_BROKE and ctl.finalised
+        assert finalised and "did not end within 0.2 s" in finalised[0]
+        assert any("did not end within" in w for w in ctl.recording.manifest.current.warnings)
+    finally:
+        ctl.env.runner.quit()

@@ -55,7 +55,11 @@ log = logging.getLogger("tokenswarm")
 
 MSG_STEP = "tokenswarm_step"
 MSG_LIVE = "tokenswarm_live"  # a worker's last live-stats delta at test stop (web UI / progress on the master)
-__all__ = ["EXIT_BAD_CONFIG", "EXIT_RUN_BROKE", "MSG_LIVE", "MSG_STEP", "RunController"]
+__all__ = ["EXIT_BAD_CONFIG", "EXIT_RUN_BROKE", "FINALISE_GRACE_S", "MSG_LIVE", "MSG_STEP", "RunController"]
+
+#: How long past the stop timeout Locust's quitting waits for a stop under way (it waits for the
+#: workers' last batches up to the stop timeout plus 20 s, then scrapes and writes the verdict).
+FINALISE_GRACE_S = 60.0
 
 
 class RunController:
@@ -87,6 +91,9 @@ class RunController:
         #: called with every generator health sample (the live metrics export keeps the last per worker)
         self.health_listeners: list[Callable[[dict[str, Any]], None]] = []
         self.finalised = False  # the final manifest is written
+        #: the greenlet that stops the run (:meth:`stop`): outside the runner's group, so Locust's
+        #: quit, which kills that group, cannot cut a finalisation short
+        self._stopper: gevent.Greenlet | None = None
         self.admission: Any = None  # master: the WorkerGate (admission.py); its refusals go to the manifest
         self.ending = RunEnding(self)  # the stop reason, the guards, the circuit breaker
         #: the shaped plan (its step machine and hooks) and the step broadcasts
@@ -160,6 +167,7 @@ class RunController:
         self.runs += 1
         self.ending.begin()
         self.finalised = False
+        self._stopper = None
         if self.plan is None:  # no shape tick made the plan (fixed -u mode)
             self._apply_option_overrides(opts)
         self.finished = False
@@ -310,16 +318,43 @@ class RunController:
             self.ctx.stopping = True
 
     def on_quitting(self) -> None:
-        """Locust is quitting: a run still going is stopped as an interruption, then finalised."""
+        """Locust is quitting: a run still going is stopped as an interruption, then finalised.
+
+        Locust reads the exit status after this event, so a stop already under way is waited for
+        (at most the stop timeout plus :data:`FINALISE_GRACE_S`); one that still has not ended by
+        then is abandoned and the manifest is finalised here, as a broken run.
+        """
         self.ending.on_quitting()
-        self.stop()
+        if self._stopper is None:
+            self.stop()
+            return
+        self._stopper.join(timeout=float(self.env.stop_timeout or 0) + FINALISE_GRACE_S)
+        if not self._stopper.ready():
+            self._stopper.kill(block=False)
+            self._finalise_abandoned()
+        elif not self._stopper.successful():
+            raise self._stopper.exception  # ready and unsuccessful: it has one
 
     def stop(self) -> None:
-        """Locust's test_stop: collect the last records, finalise the manifest, judge the run, set the exit status."""
+        """Locust's test_stop: collect the last records, finalise the manifest, judge the run, set the exit status.
+
+        The work runs in a greenlet of its own and the caller waits for it. Locust fires test_stop
+        in whichever greenlet stopped the runner -- its heartbeat finding the last worker missing,
+        the shape at the plan's end, the web UI -- and a second stopper's ``quit`` kills the
+        runner's greenlets, the first stopper among them, while it waits for the workers' last
+        batches (seen: a master exited 0 with its manifest unfinalised). Outside that group the
+        finalisation goes on; :meth:`on_quitting` waits for it before Locust reads the exit status.
+        """
+        if self._stopper is None:
+            if self.recording is None or self.finished:
+                return
+            self.finished = True
+            self._stopper = gevent.spawn(self._stop)
+        self._stopper.get()  # its exception, if any, is the caller's (Locust logs a listener's)
+
+    def _stop(self) -> None:
         rec = self.recording
-        if rec is None or self.finished:
-            return
-        self.finished = True
+        assert rec is not None
         if self.ending.reason is None:  # stopped without Locust's stop event (a direct call)
             self.ending.reason = StopReason.PLAN_DONE
         if self.ctx is not None:
@@ -338,6 +373,22 @@ class RunController:
             f"tokenswarm: report: tokenswarm report {rec.run_dir}  (writes {os.path.join(str(rec.run_dir), 'report', 'report.html')})",
             flush=True,
         )
+
+    def _finalise_abandoned(self) -> None:
+        """The stop did not end in time: the manifest is finalised as it stands and the run is broken."""
+        rec = self.recording
+        assert rec is not None
+        message = (f"the run's stop did not end within {float(self.env.stop_timeout or 0) + FINALISE_GRACE_S:g} s "
+                   "of Locust quitting; the manifest was finalised as it stood")
+        self.ending.broken = self.ending.broken or message
+        self.warn(message)
+        if not self.finalised:
+            rec.close_records()
+            self.finalize_manifest()
+            rec.close()
+            self.finalised = True
+        print(f"tokenswarm: {message}", file=sys.stderr, flush=True)
+        self.env.process_exit_code = EXIT_RUN_BROKE
 
     def _stop_monitors(self) -> None:
         self.ending.disarm()

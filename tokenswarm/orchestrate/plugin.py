@@ -75,7 +75,7 @@ def install_events(evs: Any) -> None:
 install_events(events)
 
 
-events.init_command_line_parser.add_listener(add_options)
+events.init_command_line_parser.add_listener(add_options)  # type: ignore[no-untyped-call]  # Locust's hook is untyped
 
 
 # ---------------------------------------------------------------------------------------------
