@@ -138,17 +138,14 @@ def test_ci_runs_the_readme_test_command_as_written():
     assert f"{command} || status=$?" in (ROOT / ".ci" / "run").read_text(), command
 
 
-def test_the_recipe_stage_runs_every_recipe_beside_the_readme_command_and_requires_no_tier(stage_markers):
+def test_the_recipe_stage_runs_every_recipe_after_the_readme_command_and_requires_no_tier(stage_markers):
     # The README's command leaves the long documented recipes out; CI runs them in a session of
-    # their own, started before that command and waited for after it, with no tier required
-    # (none of them is a tier's test, so a required tier would fail the session for running none).
+    # their own once the other stages have passed, with no tier required (none of them is a
+    # tier's test, so a required tier would fail the session for running none).
     script = (ROOT / ".ci" / "run").read_text()
-    stage = script[script.index("# -- tests:"):script.index("# -- timing:")]
-    launch, waited = 'TOKENSWARM_CI_REQUIRE_TIERS="" pytest -p no:xdist -p no:cacheprovider', 'wait "$recipes_pid" ||'
-    background = stage[stage.index(launch):].split("&\n", 1)[0]  # the command up to its '&'
-    assert "-m recipe" in background, background
-    assert stage.index(launch) < stage.index("pytest -n 4") < stage.index(waited)
-    assert '-m "not timing and not recipe"' in stage
+    readme_line = script.index('pytest -n 4 --dist loadfile --no-loadscope-reorder -m "not timing and not recipe"')
+    recipes = script.index('TOKENSWARM_CI_REQUIRE_TIERS="" pytest -p no:xdist -m recipe || status=$?')
+    assert readme_line < script.index("pytest -p no:xdist -m timing") < recipes
     # ...and the recipe tests are one file, so that one xdist worker starts them together; none
     # is also a timing test or a tier's (the recipe stage requires no tier)
     from tests.study.documented import recipes
