@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.helpers.fresh import fresh_python
+
 ROOT = Path(__file__).resolve().parents[1]
 SKIP = {".ci-venv", "build", "site", ".git", "runs"}
 
@@ -70,5 +72,5 @@ def test_the_analysis_package_imports_its_parts_on_first_use():
             "from tokenswarm.analysis import compare_runs, load_run, AnalysisError\n"
             "missing = [n for n in analysis.__all__ if getattr(analysis, n, None) is None]\n"
             "assert not missing, missing\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    out = fresh_python(code)
     assert out.returncode == 0, out.stderr[-2000:]

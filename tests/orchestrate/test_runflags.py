@@ -1,13 +1,10 @@
 """The run flags read before Locust is imported: ``-t`` as Locust reads it, and a ``tokenswarm run``
 that does not pay for Locust's import before it hands the process over."""
 
-import subprocess
-import sys
-
 import pytest
 from locust.util.timespan import parse_timespan
 
-from tests.helpers.runs import ROOT
+from tests.helpers.fresh import fresh_python
 from tokenswarm.orchestrate.runflags import RunFlagError, RunFlags, timespan_s
 
 SPANS = ["0", "20", "007", "20s", "3m", "2h", "1h20m", "3h30m10s", "90m", "1h1s", "100000s",
@@ -36,11 +33,15 @@ def test_a_bad_run_time_is_an_error_naming_the_flag():
 def test_tokenswarm_run_checks_its_flags_without_importing_locust():
     # `tokenswarm run` execs Locust once the scenario and flags are checked: importing Locust
     # before that (its gevent patching, ~0.6 s of CPU) would be paid twice per run
-    probe = ("import sys, runpy; sys.argv = ['tokenswarm', 'run', 'scenarios/qa.yaml', '--headless', '-t', '1m', "
-             "'--steps', '1,2']; import tokenswarm.commands.run as r, argparse; p = argparse.ArgumentParser(); "
-             "r.add_arguments(p); a, rest = p.parse_known_args(sys.argv[2:]); a.passthrough = rest; "
-             "r.run_flags(a).check(r.resolve_scenario_path(a.scenario), None); "
-             "print(sorted(m for m in sys.modules if m == 'locust' or m.startswith('locust.')))")
-    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    res = fresh_python("\n".join([
+        "import argparse, sys",
+        "import tokenswarm.commands.run as run",
+        "parser = argparse.ArgumentParser()",
+        "run.add_arguments(parser)",
+        "args, rest = parser.parse_known_args(['scenarios/qa.yaml', '--headless', '-t', '1m', '--steps', '1,2'])",
+        "args.passthrough = rest",
+        "run.run_flags(args).check(run.resolve_scenario_path(args.scenario), None)",
+        "print(sorted(m for m in sys.modules if m == 'locust' or m.startswith('locust.')))",
+    ]))
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.strip() == "[]", res.stdout
