@@ -144,8 +144,8 @@ def test_the_recipe_stage_runs_every_recipe_after_the_readme_command_and_require
     # tier's test, so a required tier would fail the session for running none).
     script = (ROOT / ".ci" / "run").read_text()
     readme_line = script.index('pytest -n 4 --dist loadfile --no-loadscope-reorder -m "not timing and not recipe"')
-    recipes = script.index('TOKENSWARM_CI_REQUIRE_TIERS="" pytest -p no:xdist -m recipe || status=$?')
-    assert readme_line < script.index("pytest -p no:xdist -m timing") < recipes
+    recipe_stage = script.index('TOKENSWARM_CI_REQUIRE_TIERS="" pytest -p no:xdist -m recipe || status=$?')
+    assert readme_line < script.index("pytest -p no:xdist -m timing") < recipe_stage
     # ...and the recipe tests are one file, so that one xdist worker starts them together; none
     # is also a timing test or a tier's (the recipe stage requires no tier)
     from tests.study.documented import recipes

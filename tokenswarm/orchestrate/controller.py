@@ -328,10 +328,11 @@ class RunController:
         if self._stopper is None:
             self.stop()
             return
-        self._stopper.join(timeout=float(self.env.stop_timeout or 0) + FINALISE_GRACE_S)
+        waited_s = float(self.env.stop_timeout or 0) + FINALISE_GRACE_S
+        self._stopper.join(timeout=waited_s)
         if not self._stopper.ready():
             self._stopper.kill(block=False)
-            self._finalise_abandoned()
+            self._finalise_abandoned(waited_s)
         elif not self._stopper.successful():
             raise self._stopper.exception  # ready and unsuccessful: it has one
 
@@ -374,12 +375,12 @@ class RunController:
             flush=True,
         )
 
-    def _finalise_abandoned(self) -> None:
-        """The stop did not end in time: the manifest is finalised as it stands and the run is broken."""
+    def _finalise_abandoned(self, waited_s: float) -> None:
+        """The stop did not end within ``waited_s`` of Locust quitting: the manifest is finalised
+        as it stands and the run is broken."""
         rec = self.recording
         assert rec is not None
-        message = (f"the run's stop did not end within {float(self.env.stop_timeout or 0) + FINALISE_GRACE_S:g} s "
-                   "of Locust quitting; the manifest was finalised as it stood")
+        message = f"the run's stop did not end within {waited_s:g} s of Locust quitting; the manifest was finalised as it stood"
         self.ending.broken = self.ending.broken or message
         self.warn(message)
         if not self.finalised:

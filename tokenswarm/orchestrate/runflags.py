@@ -115,7 +115,7 @@ def timespan_s(text: str) -> int:
     import patches the process (``tokenswarm run`` checks ``-t`` before it hands over to Locust)."""
     if re.fullmatch(r"\d+", text):
         return int(text)
-    parts = _TIMESPAN.fullmatch(text) if text else None
+    parts = _TIMESPAN.fullmatch(text)
     if parts is None or not any(parts.groupdict().values()):
         raise ValueError(f"invalid time span {text!r}: expected e.g. 20, 20s, 3m, 2h, 1h20m, 3h30m10s")
     return sum(int(v or 0) * unit for v, unit in zip(parts.group("hours", "minutes", "seconds"), (3600, 60, 1)))
