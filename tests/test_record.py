@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 import orjson
+import pytest
 
-from tokenswarm.record import FIELD_NAMES, RequestRecord
+from tokenswarm.record import FIELD_NAMES, REQUIRED_FIELDS, RequestRecord, build_record
 
 
 def _record(**kw) -> RequestRecord:
@@ -68,3 +69,23 @@ def test_numbered_sets_an_unnumbered_record_in_place_and_copies_a_numbered_one()
     assert n is r and n == expected  # just built, seen by nobody: no copy
     again = n.numbered(8)  # already numbered (emitted): the emitted one is left alone
     assert again is not n and n.seq == 7 and again == dataclasses.replace(expected, seq=8)
+
+
+def test_build_record_gives_the_record_the_constructor_gives_and_consumes_its_fields():
+    full = {name: f"v-{name}" for name in FIELD_NAMES}
+    for fields in (full, _record().to_dict(), {name: full[name] for name in REQUIRED_FIELDS}):
+        given = dict(fields)
+        built = build_record(given)
+        assert built == RequestRecord(**fields) and built.to_json() == RequestRecord(**fields).to_json()
+        assert given == {}  # consumed: the generator hands it a dict of its own
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.seq = 3  # type: ignore[misc]  # still immutable
+
+
+def test_build_record_refuses_a_missing_required_field_and_an_unknown_one_by_name():
+    fields = _record().to_dict()
+    del fields["sent_at_s"]
+    with pytest.raises(TypeError, match="missing required field 'sent_at_s'"):
+        build_record(fields)
+    with pytest.raises(TypeError, match="unknown field\\(s\\) e2e_seconds"):
+        build_record({**_record().to_dict(), "e2e_seconds": 1.0})

@@ -274,6 +274,37 @@ REQUIRED_FIELDS: tuple[str, ...] = tuple(
 )
 
 
+_REQUIRED: Any = object()  # a field without a default, in :data:`_SLOT_SETTERS`
+if any(f.default_factory is not dataclasses.MISSING for f in _FIELDS):  # build_record has no factories
+    raise TypeError("RequestRecord: a field with a default_factory needs build_record to call it")
+#: (name, the slot's setter, default) of each field in order: what :func:`build_record` walks.
+_SLOT_SETTERS: tuple[tuple[str, Any, Any], ...] = tuple(
+    (f.name, RequestRecord.__dict__[f.name].__set__, _REQUIRED if f.name in REQUIRED_FIELDS else f.default)
+    for f in _FIELDS
+)
+_new = object.__new__
+
+
+def build_record(fields: dict[str, Any]) -> RequestRecord:
+    """``RequestRecord(**fields)``, built faster; ``fields`` is consumed (left empty).
+
+    The generator builds one record per request. The frozen dataclass's ``__init__`` parses ~46
+    keywords and sets each field through ``object.__setattr__`` (~11 us); this sets the slots
+    through their descriptors (~6 us). A missing required field or an unknown one is the same
+    ``TypeError`` the constructor raises.
+    """
+    record = _new(RequestRecord)
+    take = fields.pop
+    for name, put, default in _SLOT_SETTERS:
+        value = take(name, default)
+        if value is _REQUIRED:
+            raise TypeError(f"RequestRecord: missing required field {name!r}")
+        put(record, value)
+    if fields:
+        raise TypeError(f"RequestRecord: unknown field(s) {', '.join(sorted(fields))}")
+    return record
+
+
 class RecordFormatError(ValueError):
     """A records line that is not a valid record; the message names the line and field."""
 

@@ -188,3 +188,29 @@ def test_events_written_together_are_one_delivery_and_give_the_itl_of_one_multi_
         assert all(5.0 < s < 25.0 for s in samples), f"~10 ms per token (30 ms / 3), -5/+15 ms tolerance: {samples}"
 
 
+
+
+def test_the_hub_reader_asks_for_kernel_stamps_only_on_sockets_that_do_not_have_them(server, reader, monkeypatch):
+    # A pool socket has its stamps on from the moment it is made; asking again for every
+    # response on a kept-alive connection was one setsockopt per request.
+    if reader == "greenlet":
+        pytest.skip("the hub reader's registration")
+    from tokenswarm.wire import kstamp
+    from tokenswarm.wire.pool import tune_pool
+
+    if not kstamp.ENABLED:
+        pytest.skip("no kernel receive stamps on this platform")
+    asked = []
+    real_enable = kstamp.enable
+    monkeypatch.setattr(kstamp, "enable", lambda sock: asked.append(sock) or real_enable(sock))
+    host, port = server.split("//")[1].split(":")
+    tuned = HTTPClient(host, int(port), connection_timeout=2, network_timeout=30, concurrency=2)
+    tune_pool(tuned)
+    rec, _, _ = call(server, "normal", "n=3&gap_ms=5", client=tuned)
+    assert rec.outcome == "ok" and rec.chunk_tokens == [1] * 3
+    assert len(asked) == 1  # when the pool made the socket, and not again when its response was read
+    rec, _, _ = call(server, "normal", "n=3&gap_ms=5", client=tuned)
+    assert rec.outcome == "ok" and rec.conn_reused and len(asked) == 1
+    plain_before = len(asked)
+    rec, _, _ = call(server, "normal", "n=3&gap_ms=5")  # the library's own socket: asked when read
+    assert rec.outcome == "ok" and len(asked) == plain_before + 1

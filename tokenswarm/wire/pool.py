@@ -74,6 +74,9 @@ class StampedSocket(gevent.socket.socket):  # type: ignore[misc]  # gevent ships
     #: (end offset, ancillary data or realtime seconds): bytes up to the offset had arrived by that stamp
     marks: list[Any] = []
     _response_pending = False  # a request went out: the next read is its response's first
+    #: the kernel stamps its received segments (set once, when the socket is made): the hub
+    #: reader need not ask again for every response it reads from the kept-alive connection
+    kernel_stamped = False
 
     def sendall(self, data: bytes, flags: int = 0) -> None:
         super().sendall(data, flags)
@@ -448,7 +451,7 @@ def _body_cuts(raw_body: bytes, raw_start: int, marks: list[Any]) -> list[tuple[
 
 def _stamped_tcp_socket(family: int, socktype: int, protocol: int) -> gevent.socket.socket:
     sock = StampedSocket(family, socktype, protocol)
-    kstamp.enable(sock)
+    sock.kernel_stamped = kstamp.enable(sock)
     return sock
 
 

@@ -247,7 +247,8 @@ class HubReader:
         if poller is not None:
             self.poller = poller
             if poller.kernel_stamps:
-                self.stamped = kstamp.enable(self.raw)
+                # a stamped pool socket has them on since it was made: no system call per response
+                self.stamped = getattr(resp._sock, "kernel_stamped", False) or kstamp.enable(self.raw)
                 self.watched = FAST and self.stamped and watch.start(self.fd) is not None
             poller.add(self.fd, self.readable)
         else:

@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 
-from tokenswarm.record import MAX_PLAUSIBLE_TOKENS, Outcome, RequestRecord
+from tokenswarm.record import MAX_PLAUSIBLE_TOKENS, Outcome, RequestRecord, build_record
 from tokenswarm.redact import redact
 from tokenswarm.wire.chunkjson import Usage, decode_chunk
 from tokenswarm.wire.clock import WallAnchor
@@ -408,28 +408,30 @@ class StreamState:
         if last is not None and self.times and self.times[-1] > last:  # pieces of one read dated apart
             last = self.times[-1]
         end = last if outcome == "ok" and last is not None and sent <= last <= end_s else end_s
-        return RequestRecord(
+        fields = {
             **base,
-            outcome=outcome,
-            sent_at_s=anchor.epoch(sent),
-            ttft_ms=offsets[0] if offsets else None,
-            e2e_ms=round((end - sent) * 1000.0, 3),
-            e2e_app_ms=round((end_s - sent) * 1000.0, 3),
-            chunk_offsets_ms=offsets,
-            chunk_tokens=chunk_tokens,
-            prompt_tokens=prompt_tokens,
-            output_tokens=out_tokens,
-            tokens_estimated=estimated,
-            finish_reason=finish_reason,
-            http_status=http_status,
-            error=err,
-            response_id=response_id,
-            output_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest() if self.times else None,
-            output_text=text if keep_output else None,
-            spec_decode=spec_decode,
-            chunk_tokens_inferred=inferred,
-            **reasoning,
-        )
+            "outcome": outcome,
+            "sent_at_s": anchor.epoch(sent),
+            "ttft_ms": offsets[0] if offsets else None,
+            "e2e_ms": round((end - sent) * 1000.0, 3),
+            "e2e_app_ms": round((end_s - sent) * 1000.0, 3),
+            "chunk_offsets_ms": offsets,
+            "chunk_tokens": chunk_tokens,
+            "prompt_tokens": prompt_tokens,
+            "output_tokens": out_tokens,
+            "tokens_estimated": estimated,
+            "finish_reason": finish_reason,
+            "http_status": http_status,
+            "error": err,
+            "response_id": response_id,
+            "output_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest() if self.times else None,
+            "output_text": text if keep_output else None,
+            "spec_decode": spec_decode,
+            "chunk_tokens_inferred": inferred,
+        }
+        if reasoning:
+            fields.update(reasoning)
+        return build_record(fields)
 
 
 def _reasoning_fields(state: StreamState, usage: dict[str, Any] | Usage, chunk_tokens: list[int] | None,
