@@ -37,7 +37,9 @@ tokenswarm: its 1,000-8,000-token documents take the server longer to prefill, s
 ran a third of the baseline's requests. Ratios are baseline /
 tokenswarm whole-process CPU per chunk (the goal: >= 2, i.e. tokenswarm at most half), with
 tokenswarm's timing errors against the server's kernel-stamped truth over the steady window:
-TTFT, chunk gap and e2e error p99 (goal: <= 1 ms each).
+TTFT, chunk gap and e2e error p99 (goal: <= 1 ms each). Each client's kernel (system) CPU per
+chunk is printed too, and the ratio of the user-space CPU alone: reading a chunk costs every
+client a system call and, on loopback, the ACK that read sends, which no client code removes.
 
 With ``--src DIR`` (a checkout with its C extension built in place) the comparison runs that
 tree's tokenswarm too, in every round, between this tree's and the baseline (A B C A B C), and
@@ -69,6 +71,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shlex
 import shutil
 import statistics
@@ -148,9 +151,15 @@ def start_client(cmd: list[str], env: dict[str, str], src: Path, **popen: Any) -
     return subprocess.Popen(cmd, cwd=src, env={**os.environ, **env}, **popen)
 
 
+def _children_system_cpu() -> float:
+    """System (kernel) CPU seconds of the waited children so far."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime
+
+
 def run_process(label: str, cmd: list[str], env: dict[str, str], seconds: float, src: Path = ROOT) -> dict[str, Any]:
-    """One client from start to exit on core 0: whole-process CPU and a steady mid-run window's."""
-    before = _children_cpu()
+    """One client from start to exit on core 0: whole-process CPU (and the kernel's part of it)
+    and a steady mid-run window's."""
+    before, before_sys = _children_cpu(), _children_system_cpu()
     start = time.monotonic()
     proc = start_client(cmd, env, src, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # The tree's CPU every 0.1 s: what it had spent when the server received its first request
@@ -178,6 +187,7 @@ def run_process(label: str, cmd: list[str], env: dict[str, str], seconds: float,
     if proc.returncode not in (0, 1):  # 1: Locust counted a failed request; the rows show the counts
         raise SystemExit(f"{label} failed ({proc.returncode}): {err[-2000:]}")
     return {"label": label, "start": start, "end": end, "window": (t0, t1), "whole_cpu_s": _children_cpu() - before,
+            "whole_system_cpu_s": _children_system_cpu() - before_sys,
             "window_cpu_s": c1 - c0, "cpu_samples": samples}
 
 
@@ -194,6 +204,7 @@ def count(row: dict[str, Any], truth: dict[str, dict]) -> None:
     first = min((t["received"] for t in mine), default=row["end"])
     row["startup_cpu_s"] = max((c for when, c in row.get("cpu_samples", []) if when <= first), default=0.0)
     row["us_per_chunk"] = row["whole_cpu_s"] / row["chunks"] * 1e6 if row["chunks"] else None
+    row["system_us_per_chunk"] = row["whole_system_cpu_s"] / row["chunks"] * 1e6 if row["chunks"] else None
     row["window_us_per_chunk"] = row["window_cpu_s"] / row["window_chunks"] * 1e6 if row["window_chunks"] else None
 
 
@@ -355,7 +366,8 @@ def run_compare(args: argparse.Namespace, work: Path, case: str) -> None:
     print(f"{streams} streams, one event every {step_ms:g} ms of {tokens} token(s), {args.seconds:g} s of load; "
           f"finished {stamp()}")
     print(f"{'client':<11} {'requests':>8} {'chunks':>8} {'chunks/req':>10} {'whole us/chunk':>14} "
-          f"{'whole us/req':>12} {'window us/chunk':>15} {'TTFT err p99':>12} {'gap p99':>8} {'e2e p99':>8}")
+          f"{'whole us/req':>12} {'kernel us/chunk':>15} {'window us/chunk':>15} {'TTFT err p99':>12} {'gap p99':>8} "
+          f"{'e2e p99':>8}")
     for r in rows:
         a = r.get("accuracy")
         errs = (f"{a['ttft_err_p99_ms']:>12.2f} {a['gap_err_p99_ms']:>8.2f} {a['e2e_err_p99_ms']:>8.2f}" if a
@@ -363,7 +375,7 @@ def run_compare(args: argparse.Namespace, work: Path, case: str) -> None:
         label = r["label"] if "max_tokens" not in r else f"baseline@{r['max_tokens']}"
         print(f"{label:<11} {r['requests']:>8} {r['chunks']:>8} {r['chunks'] / max(1, r['requests']):>10.1f} "
               f"{r['us_per_chunk'] or 0:>14.1f} {r['whole_cpu_s'] / max(1, r['requests']) * 1e6:>12.0f} "
-              f"{r['window_us_per_chunk'] or 0:>15.1f} {errs}")
+              f"{r['system_us_per_chunk'] or 0:>15.1f} {r['window_us_per_chunk'] or 0:>15.1f} {errs}")
     per_round = len(trees) + 1
     rounds = [rows[i:i + per_round] for i in range(0, len(rows), per_round)]
     for k, (tree, _src) in enumerate(trees):
@@ -379,6 +391,17 @@ def run_compare(args: argparse.Namespace, work: Path, case: str) -> None:
                   f"{'met' if w >= RATIO_GOAL else 'NOT met'}")
         if steady:
             print(f"steady-window CPU per chunk, baseline / {name}: {statistics.median(steady):.2f}x")
+        # The kernel's part (system CPU: reads, polls, the ACKs a read sends on loopback) is paid
+        # per chunk by every client; what is left is each client's own work.
+        user = sorted((b["whole_cpu_s"] - b["whole_system_cpu_s"]) / b["chunks"]
+                      / ((t["whole_cpu_s"] - t["whole_system_cpu_s"]) / t["chunks"])
+                      for t, b in pairs if t["chunks"] and b["chunks"] and t["whole_cpu_s"] > t["whole_system_cpu_s"])
+        kernel = [(t["system_us_per_chunk"], b["system_us_per_chunk"]) for t, b in pairs
+                  if t["system_us_per_chunk"] and b["system_us_per_chunk"]]
+        if user and kernel:
+            print(f"user-space CPU per chunk, baseline / {name}: {statistics.median(user):.2f}x; kernel CPU per "
+                  f"chunk, {name} / baseline: {statistics.median(k for k, _ in kernel):.1f} / "
+                  f"{statistics.median(b for _, b in kernel):.1f} us")
     errs = [r["accuracy"] for r in rows if r.get("accuracy") and r["accuracy"]["joined"]]
     if errs:
         worst = {k: max(e[k] for e in errs) for k in ("ttft_err_p99_ms", "gap_err_p99_ms", "e2e_err_p99_ms")}

@@ -133,6 +133,15 @@ def handle(sock, _addr) -> None:
                 body = json.dumps({"error": {"message": f"scripted {code}", "type": "RateLimitError" if code == 429 else "ServerError", "code": code}}).encode()
                 sock.sendall(b"HTTP/1.1 %d Err\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (code, len(body), body))
                 continue
+            if name == "json_chunked":
+                # A non-streamed answer framed in chunks (servers that do not compute a length).
+                body = json.dumps({"id": "chatcmpl-json", "object": "chat.completion", "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": "w0 w1 w2"}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}).encode()
+                half = len(body) // 2
+                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                             b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (half, body[:half], len(body) - half, body[half:]))
+                continue
             if name == "slow_headers":
                 gevent.sleep(float(q.get("delay_s", "5")))
             close_delimited = name == "close_delimited"

@@ -15,6 +15,7 @@ from tests.helpers.scripted_server import ROLE
 from tokenswarm.record import RecordIdentity
 from tokenswarm.wire.client import stream_call
 from tokenswarm.wire.clock import WallAnchor
+from tokenswarm.wire.pool import tune_pool
 from tokenswarm.wire.transport import PoolTransport
 
 IDENTITY = RecordIdentity(run_id="r", worker_id="w", seq=0, task="qa", user_class="QAUser", request_key="k",
@@ -36,6 +37,18 @@ def reader(request, monkeypatch):
     return request.param
 
 
+#: How ``call`` makes its client's pool: as Locust's users have it (``tune_pool``: stamped
+#: plain-TCP sockets, whose response heads the event loop reads) or the library's own.
+POOL = {"tuned": True}
+
+
+@pytest.fixture(params=["tuned-pool", "library-pool"], autouse=True)
+def pool_kind(request, monkeypatch):
+    """Every case runs on both kinds of pool socket (see :data:`POOL`)."""
+    monkeypatch.setitem(POOL, "tuned", request.param == "tuned-pool")
+    return request.param
+
+
 @pytest.fixture(scope="module")
 def server():
     with scripted_server() as url:
@@ -44,7 +57,10 @@ def server():
 
 def call(server, script, query="", first_token_s=5.0, total_s=10.0, client=None):
     host, port = server.split("//")[1].split(":")
-    client = client or HTTPClient(host, int(port), connection_timeout=2, network_timeout=30, concurrency=4)
+    if client is None:
+        client = HTTPClient(host, int(port), connection_timeout=2, network_timeout=30, concurrency=4)
+        if POOL["tuned"]:
+            tune_pool(client)
     path = f"/{script}/v1/chat/completions?{query}"
     rec, text = stream_call(PoolTransport(client, time.perf_counter), path, BODY, {"Content-Type": "application/json"},
                             identity=IDENTITY,
@@ -196,7 +212,6 @@ def test_the_hub_reader_asks_for_kernel_stamps_only_on_sockets_that_do_not_have_
     if reader == "greenlet":
         pytest.skip("the hub reader's registration")
     from tokenswarm.wire import kstamp
-    from tokenswarm.wire.pool import tune_pool
 
     if not kstamp.ENABLED:
         pytest.skip("no kernel receive stamps on this platform")

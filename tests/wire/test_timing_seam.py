@@ -73,9 +73,10 @@ def test_provenance_names_every_path_and_the_overrides_in_effect(monkeypatch):
     monkeypatch.setenv("TOKENSWARM_READ_BATCH_MS", "1")
     p = timing.provenance()
     assert set(p) == {"reader", "native_fast_path", "native_built", "kernel_stamps", "arrival_watcher",
-                      "read_batch_ms", "overrides", "counters"}
+                      "read_batch_ms", "head_reader", "overrides", "counters"}
     assert p["overrides"] == {"TOKENSWARM_READ_BATCH_MS": "1"}
     assert p["native_built"] is True and p["reader"] in ("hub", "greenlet")
+    assert p["head_reader"] in ("hub", "library")
     assert all(k.endswith("_count") and isinstance(v, int) for k, v in p["counters"].items())
 
 

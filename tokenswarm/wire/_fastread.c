@@ -43,6 +43,7 @@ static unsigned long long n_reads;            /* read_events calls that read byt
 static unsigned long long n_general_reads;    /* bytes handed back to the Python parsers */
 static unsigned long long n_dated_reads;      /* reads cut by the watcher's notes */
 static unsigned long long n_chunk_cap_reads;  /* noted reads of > CHUNKS_MAX chunks: one stamp kept */
+static unsigned long long n_head_reads;       /* read_head calls that read bytes or EOF */
 
 /* Append (None, payload) for every event if [p, end) is nothing but whole "data: X\n\n"
  * events without CR; 1 = done, 0 = not the simple framing, -1 = Python error. */
@@ -140,6 +141,59 @@ static int split_chunks(const char *p, const char *end, PyObject *out, const cha
     return 1;
 }
 
+/* One recvmsg on the non-blocking socket ``fd`` into ``buf`` (READ_BYTES): the byte count
+ * (0 at EOF), or -1 with a Python OSError set (BlockingIOError when nothing was there).
+ * ``*arrival`` becomes the kernel's receive stamp moved onto the monotonic timeline (stamp -
+ * offset) when ``stamped`` and plausible (not after this moment, not older than max_age: a
+ * wall-clock step), else it keeps ``now``. ``watched``: the arrival watcher's notes covering
+ * the read go to ``notes`` (``*k`` of them; ``*before`` is the rx offset of the read's first byte). */
+static ssize_t stamped_read(int fd, char *buf, int stamped, double offset, double now, double max_age, int watched,
+                            double *arrival, watch_note *notes, int *k, unsigned long long *before)
+{
+    struct iovec iov = {buf, READ_BYTES};
+    union {
+        char bytes[CMSG_SPACE(sizeof(struct timespec))];
+        struct cmsghdr align;
+    } control;
+    struct msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    if (stamped) {
+        msg.msg_control = control.bytes;
+        msg.msg_controllen = sizeof control.bytes;
+    }
+    ssize_t n;
+    for (;;) {
+        n = recvmsg(fd, &msg, 0);
+        if (n >= 0 || errno != EINTR)
+            break;
+        if (PyErr_CheckSignals() < 0)
+            return -1;
+    }
+    if (n < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    *arrival = now;
+    struct timespec ts;
+    if (stamped && cmsg_stamp(&msg, &ts)) {
+        /* Plausible: not after this moment (a segment that arrived while the sweep that began
+         * at ``now`` was reading other sockets is later than ``now``, and real), not older than
+         * max_age (a wall-clock step). Compared on the realtime clock. */
+        struct timespec real_now;
+        clock_gettime(CLOCK_REALTIME, &real_now);
+        double age = (double)(real_now.tv_sec - ts.tv_sec) + (double)(real_now.tv_nsec - ts.tv_nsec) * 1e-9;
+        /* subtract before adding the nanoseconds: epoch seconds as a double keep µs */
+        if (0.0 <= age && age < max_age)
+            *arrival = ((double)ts.tv_sec - offset) + (double)ts.tv_nsec * 1e-9;
+    }
+    *k = 0;
+    if (watched && n > 0)
+        *k = watch_after_read(fd, n, before, notes, NOTES_PER_READ);
+    return n;
+}
+
 /* read_events(fd, chunked, stamped, real_minus_mono_s, now_s, max_age_s, tail, watched)
  *     -> (arrival_s, events | None, data | None, tail, groups | None)
  *
@@ -196,49 +250,14 @@ static PyObject *read_events(PyObject *Py_UNUSED(self), PyObject *const *args, P
     }
     memcpy(read_buf, PyBytes_AS_STRING(args[6]), (size_t)head);
 
-    struct iovec iov = {read_buf + head, READ_BYTES};
-    union {
-        char bytes[CMSG_SPACE(sizeof(struct timespec))];
-        struct cmsghdr align;
-    } control;
-    struct msghdr msg;
-    memset(&msg, 0, sizeof msg);
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    if (stamped) {
-        msg.msg_control = control.bytes;
-        msg.msg_controllen = sizeof control.bytes;
-    }
-    ssize_t n;
-    for (;;) {
-        n = recvmsg((int)fd, &msg, 0);
-        if (n >= 0 || errno != EINTR)
-            break;
-        if (PyErr_CheckSignals() < 0)
-            return NULL;
-    }
-    if (n < 0)
-        return PyErr_SetFromErrno(PyExc_OSError); /* EAGAIN becomes BlockingIOError; the tail stays with the caller */
-
-    double arrival = now;
-    struct timespec ts;
-    if (stamped && cmsg_stamp(&msg, &ts)) {
-        /* Plausible: not after this moment (a segment that arrived while the sweep that began
-         * at ``now`` was reading other sockets is later than ``now``, and real), not older than
-         * max_age (a wall-clock step). Compared on the realtime clock. */
-        struct timespec real_now;
-        clock_gettime(CLOCK_REALTIME, &real_now);
-        double age = (double)(real_now.tv_sec - ts.tv_sec) + (double)(real_now.tv_nsec - ts.tv_nsec) * 1e-9;
-        /* subtract before adding the nanoseconds: epoch seconds as a double keep µs */
-        if (0.0 <= age && age < max_age)
-            arrival = ((double)ts.tv_sec - offset) + (double)ts.tv_nsec * 1e-9;
-    }
-
     static watch_note notes[NOTES_PER_READ];
     int k = 0;
     unsigned long long before = 0;
-    if (watched && n > 0)
-        k = watch_after_read((int)fd, n, &before, notes, NOTES_PER_READ);
+    double arrival = now;
+    ssize_t n = stamped_read((int)fd, read_buf + head, stamped, offset, now, max_age, watched, &arrival, notes, &k,
+                             &before);
+    if (n < 0)
+        return NULL; /* EAGAIN became BlockingIOError; the tail stays with the caller */
 
     Py_ssize_t total = head + n;
     n_reads++;
@@ -328,6 +347,50 @@ static PyObject *dated_cuts(const watch_note *notes, int k, unsigned long long r
         Py_RETURN_NONE;
     return cuts;
 }
+
+/* read_head(fd, stamped, real_minus_mono_s, now_s, max_age_s, watched) -> (arrival_s, data, cuts | None)
+ *
+ * One read of a response's head (and whatever came with it) from the event loop: the bytes
+ * undecoded, dated as read_events dates them (``arrival_s``; ``cuts`` the watcher's
+ * [(end offset in data, arrival_s), ...] when parts of the read arrived earlier). b"" at EOF.
+ * Errors raise OSError (BlockingIOError when nothing was there). */
+static PyObject *read_head(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "read_head takes 6 arguments");
+        return NULL;
+    }
+    long fd = PyLong_AsLong(args[0]);
+    if (fd == -1 && PyErr_Occurred())
+        return NULL;
+    int stamped = PyObject_IsTrue(args[1]);
+    double offset = PyFloat_AsDouble(args[2]);
+    double now = PyFloat_AsDouble(args[3]);
+    double max_age = PyFloat_AsDouble(args[4]);
+    int watched = PyObject_IsTrue(args[5]);
+    if (stamped < 0 || watched < 0 || PyErr_Occurred())
+        return NULL;
+    static watch_note notes[NOTES_PER_READ];
+    int k = 0;
+    unsigned long long before = 0;
+    double arrival = now;
+    ssize_t n = stamped_read((int)fd, read_buf, stamped, offset, now, max_age, watched, &arrival, notes, &k, &before);
+    if (n < 0)
+        return NULL;
+    n_head_reads++;
+    PyObject *cuts = Py_None;
+    Py_INCREF(cuts);
+    if (k > 0) {
+        Py_DECREF(cuts);
+        cuts = dated_cuts(notes, k, before, (Py_ssize_t)n, arrival, offset, now, max_age);
+        if (cuts == NULL)
+            return NULL;
+        if (cuts != Py_None)
+            n_dated_reads++;
+    }
+    return Py_BuildValue("(dy#N)", arrival, read_buf, (Py_ssize_t)n, cuts);
+}
+
 
 /* The date of each of ``n`` chunks ending at buffer offsets ``ends`` (buffer offset 0 is rx
  * offset ``rx0``): the first note (sorted by rx) that covers the chunk's last byte, else the
@@ -474,8 +537,9 @@ static PyObject *read_stats(PyObject *self, PyObject *unused)
 {
     (void)self;
     (void)unused;
-    return Py_BuildValue("{s:K,s:K,s:K,s:K}", "reads", n_reads, "general_reads", n_general_reads,
-                         "dated_reads", n_dated_reads, "chunk_cap_reads", n_chunk_cap_reads);
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}", "reads", n_reads, "general_reads", n_general_reads,
+                         "dated_reads", n_dated_reads, "chunk_cap_reads", n_chunk_cap_reads, "head_reads",
+                         n_head_reads);
 }
 
 /* split(data, chunked, allow_tail=False) -> events | (events, tail) | None: the parsing
@@ -725,6 +789,8 @@ static PyMethodDef methods[] = {
     {"read_events", (PyCFunction)(void (*)(void))read_events, METH_FASTCALL,
      "read_events(fd, chunked, stamped, real_minus_mono_s, now_s, max_age_s, tail, watched) -> (arrival_s, events|None, "
      "data|None, tail, groups|None)"},
+    {"read_head", (PyCFunction)(void (*)(void))read_head, METH_FASTCALL,
+     "read_head(fd, stamped, real_minus_mono_s, now_s, max_age_s, watched) -> (arrival_s, data, cuts|None)"},
     {"watch", watch_py_watch, METH_O, "watch(fd) -> rx offset of the next byte, or None: note arrivals while the loop stalls"},
     {"unwatch", watch_py_unwatch, METH_O, "unwatch(fd): stop noting arrivals on fd"},
     {"take_notes", watch_py_take_notes, METH_O, "take_notes(fd) -> [(rx, realtime stamp), ...] (forgets them)"},

@@ -38,6 +38,11 @@ class ChunkedDecoder:
     def done(self) -> bool:
         return self._state == _DONE
 
+    @property
+    def rest(self) -> bytes:
+        """Bytes fed but not consumed (after the end: bytes that are not part of this message)."""
+        return self._buf
+
     def feed(self, data: bytes) -> bytes:
         if self._state == _SIZE and not self._buf:
             # The commonest read of a stream: exactly one whole chunk ("1a4\r\n<data>\r\n").

@@ -87,6 +87,14 @@ def stamp_of(anc: list[Any], real_minus_mono_s: float, now_s: float) -> float:
     return now_s
 
 
+def ancillary(real_s: float) -> list[tuple[int, int, bytes]]:
+    """``recvmsg``'s ancillary data for a receive stamp of ``real_s`` (``CLOCK_REALTIME``
+    seconds): what :func:`stamp_of` reads, for bytes read elsewhere and handed on with their date."""
+    assert SO_TIMESTAMPNS is not None  # only called where stamps are on
+    sec = int(real_s // 1)
+    return [(socket.SOL_SOCKET, SO_TIMESTAMPNS, struct.pack("@qq", sec, int(round((real_s - sec) * 1e9))))]
+
+
 def plausible(stamp_s: float, now_s: float) -> float:
     """``stamp_s`` (already on the monotonic timeline) if it is before ``now_s`` and not older
     than ``PLAUSIBLE_AGE_S`` (older means the wall clock was stepped), else ``now_s``."""

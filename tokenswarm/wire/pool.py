@@ -11,6 +11,10 @@
   catching up) puts the first chunk in that read. New plain-TCP connections are
   :class:`StampedSocket` s, which keep the kernel's receive stamp of each read, so the hub
   reader can date those bytes by their arrival rather than by when the greenlet ran.
+* **The head read by the event loop** where it can be (stamped plain-TCP sockets:
+  ``send_request``'s ``read_head``, :class:`tokenswarm.wire.reader.HeadReader`); the library
+  then parses only the heads that are not a ``200`` chunked stream, from the bytes already
+  read (:func:`library_response`). The rest of this list is about the library's own read.
 * **Arrivals noted while the header read waits.** One read has one stamp (its newest
   segment's); a header read that runs late would give every event queued behind the headers
   the last one's. The stream poller's sweeps peek at the socket meanwhile and note what had
@@ -191,8 +195,14 @@ _TCPI_LAST_DATA_SENT = 44
 _TCP_INFO = getattr(socket, "TCP_INFO", None)
 
 
+#: ``read_head(sock, pool, http_client, clock) -> (response, headers_s)``: reads a response's
+#: head another way than the library's header read (the event loop's, :mod:`tokenswarm.wire.reader`);
+#: ``headers_s`` None means "date the headers from the socket's marks" (:func:`_headers_time`).
+ReadHead = Callable[[Any, Any, Any, Callable[[], float]], "tuple[Any, float | None]"]
+
+
 def send_request(http_client: Any, path: str, body: bytes, headers: dict[str, str],
-                 timing: RequestTiming) -> Any:
+                 timing: RequestTiming, read_head: ReadHead | None = None) -> Any:
     """POST ``body`` to ``path`` on a pooled connection and read the response headers.
 
     What ``HTTPClient.request`` does for a POST with a bytes body, with each phase timed into
@@ -204,7 +214,9 @@ def send_request(http_client: Any, path: str, body: bytes, headers: dict[str, st
     again on a fresh connection, as Go's ``net/http`` does for ``errServerClosedIdle``; the
     retry is counted (``stats``) and the phases are those of the attempt that was answered,
     so the lost attempt's time is the generator's send delay, never server time.
-    Returns the library's response, its body unread.
+    Returns the library's response, its body unread -- or, with ``read_head``, what it returns
+    for a stamped plain-TCP socket (the event loop reads the head: no wake-up of this greenlet
+    and no library parse in between).
     """
     cpool = http_client._connection_pool
     if not getattr(cpool, "_tokenswarm_timed", False):
@@ -213,13 +225,13 @@ def send_request(http_client: Any, path: str, body: bytes, headers: dict[str, st
     data = request_head(http_client, path, body, headers) + body  # one write: a separate small write stalls on Nagle
     for _ in range(STALE_RETRY_LIMIT):
         try:
-            return _send_once(http_client, cpool, data, timing)
+            return _send_once(http_client, cpool, data, timing, read_head)
         except HTTPConnectionClosed:
             if not timing.reused:
                 raise
             stats["stale_connection_retries_count"] += 1
             timing.connect_start_s = timing.connect_end_s = timing.sent_s = None
-    return _send_once(http_client, cpool, data, timing)  # the last attempt: whatever happens stands
+    return _send_once(http_client, cpool, data, timing, read_head)  # the last attempt: whatever happens stands
 
 
 _CL_PROBE = "Content-Length: 1\r\n\r\n"  # how the library ends the head of a 1-byte POST body
@@ -252,7 +264,8 @@ def request_head(http_client: Any, path: str, body: bytes, headers: dict[str, st
     return prefix + b"Content-Length: %d\r\n\r\n" % len(body)
 
 
-def _send_once(http_client: Any, cpool: Any, data: bytes, timing: RequestTiming) -> Any:
+def _send_once(http_client: Any, cpool: Any, data: bytes, timing: RequestTiming,
+               read_head: ReadHead | None = None) -> Any:
     """One attempt: a socket from the pool, the request written, the response headers read."""
     me = getcurrent()
     _sending[me] = timing
@@ -275,10 +288,33 @@ def _send_once(http_client: Any, cpool: Any, data: bytes, timing: RequestTiming)
     except BaseException:  # a deadline or a kill inside a blocked send: free the pool slot
         cpool.release_socket(sock)
         raise
+    if read_head is not None and getattr(sock, "kernel_stamped", False):  # a stamped plain-TCP socket
+        response, headers_s = read_head(sock, cpool, http_client, clock)
+        timing.headers_s = _headers_time(sock, clock) if headers_s is None else headers_s
+        return response
     response = HTTPSocketPoolResponse(sock, cpool, block_size=http_client.block_size, method="POST",
                                       headers_type=http_client.headers_type)
     timing.headers_s = _headers_time(sock, clock)
     return response
+
+
+def library_response(sock: Any, cpool: Any, http_client: Any, raw: bytes, pieces: list[tuple[int, float]],
+                     clock: Callable[[], float]) -> Any:
+    """The library's response to a request whose first bytes were read elsewhere (the event
+    loop's head read): it parses ``raw`` -- every byte read so far, from the response's first
+    -- and reads on from ``sock`` as usual. ``pieces`` are ``(end offset in raw, arrival_s)``:
+    the bytes before each end had arrived by then (``clock``'s timeline), so the headers and the
+    body bytes that came with them keep their dates (:attr:`StampedSocket.marks`, one read)."""
+    if raw:
+        offset = kstamp.real_minus_mono(clock)
+        start = sock.consumed
+        sock.consumed = start + len(raw)
+        sock.last_data = raw
+        sock.marks = [(start + end, when + offset) for end, when in pieces]
+        sock.last_anc = kstamp.ancillary(pieces[-1][1] + offset)
+        sock._response_pending = False  # the response's first read has been done
+    return HTTPSocketPoolResponse(sock, cpool, block_size=http_client.block_size, method="POST",
+                                  headers_type=http_client.headers_type, pre_buffered=raw)
 
 
 def sent_time(sock: Any, before: float, after: float, nbytes: int, clock: Callable[[], float]) -> float:
@@ -488,6 +524,9 @@ def tune_pool(http_client: Any, keep_alive: bool = True) -> None:
 
 def discard_connection(resp: Any) -> None:
     """Close (never reuse) the socket of a response we stopped reading halfway."""
+    unhook = getattr(resp, "unhook", None)  # the event loop's head read: stop it; the socket is with the result
+    if unhook is not None:
+        resp = unhook()
     cpool, sock = getattr(resp, "_pool", None), getattr(resp, "_sock", None)
     resp._sock = None
     resp._pool = None

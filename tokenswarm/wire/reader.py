@@ -16,6 +16,10 @@ How a read is dated and done:
 * **One ``epoll`` set per process** behind one libev watcher, and, once busy, a sweep of all
   ready sockets every ``READ_BATCH_S`` instead of a wake-up per arrival: fewer wake-ups and
   system calls per event, and the stamps do not move.
+* **The head too**, on stamped pool sockets (:class:`HeadReader`): the socket joins the set
+  right after the send, the loop reads and parses a ``200`` chunked head itself and the body
+  reader takes the registration over -- one registration and one wake-up per response; any
+  other head goes to the HTTP library with the bytes already read.
 * **The C fast path** (:mod:`tokenswarm.wire._fastread`) reads a socket, converts its stamp
   and splits whole chunks of whole ``data:`` events in one call; everything else goes through
   the Python de-chunker and SSE parser, which give the same events.
@@ -42,13 +46,18 @@ from gevent.monkey import get_original
 from tokenswarm.wire import kstamp, watch
 from tokenswarm.wire.dechunk import ChunkedDecoder, ChunkedError
 from tokenswarm.wire.native import native_function
-from tokenswarm.wire.pool import library_read_pieces
+from tokenswarm.wire.pool import library_read_pieces, library_response
 from tokenswarm.wire.sse import SSEParser
 
 #: The C fast path (whole chunks of whole events per read), when built and not turned off with
 #: TOKENSWARM_NATIVE=0 (the pure-Python path does the same work; for comparison and tests).
 _read_events = native_function("read_events")
 FAST = _read_events is not None
+_read_head = native_function("read_head")
+#: Response heads read by the event loop (:class:`HeadReader`) where the C extension is built;
+#: TOKENSWARM_HEAD_READER=library leaves them to the HTTP library's read in the request's
+#: greenlet, as before (for comparison).
+HUB_HEAD = _read_head is not None and os.environ.get("TOKENSWARM_HEAD_READER", "hub") != "library"
 
 try:  # monkey-patching removes select.epoll (it would block the hub); we only poll it with timeout 0
     _epoll, _EPOLLIN, _EPOLLET = get_original("select", ["epoll", "EPOLLIN", "EPOLLET"])
@@ -56,6 +65,8 @@ except AttributeError:
     _epoll, _EPOLLIN, _EPOLLET = None, 0, 0
 
 RECV_BYTES = 65536
+#: A response head not complete within this many bytes is left to the HTTP library.
+HEAD_MAX_BYTES = 65536
 #: Times per response the reader tries to take the chunked framing over from the HTTP library.
 TAKEOVER_ATTEMPTS = 8
 #: Ready sockets handled per wake-up; more stay ready (level-triggered) for the next one.
@@ -114,6 +125,12 @@ class StreamPoller:
         self.handlers[fd] = handler
         if not self.watcher.active and not (self.timer is not None and self.timer.active):
             self.watcher.start(self._ready)
+
+    def replace(self, fd: int, handler: Callable[[float, float], None]) -> None:
+        """Hand a registered ``fd`` to another handler (no system call: same socket, same mask)."""
+        if fd not in self.handlers:
+            raise KeyError(fd)
+        self.handlers[fd] = handler
 
     def remove(self, fd: int) -> None:
         if self.handlers.pop(fd, None) is not None:
@@ -185,6 +202,220 @@ def stream_poller(clock: Callable[[], float]) -> StreamPoller | None:
     return p
 
 
+class HeadReader:
+    """Reads a response's head from the event loop, on the stream poller's sweeps.
+
+    The request's greenlet sends, registers the socket (and the arrival watcher) once and
+    sleeps until the head is complete; the body reader then takes the same registration over
+    (:meth:`StreamPoller.replace`). So a response costs one registration instead of two, one
+    wake-up of the greenlet less, and no parse through the HTTP library's header callbacks.
+    Each read is dated like every other (its kernel stamp; the watcher's cuts when parts of it
+    arrived earlier): ``pieces`` are ``(end offset in buf, arrival_s)``. Reads go on after the
+    head (the body's first bytes, dated as they come) until someone takes over or unhooks.
+    """
+
+    __slots__ = ("fd", "poller", "watched", "buf", "pieces", "head_end", "done", "error", "eof", "hooked")
+
+    def __init__(self, fd: int, poller: StreamPoller) -> None:
+        self.fd = fd
+        self.poller = poller
+        self.watched = False  # registered with the arrival watcher
+        self.buf = bytearray()  # every byte read so far, from the response's first
+        self.pieces: list[tuple[int, float]] = []  # bytes before each end had arrived by then
+        self.head_end = -1  # offset just after the head's empty line, once it came
+        self.done = Event()  # set when the head is complete (or will not be: EOF, an error, too long)
+        self.error: BaseException | None = None
+        self.eof = False
+        self.hooked = False  # the poller and the watcher hold fd for this reader
+
+    def start(self) -> None:
+        self.watched = watch.ENABLED and watch.start(self.fd) is not None
+        self.hooked = True
+        self.poller.add(self.fd, self.readable)
+
+    def unhook(self) -> None:
+        """Stop reading (the poller and the watcher forget the socket); idempotent."""
+        if self.hooked:
+            self.hooked = False
+            self.poller.remove(self.fd)
+            if self.watched:
+                watch.stop(self.fd)
+
+    def readable(self, now: float, offset: float) -> None:
+        """A sweep found the socket readable: read and date what it has (never raises)."""
+        try:
+            arrival, data, cuts = _read_head(self.fd, True, offset, now, kstamp.PLAUSIBLE_AGE_S, self.watched)
+        except BlockingIOError:
+            return
+        except BaseException as exc:  # a reset: the library's read says what it means
+            self.error = exc
+            self.unhook()
+            self.done.set()
+            return
+        self.take(arrival, data, cuts)
+
+    def take(self, arrival: float, data: bytes, cuts: list[tuple[int, float]] | None) -> None:
+        """Append one read (``cuts``: where the watcher saw parts of it arrive earlier)."""
+        if not data:
+            self.eof = True
+            self.unhook()  # readable for ever after EOF: no more sweeps for it
+            self.done.set()
+            return
+        buf = self.buf
+        base = len(buf)
+        if cuts:
+            self.pieces += [(base + end, when) for end, when in cuts]
+        buf += data
+        self.pieces.append((len(buf), arrival))
+        if self.head_end < 0:
+            end = buf.find(b"\r\n\r\n", max(0, base - 3))
+            if end >= 0:
+                self.head_end = end + 4
+                self.done.set()
+            elif len(buf) > HEAD_MAX_BYTES:
+                self.done.set()
+
+    def time_of(self, offset: int) -> float:
+        """When the byte just before ``offset`` had arrived."""
+        for end, when in self.pieces:
+            if end >= offset:
+                return when
+        raise ValueError(f"offset {offset} was not read")
+
+    def body_pieces(self) -> list[tuple[float, bytes]]:
+        """The bytes read after the head, cut where they arrived apart: ``(arrival_s, bytes)``."""
+        out, pos, buf = [], self.head_end, self.buf
+        for end, when in self.pieces:
+            if end > pos:
+                out.append((when, bytes(buf[pos:end])))
+                pos = end
+        return out
+
+
+def simple_head(head: bytes) -> dict[str, str] | None:
+    """The fields of a ``HTTP/1.1 200`` head with chunked framing and nothing unusual (no
+    ``Content-Length``, no repeated framing field, no folded line), names lower-cased; None for
+    any other head, which the HTTP library then parses (interim responses, errors, other
+    framings and versions)."""
+    lines = head.split(b"\r\n")
+    status = lines[0]
+    if not (status.startswith(b"HTTP/1.1 200 ") or status == b"HTTP/1.1 200"):
+        return None
+    fields: dict[str, str] = {}
+    for line in lines[1:-2]:  # the head ends with an empty line: two empty strings after the split
+        name, sep, value = line.partition(b":")
+        if not sep or not name or name[-1:] in (b" ", b"\t") or line[:1] in (b" ", b"\t"):
+            return None
+        key = name.decode("latin-1").lower()
+        text = value.strip(b" \t").decode("latin-1")
+        if key in fields:
+            if key in ("transfer-encoding", "content-length"):
+                return None
+            text = f"{fields[key]}, {text}"
+        fields[key] = text
+    if fields.get("transfer-encoding", "").lower() != "chunked" or "content-length" in fields:
+        return None
+    return fields
+
+
+class HubResponse:
+    """A ``200`` chunked response whose head the event loop read (:class:`HeadReader`): what the
+    client and :class:`HubReader` use of the library's response, without its parser.
+
+    The body reader takes the head reader's registration over and ends the response
+    (:meth:`body_ended`: the socket goes back to the pool). Anyone else -- a non-streamed read,
+    a stream read by its greenlet (per-chunk hooks) -- gets the library's response, parsed
+    from every byte read so far (:meth:`library`).
+    """
+
+    __slots__ = ("status_code", "fields", "head", "_sock", "_pool", "_client", "_clock", "_complete", "_lib")
+
+    def __init__(self, head: HeadReader, fields: dict[str, str], sock: Any, cpool: Any, http_client: Any,
+                 clock: Callable[[], float]) -> None:
+        self.status_code = 200
+        self.fields = fields
+        self.head = head
+        self._sock: Any = sock
+        self._pool: Any = cpool
+        self._client = http_client
+        self._clock = clock
+        self._complete = False
+        self._lib: Any = None
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """A header field (``name`` lower-case), as the library's response answers it."""
+        return self.fields.get(name, default)
+
+    @property
+    def message_complete(self) -> bool:
+        return self._complete if self._lib is None else bool(self._lib.message_complete)
+
+    def library(self) -> Any:
+        """The library's response for this one (made once): reading stops here and the library
+        parses every byte read so far, then reads on."""
+        if self._lib is None:
+            self.head.unhook()
+            h = self.head
+            self._lib = library_response(self._sock, self._pool, self._client, bytes(h.buf), h.pieces, self._clock)
+            self._sock = self._pool = None
+        return self._lib
+
+    def read(self, length: int | None = None) -> bytes:
+        """The body, all at once (a non-streamed answer): through the library's response."""
+        lib = self.library()
+        data: bytes = lib.read() if length is None else lib.read(length)
+        return data
+
+    def unhook(self) -> Any:
+        """Stop the head reader; the object that now holds the socket (to discard)."""
+        self.head.unhook()
+        return self if self._lib is None else self._lib
+
+    def body_ended(self, clean: bool) -> None:
+        """The body reader read the terminating chunk: the socket goes back to the pool (closed
+        instead when bytes followed the end, or the server said ``Connection: close``)."""
+        self._complete = True
+        sock, cpool = self._sock, self._pool
+        self._sock = self._pool = None
+        if sock is None or cpool is None:
+            return
+        if clean and "close" not in self.fields.get("connection", "").lower():
+            cpool.return_socket(sock)
+        else:
+            cpool.release_socket(sock)
+
+    def __del__(self) -> None:  # dropped halfway (not ended, not discarded): free the pool's slot
+        sock, cpool = self._sock, self._pool
+        if sock is not None and cpool is not None:
+            self.head.unhook()
+            cpool.release_socket(sock)
+
+
+def hub_read_head(sock: Any, cpool: Any, http_client: Any, clock: Callable[[], float]) -> tuple[Any, float | None]:
+    """:data:`tokenswarm.wire.pool.ReadHead` through the event loop: register the request's
+    socket, sleep until its head came, then a :class:`HubResponse` for a ``200`` chunked head,
+    else the library's response parsed from the bytes read (its errors, such as a kept-alive
+    connection closed before the first byte, are the library's). With the head's arrival time."""
+    poller = stream_poller(clock)
+    assert poller is not None and _read_head is not None  # the transport asks only when both exist
+    head = HeadReader(sock._sock.fileno(), poller)
+    head.start()
+    try:
+        head.done.wait()
+    except BaseException:  # a deadline or a kill while waiting: the response is not read
+        head.unhook()
+        cpool.release_socket(sock)
+        raise
+    headers_s = head.time_of(head.head_end) if head.head_end > 0 else None
+    if head.head_end > 0:
+        fields = simple_head(bytes(head.buf[:head.head_end]))
+        if fields is not None:
+            return HubResponse(head, fields, sock, cpool, http_client, clock), headers_s
+    head.unhook()
+    # (the library's header read releases the socket itself when it fails)
+    return library_response(sock, cpool, http_client, bytes(head.buf), head.pieces, clock), headers_s
+
+
 class HubReader:
     """Feeds one response's SSE events into ``on_events(now_s, events)`` from the hub."""
 
@@ -213,8 +444,12 @@ class HubReader:
         # -- before a chunk's closing CRLF, inside the terminating "0" line -- make our first
         # feed fail, and ``_consume`` then hands the framing back to the library.
         self.chunked = chunked = "chunked" in str(resp.get("transfer-encoding") or "").lower()
-        self.dechunker = ChunkedDecoder() if chunked and _between_chunks(resp) else None
-        self.trial: list[bytes] | None = [] if self.dechunker is not None else None  # raw bytes until trusted
+        if isinstance(resp, HubResponse):  # our own head parse: the body starts at a chunk boundary
+            self.dechunker: ChunkedDecoder | None = ChunkedDecoder()
+            self.trial: list[bytes] | None = None  # the framing is ours from the first byte
+        else:
+            self.dechunker = ChunkedDecoder() if chunked and _between_chunks(resp) else None
+            self.trial = [] if self.dechunker is not None else None  # raw bytes until trusted
         # Where the header read ended inside a chunk (a client reading a backlog: the library
         # reads 4 KiB), the library keeps the framing until one of its reads ends between
         # chunks, and we take over then; a few attempts per response at most.
@@ -230,7 +465,14 @@ class HubReader:
     def run(self) -> None:
         """Process what is already buffered, then read from the hub until the response ends."""
         resp = self.resp
-        if resp._body_buffer:  # came with the headers, in the library's last read
+        if isinstance(resp, HubResponse):
+            self._take_over(resp.head)
+            if self.done.is_set():  # the body ended (or broke) in the bytes read with the head
+                self.stop()
+                if self.error is not None:
+                    raise self.error
+                return
+        elif resp._body_buffer:  # came with the headers, in the library's last read
             data = bytes(resp._body_buffer)
             del resp._body_buffer[:]
             for now, piece in library_read_pieces(resp, data, self.clock, self.chunked):  # dated apart if they came apart
@@ -242,9 +484,10 @@ class HubReader:
         # byte are what our framing needs to be trusted (a read that begins inside a chunk's
         # closing CRLF or the terminating line is not the simple framing and goes to the trial).
         self.fast = self._fast_allowed()
-        self.fd = self.raw.fileno()
-        poller = stream_poller(self.clock)
-        if poller is not None:
+        if self.poller is not None:  # the head reader's registration, taken over
+            pass
+        elif (poller := stream_poller(self.clock)) is not None:
+            self.fd = self.raw.fileno()
             self.poller = poller
             if poller.kernel_stamps:
                 # a stamped pool socket has them on since it was made: no system call per response
@@ -252,6 +495,7 @@ class HubReader:
                 self.watched = FAST and self.stamped and watch.start(self.fd) is not None
             poller.add(self.fd, self.readable)
         else:
+            self.fd = self.raw.fileno()
             self.watcher = gevent.get_hub().loop.io(self.fd, 1)
             self.watcher.start(lambda: self.readable(self.clock(), 0.0))
         try:
@@ -260,6 +504,29 @@ class HubReader:
             self.stop()
         if self.error is not None:
             raise self.error
+
+    def _take_over(self, head: HeadReader) -> None:
+        """Continue where the event loop's head read stopped: its registration with the poller
+        and the watcher becomes this reader's, and the bytes it read after the head are
+        decoded first, each piece at the time it arrived."""
+        self.fd = head.fd
+        if head.hooked:
+            head.hooked = False
+            self.poller = head.poller
+            self.stamped = True
+            self.watched = head.watched
+            head.poller.replace(self.fd, self.readable)
+        try:
+            for when, piece in head.body_pieces():
+                self._consume(when, piece)
+                if self.done.is_set():
+                    return
+            if head.error is not None:
+                raise head.error
+            if head.eof:
+                self._consume(self.clock(), b"")
+        except BaseException as exc:
+            self._finish(exc)
 
     def _body(self, now: float, body: bytes) -> bool:
         events = self.parser.feed(body)
@@ -387,7 +654,13 @@ class HubReader:
     def _body_ended(self) -> None:
         """Our framing read the terminating chunk: end the message for the library too, so its
         connection is reused (keep-alive), and stop reading."""
-        self.resp.feed(b"0\r\n\r\n")
+        resp = self.resp
+        if isinstance(resp, HubResponse):
+            self.stop()  # before the socket may be closed
+            dec = self.dechunker
+            resp.body_ended(clean=dec is None or not dec.rest)
+        else:
+            resp.feed(b"0\r\n\r\n")
         self._finish(None)
 
     def _finish(self, exc: BaseException | None) -> None:

@@ -12,13 +12,17 @@ The request (:func:`tokenswarm.wire.pool.send_request`)
       connections only: ``connect_ms``.
     * sent -- right after the request's last byte was handed to the kernel: ``sent_at_s``;
       ``schedule_lag_ms`` and ``send_delay_ms`` come from this same reading.
-    * headers -- the header read's arrival: the first note that covers the end of the
-      headers, else that read's kernel stamp, else the time it returned: ``headers_ms``.
+    * headers -- the arrival of the read that completed the head: on a stamped pool socket
+      the event loop reads the head (:class:`tokenswarm.wire.reader.HeadReader`), dated by that
+      read's kernel stamp or the watcher's earlier note; else the library's header read, dated by
+      the first sweep note that covers the end of the headers, else that read's kernel stamp,
+      else the time it returned: ``headers_ms``.
 
 The body (:class:`BodyReader`, the only way body bytes reach the stream state)
-    * Body bytes that came with the headers, in the HTTP library's own header read, are dated
-      by :func:`tokenswarm.wire.pool.library_read_pieces`: cut where arrival notes (below) saw
-      them arrive apart, else the read's kernel stamp.
+    * Body bytes that came with the headers keep the dates of the reads that brought them:
+      the event loop's head reads, piece by piece (``HeadReader.body_pieces``), or the HTTP
+      library's own header read, through :func:`tokenswarm.wire.pool.library_read_pieces`: cut
+      where arrival notes (below) saw them arrive apart, else the read's kernel stamp.
     * Plain-TCP streams without per-chunk hooks are read from the event loop
       (:class:`tokenswarm.wire.reader.HubReader`): each read is dated by its kernel stamp (its
       newest segment's), through the C fast path (:mod:`tokenswarm.wire._fastread`) or the
@@ -51,7 +55,7 @@ from tokenswarm.wire.sse import SSEParser
 RECV_BYTES = 65536
 #: The environment variables that select timing paths (each documented where it is read).
 OVERRIDES = ("TOKENSWARM_READER", "TOKENSWARM_NATIVE", "TOKENSWARM_KERNEL_TIMESTAMPS",
-             "TOKENSWARM_ARRIVAL_WATCH", "TOKENSWARM_READ_BATCH_MS")
+             "TOKENSWARM_ARRIVAL_WATCH", "TOKENSWARM_READ_BATCH_MS", "TOKENSWARM_HEAD_READER")
 
 
 def read_available(resp: Any) -> bytes:
@@ -102,11 +106,13 @@ class BodyReader:
 
     def __init__(self, resp: Any, clock: Callable[[], float], parser: SSEParser,
                  on_events: Callable[[float, list[Any]], bool], *, hub: bool) -> None:
+        self.use_hub = hub and reader.can_watch(resp)
+        if not self.use_hub and isinstance(resp, reader.HubResponse):  # read here: the library's response
+            resp = resp.library()
         self.resp = resp
         self.clock = clock
         self.parser = parser
         self.on_events = on_events
-        self.use_hub = hub and reader.can_watch(resp)
         self.hub: reader.HubReader | None = None
         self.stopped = False
 
@@ -160,7 +166,8 @@ def provenance() -> dict[str, Any]:
     """Which timing paths this process ran, its overrides and its fallback counters.
 
     ``counters``: ``reads_count`` (reads of the C fast path), ``general_parser_reads_count``
-    (handed to the Python parsers), ``watcher_dated_reads_count`` (reads cut by arrival notes),
+    (handed to the Python parsers), ``head_reads_count`` (reads of response heads by the event
+    loop, :class:`tokenswarm.wire.reader.HeadReader`), ``watcher_dated_reads_count`` (reads cut by arrival notes),
     ``one_stamp_many_chunks_reads_count`` (noted reads of more chunks than the fast path
     dates: one stamp kept), ``notes_count`` / ``stalled_sweeps_count`` (the watcher's work),
     ``notes_dropped_count`` (a stream's notes were full) and ``notes_over_cap_count`` (a read
@@ -180,6 +187,7 @@ def provenance() -> dict[str, Any]:
             "general_parser_reads_count": rs["general_reads"],
             "watcher_dated_reads_count": rs["dated_reads"],
             "one_stamp_many_chunks_reads_count": rs["chunk_cap_reads"],
+            "head_reads_count": rs["head_reads"],
             "notes_count": ws["notes"],
             "stalled_sweeps_count": ws["stalled_sweeps"],
             "notes_dropped_count": ws["notes_dropped"],
@@ -192,6 +200,7 @@ def provenance() -> dict[str, Any]:
         "kernel_stamps": kstamp.ENABLED and kstamp.maps_onto(time.perf_counter),
         "arrival_watcher": watch.ENABLED and kstamp.ENABLED,
         "read_batch_ms": reader.READ_BATCH_S * 1000.0,
+        "head_reader": "hub" if reader.HUB_HEAD else "library",
         "overrides": {name: os.environ[name] for name in OVERRIDES if name in os.environ},
         "counters": {**counters, **pool.stats},
     }

@@ -41,9 +41,9 @@ from typing import Any, Callable, Protocol
 
 import gevent
 
-from tokenswarm.wire import pool
+from tokenswarm.wire import pool, reader
 from tokenswarm.wire.pool import RequestTiming, discard_connection, send_request
-from tokenswarm.wire.reader import StreamPoller, stream_poller
+from tokenswarm.wire.reader import StreamPoller, hub_read_head, stream_poller
 from tokenswarm.wire.sse import SSEParser
 from tokenswarm.wire.timing import BodyReader
 
@@ -142,9 +142,13 @@ class PoolTransport:
         poller = self._stream_poller() if USE_HUB_READER else None
         if poller is not None:
             poller.sweep_if_due()  # between greenlets: see StreamPoller.sweep_if_due
+        stamps = poller is not None and poller.kernel_stamps
         # Its sweeps note arrivals while a late header read waits (they need kernel stamps).
-        pool.arrival_poller = poller if poller is not None and poller.kernel_stamps else None
-        return send_request(self.http_client, path, body, headers, timing)
+        pool.arrival_poller = poller if stamps else None
+        # With stamps (and the C reader) the loop reads the head too: one registration and one
+        # wake-up of this greenlet per response (reader.HeadReader).
+        read_head = hub_read_head if stamps and reader.HUB_HEAD else None
+        return send_request(self.http_client, path, body, headers, timing, read_head)
 
     def body_reader(self, response: Any, parser: SSEParser, on_events: OnEvents, *, hooked: bool) -> BodyReader:
         """Hooked streams are read by the request's greenlet (the hooks may block or switch);
