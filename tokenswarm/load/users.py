@@ -67,6 +67,14 @@ def pick_model(models: tuple[tuple[str, float], ...], rng: random.Random) -> str
     return rng.choices([m for m, _ in models], weights=[w for _, w in models])[0]
 
 
+def may_send(ctx: RunContext, user: Any) -> bool:
+    """Whether a task may send its next request: not once the run is ending (Locust's
+    ``test_stopping``, before it stops any user) nor once Locust asked ``user`` to stop (a
+    ramp-down, the run's end). A graceful stop lets the requests in flight finish; it must not
+    start new ones, which the end of the stop would then cancel."""
+    return not ctx.stopping and not getattr(user, "stop_asked", False)
+
+
 def task_deal(ctx: RunContext, tasks: list[Any], ordinal: int) -> StratifiedDraw | None:
     """A sender's stratified deal under ``traffic.task_draw: stratified`` (None: a random draw)."""
     if getattr(ctx.scenario.traffic, "task_draw", "per_user") != "stratified":
@@ -154,6 +162,8 @@ class Conversationalist:
         for turn in range(conv.turns):
             if turn:
                 gevent.sleep(conv.think_time_s(turn))
+                if not may_send(ctx, self.user):  # the run is ending: the conversation ends here
+                    return
                 scheduled_s = ctx.clock()
             msg = conv.user_message(turn)
             payload: list[dict[str, str]] | str
@@ -183,6 +193,25 @@ class _TokenswarmUser(FastHttpUser):
     connection_timeout = 10.0
     #: set by :meth:`_context` in ``on_start``; a task never runs without it (it raises StopUser first)
     ctx: RunContext
+    #: Locust asked this user to stop (see :meth:`stop`)
+    stop_asked = False
+
+    def stop(self, force: bool = False) -> bool:
+        """Locust stops this user (a ramp-down, the run's end): noted before Locust acts.
+
+        Locust kills a user it finds between tasks (``waiting``) through a callback of the event
+        loop. A user whose own wake-up was already queued runs first and would start one more
+        request, which the kill then cancels mid-way -- on a busy machine, seen as ``cancelled``
+        records at a plan's graceful end. With the note, that task sends nothing (:func:`may_send`).
+        """
+        self.stop_asked = True
+        return bool(super().stop(force))
+
+    def _next_task_or_stop(self) -> None:
+        """Raise StopUser instead of starting a task: the run was aborted at start (no context),
+        or it is ending, or this user was asked to stop."""
+        if self.ctx is None or not may_send(self.ctx, self):
+            raise StopUser()
 
     def _context(self) -> RunContext | None:
         # None: the run was aborted at start (target down, bad config). on_start returns and the
@@ -219,8 +248,7 @@ class LLMUser(_TokenswarmUser):
 
     @task
     def one_request(self) -> None:
-        if self.ctx is None:
-            raise StopUser()
+        self._next_task_or_stop()
         if self.task_cfg is None or self.ctx.halted:  # halted: the circuit breaker stopped the run
             gevent.sleep(1.0)
             return
@@ -289,6 +317,7 @@ class MixedUser(_TokenswarmUser):
 
     @task
     def one_request(self) -> None:
+        self._next_task_or_stop()
         task_cfg = pick_task(self.tasks_, self.rng, self.deal)
         scheduled = self.ctx.clock()
         if task_cfg.kind == "multi_turn":

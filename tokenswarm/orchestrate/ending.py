@@ -4,7 +4,8 @@ A run ends for one of the :class:`StopReason` s. Two kinds of end differ in what
 the requests still in flight:
 
 * **graceful** (the plan ran out, ``-t``, the circuit breaker): Locust lets every user finish
-  its current request for up to ``stop_timeout`` (``load.stop_timeout_s``);
+  its current request for up to ``stop_timeout`` (``load.stop_timeout_s``) and no user starts
+  another (:func:`tokenswarm.load.users.may_send`);
 * **hard** (the ``--max-run-time`` guard, Ctrl-C, SIGTERM, the web UI's stop): in-flight
   streams are cancelled at once -- each still becomes a record, with outcome ``cancelled``
   (see :func:`tokenswarm.wire.client.stream_call`) -- so the process ends within a few
