@@ -150,22 +150,11 @@ static int split_chunks(const char *p, const char *end, PyObject *out, const cha
 static ssize_t stamped_read(int fd, char *buf, int stamped, double offset, double now, double max_age, int watched,
                             double *arrival, watch_note *notes, int *k, unsigned long long *before)
 {
-    struct iovec iov = {buf, READ_BYTES};
-    union {
-        char bytes[CMSG_SPACE(sizeof(struct timespec))];
-        struct cmsghdr align;
-    } control;
-    struct msghdr msg;
-    memset(&msg, 0, sizeof msg);
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    if (stamped) {
-        msg.msg_control = control.bytes;
-        msg.msg_controllen = sizeof control.bytes;
-    }
+    struct timespec ts;
+    int have_stamp = 0;
     ssize_t n;
     for (;;) {
-        n = recvmsg(fd, &msg, 0);
+        n = recv_stamped(fd, buf, READ_BYTES, 0, stamped, &ts, &have_stamp);
         if (n >= 0 || errno != EINTR)
             break;
         if (PyErr_CheckSignals() < 0)
@@ -176,8 +165,7 @@ static ssize_t stamped_read(int fd, char *buf, int stamped, double offset, doubl
         return -1;
     }
     *arrival = now;
-    struct timespec ts;
-    if (stamped && cmsg_stamp(&msg, &ts)) {
+    if (have_stamp) {
         /* Plausible: not after this moment (a segment that arrived while the sweep that began
          * at ``now`` was reading other sockets is later than ``now``, and real), not older than
          * max_age (a wall-clock step). Compared on the realtime clock. */

@@ -126,19 +126,9 @@ static int tcp_rx(int fd, unsigned long long *rx)
 /* The kernel stamp (CLOCK_REALTIME s) of the newest queued segment; 0 if nothing is queued. */
 static int peek_stamp(int fd, double *stamp)
 {
-    struct iovec iov = {peek_area, PEEK_SPAN};
-    union {
-        char bytes[CMSG_SPACE(sizeof(struct timespec))];
-        struct cmsghdr align;
-    } control;
-    struct msghdr msg;
-    memset(&msg, 0, sizeof msg);
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.bytes;
-    msg.msg_controllen = sizeof control.bytes;
     struct timespec ts;
-    if (recvmsg(fd, &msg, MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT) <= 0 || !cmsg_stamp(&msg, &ts))
+    int stamped = 0;
+    if (recv_stamped(fd, peek_area, PEEK_SPAN, MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT, 1, &ts, &stamped) <= 0 || !stamped)
         return 0;
     *stamp = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
     return 1;

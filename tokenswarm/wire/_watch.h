@@ -27,6 +27,30 @@ static inline int cmsg_stamp(struct msghdr *msg, struct timespec *ts)
     return 0;
 }
 
+/* One recvmsg of at most ``len`` bytes into ``buf`` with ``flags``. With ``want_stamp``, *stamped
+ * says whether the kernel gave the data's receive stamp, and *ts holds it. Returns recvmsg's
+ * result (errno set on -1). Shared by the reader's reads and the watcher's peeks. */
+static inline ssize_t recv_stamped(int fd, void *buf, size_t len, int flags, int want_stamp, struct timespec *ts,
+                                   int *stamped)
+{
+    struct iovec iov = {buf, len};
+    union {
+        char bytes[CMSG_SPACE(sizeof(struct timespec))];
+        struct cmsghdr align;
+    } control;
+    struct msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    if (want_stamp) {
+        msg.msg_control = control.bytes;
+        msg.msg_controllen = sizeof control.bytes;
+    }
+    ssize_t n = recvmsg(fd, &msg, flags);
+    *stamped = n >= 0 && want_stamp && cmsg_stamp(&msg, ts);
+    return n;
+}
+
 /* One note: the first ``rx`` bytes the connection ever received had all arrived by
  * ``stamp`` (CLOCK_REALTIME seconds, the kernel's stamp of the newest segment). */
 typedef struct {
