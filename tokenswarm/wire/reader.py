@@ -229,7 +229,7 @@ class HeadReader:
         self.hooked = False  # the poller and the watcher hold fd for this reader
 
     def start(self) -> None:
-        self.watched = watch.ENABLED and watch.start(self.fd) is not None
+        self.watched = watch.start(self.fd) is not None
         self.hooked = True
         self.poller.add(self.fd, self.readable)
 
@@ -484,26 +484,30 @@ class HubReader:
         # byte are what our framing needs to be trusted (a read that begins inside a chunk's
         # closing CRLF or the terminating line is not the simple framing and goes to the trial).
         self.fast = self._fast_allowed()
-        if self.poller is not None:  # the head reader's registration, taken over
-            pass
-        elif (poller := stream_poller(self.clock)) is not None:
-            self.fd = self.raw.fileno()
-            self.poller = poller
-            if poller.kernel_stamps:
-                # a stamped pool socket has them on since it was made: no system call per response
-                self.stamped = getattr(resp._sock, "kernel_stamped", False) or kstamp.enable(self.raw)
-                self.watched = FAST and self.stamped and watch.start(self.fd) is not None
-            poller.add(self.fd, self.readable)
-        else:
-            self.fd = self.raw.fileno()
-            self.watcher = gevent.get_hub().loop.io(self.fd, 1)
-            self.watcher.start(lambda: self.readable(self.clock(), 0.0))
+        if self.poller is None:  # else the head reader's registration was taken over
+            self._register(resp)
         try:
             self.done.wait()
         finally:
             self.stop()
         if self.error is not None:
             raise self.error
+
+    def _register(self, resp: Any) -> None:
+        """Have the socket's reads call :meth:`readable`: through the stream poller (with the
+        arrival watcher where the socket has kernel stamps), else a libev watcher of its own."""
+        self.fd = self.raw.fileno()
+        poller = stream_poller(self.clock)
+        if poller is None:
+            self.watcher = gevent.get_hub().loop.io(self.fd, 1)
+            self.watcher.start(lambda: self.readable(self.clock(), 0.0))
+            return
+        self.poller = poller
+        if poller.kernel_stamps:
+            # a stamped pool socket has them on since it was made: no system call per response
+            self.stamped = getattr(resp._sock, "kernel_stamped", False) or kstamp.enable(self.raw)
+            self.watched = FAST and self.stamped and watch.start(self.fd) is not None
+        poller.add(self.fd, self.readable)
 
     def _take_over(self, head: HeadReader) -> None:
         """Continue where the event loop's head read stopped: its registration with the poller
