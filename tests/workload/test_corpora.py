@@ -17,6 +17,7 @@ from tokenswarm.workload.corpora import (
     prose_corpus,
     stdlib_dir,
     stdlib_sources,
+    top_level_defs,
 )
 from tokenswarm.workload.scenario import ScenarioError
 
@@ -39,6 +40,26 @@ def test_documented_functions_come_from_real_source():
     text = (stdlib_dir() / "json/__init__.py").read_text()
     loads = next(f for f in funcs if f.name == "loads")
     assert text[loads.offset :].startswith("def loads(")
+
+
+def test_top_level_definitions_and_documented_functions_are_numbered_by_line_feeds():
+    from tokenswarm.workload.corpora.builtin import _def_lines
+
+    text = "import os\r\nclass A:\n    def m(self): pass\n\ndef f():\n  x\x0c\nasync def g():\n    pass"
+    lines = text.split("\n")  # a form feed or a carriage return does not end a line
+    starts = [sum(len(x) + 1 for x in lines[:i]) for i in range(len(lines))]
+    assert list(_def_lines(text)) == [(1, starts[1]), (4, starts[4]), (6, starts[6])]
+    for rel in stdlib_sources()[:40]:  # and on real files, the same as reading them line by line
+        text = (stdlib_dir() / rel).read_text(encoding="utf-8", errors="replace")
+        expected, at = [], 0
+        for i, line in enumerate(text.split("\n")):
+            if line.startswith(("def ", "class ", "async def ")):
+                expected.append((i + 1, at))
+            at += len(line) + 1
+        assert list(top_level_defs(rel)) == expected, rel
+        for f in documented_functions(rel):
+            assert f.line == text.count("\n", 0, f.offset) + 1 and text[f.offset:].lstrip().startswith(
+                ("def ", "async def ")), (rel, f.name)
 
 
 def test_prose_corpus_is_pydoc_topics():

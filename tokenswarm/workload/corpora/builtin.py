@@ -46,8 +46,10 @@ class CorpusUnavailable(RuntimeError):
 # --------------------------------------------------------------------------- code (stdlib)
 
 
+@functools.cache
 def stdlib_dir() -> Path:
-    """Directory of the standard library's sources (works in a venv)."""
+    """Directory of the standard library's sources (works in a venv); found once per process
+    (``sysconfig.get_paths`` costs ~0.25 ms, and every file read asked it)."""
     candidates = [sysconfig.get_paths().get("stdlib"), os.path.dirname(os.__file__)]
     for cand in candidates:
         if cand and os.path.isfile(os.path.join(cand, "json", "decoder.py")):
@@ -112,14 +114,15 @@ _DOCUMENTED_DEF = re.compile(
 def documented_functions(rel: str) -> tuple[FunctionInfo, ...]:
     """Public functions/methods of a file that have a docstring of at least 40 characters."""
     text = read_source(rel)
-    starts = _line_starts(text)
     out = []
+    line, counted_to = 1, 0  # the matches come in order: count the line feeds once, as they pass
     for m in _DOCUMENTED_DEF.finditer(text):
         doc = inspect.cleandoc(m.group("doc"))
         if len(doc) < 40:
             continue
         offset = m.start("indent")
-        line = bisect.bisect_right(starts, offset)
+        line += text.count("\n", counted_to, offset)
+        counted_to = offset
         header = text[offset : text.index("\n", m.end("args"))]
         signature = " ".join(header.split()).replace("( ", "(").replace(", )", ")")
         out.append(FunctionInfo(m.group("name"), signature, doc, line, offset, m.group("indent")))
@@ -129,18 +132,21 @@ def documented_functions(rel: str) -> tuple[FunctionInfo, ...]:
 @functools.lru_cache(maxsize=256)
 def top_level_defs(rel: str) -> tuple[tuple[int, int], ...]:
     """``(line, offset)`` of each top-level ``def``/``class`` line of a stdlib file (1-based lines)."""
-    text = read_source(rel)
-    return tuple((i + 1, off) for i, off in _def_lines(text))
+    return tuple((i + 1, off) for i, off in _def_lines(read_source(rel)))
+
+
+_TOP_LEVEL_DEF = re.compile(r"^(?:def |class |async def )", re.MULTILINE)
 
 
 def _def_lines(text: str) -> Iterator[tuple[int, int]]:
-    for i, off in enumerate(_line_starts(text)):
-        if text.startswith(("def ", "class ", "async def "), off):
-            yield i, off
-
-
-def _line_starts(text: str) -> list[int]:
-    return [0] + [m.end() for m in re.finditer("\n", text)]
+    """``(0-based line, offset)`` of each line that starts with ``def``, ``class`` or ``async def``
+    (a line ends at a line feed only)."""
+    line, counted_to = 0, 0
+    for m in _TOP_LEVEL_DEF.finditer(text):
+        offset = m.start()
+        line += text.count("\n", counted_to, offset)
+        counted_to = offset
+        yield line, offset
 
 
 class CodeCorpus:
