@@ -106,6 +106,9 @@ def build_worker_context(env: Any, sc: Any, run_id: str, base_url: str, model: s
         if t.weight > 0:
             sources[t.name] = PromptSource(t, counter, seed=sc.traffic.seed * 1000 + index, api=sc.target.api,
                                            prefix_seed=sc.traffic.seed)
+    close = getattr(counter, "close", None)
+    if close is not None:
+        close()  # the prompts are sized: no idle connection to the target's /tokenize for the whole run
     ctx = RunContext(scenario=sc, run_id=run_id, worker_id=worker_id, base_url=base_url, model=model, sink=sink,
                      role=role, worker_index=index, events=env.events, request_event=env.events.request.fire,
                      prompt_sources=sources)
