@@ -317,9 +317,11 @@ def split_table(args: argparse.Namespace, rows: list[dict[str, Any]], tree: str)
 def run_compare(args: argparse.Namespace, work: Path, case: str) -> None:
     """Plain Locust and tokenswarm on one shipped scenario, A B A B; ratios and accuracy.
 
-    With ``--src`` trees, each round runs this tree, then each other tree, then the baseline
-    (A B C A B C): every tree's ratio comes from the same rounds, so a change's effect on the
-    ratio is measured in one run."""
+    With ``--src`` trees, each round runs every tree, then the baseline (A B C B A C ...): every
+    tree's ratio comes from the same rounds, so a change's effect on the ratio is measured in one
+    run. The trees' order turns by one each round (with two trees and an even ``--repeat``, each
+    runs first as often as second), so a place in the round that favours its runner does not
+    favour one tree."""
     trees = trees_of(args, "tokenswarm")
     scenario, tokens, step_ms, streams_opt = CASES[case]
     streams = getattr(args, streams_opt)
@@ -338,13 +340,15 @@ def run_compare(args: argparse.Namespace, work: Path, case: str) -> None:
             bodies_env = {"BENCH_BODIES_FILE": str(bodies_path)}
             print(f"baseline bodies: {len(bodies)} built from {scenario} ({bodies_path})")
         for n in range(args.repeat):
-            tree_rows = []
-            for tree, src in trees:
+            by_tree: dict[str, dict[str, Any]] = {}
+            turn = n % len(trees)
+            for tree, src in trees[turn:] + trees[:turn]:
                 run = work / f"compare-{case}-{tree}-{n}"
                 ts = run_process(tree, tokenswarm_command(srv.base_url, scenario, streams, args.seconds, run, [], src),
                                  {}, args.seconds, src)
-                ts.update(run=run, tree=tree)
-                tree_rows.append(ts)
+                ts.update(run=run, tree=tree, place=len(by_tree) + 1)
+                by_tree[tree] = ts
+            tree_rows = [by_tree[tree] for tree, _src in trees]  # this tree first, as the ratios below pair them
             srv.flush()
             truth = load_truth(truth_path)
             count(tree_rows[0], truth)
@@ -365,7 +369,7 @@ def run_compare(args: argparse.Namespace, work: Path, case: str) -> None:
             accuracy(r, truth)
     print(f"{streams} streams, one event every {step_ms:g} ms of {tokens} token(s), {args.seconds:g} s of load; "
           f"finished {stamp()}")
-    print(f"{'client':<11} {'requests':>8} {'chunks':>8} {'chunks/req':>10} {'whole us/chunk':>14} "
+    print(f"{'client':<11} {'ran':>3} {'requests':>8} {'chunks':>8} {'chunks/req':>10} {'whole us/chunk':>14} "
           f"{'whole us/req':>12} {'kernel us/chunk':>15} {'window us/chunk':>15} {'TTFT err p99':>12} {'gap p99':>8} "
           f"{'e2e p99':>8}")
     for r in rows:
@@ -373,7 +377,8 @@ def run_compare(args: argparse.Namespace, work: Path, case: str) -> None:
         errs = (f"{a['ttft_err_p99_ms']:>12.2f} {a['gap_err_p99_ms']:>8.2f} {a['e2e_err_p99_ms']:>8.2f}" if a
                 else f"{'-':>12} {'-':>8} {'-':>8}")
         label = r["label"] if "max_tokens" not in r else f"baseline@{r['max_tokens']}"
-        print(f"{label:<11} {r['requests']:>8} {r['chunks']:>8} {r['chunks'] / max(1, r['requests']):>10.1f} "
+        ran = str(r["place"]) if "place" in r else "-"  # its place among the trees of its round
+        print(f"{label:<11} {ran:>3} {r['requests']:>8} {r['chunks']:>8} {r['chunks'] / max(1, r['requests']):>10.1f} "
               f"{r['us_per_chunk'] or 0:>14.1f} {r['whole_cpu_s'] / max(1, r['requests']) * 1e6:>12.0f} "
               f"{r['system_us_per_chunk'] or 0:>15.1f} {r['window_us_per_chunk'] or 0:>15.1f} {errs}")
     per_round = len(trees) + 1
