@@ -178,7 +178,7 @@ class ServerTokenizeCounter:
         self.calls = 0
         self.probe_failures: list[str] = []  #: why each dialect was rejected (for the warning)
         self._warned = False
-        self.connections = 0  #: connections opened (one for every count while the server keeps it open)
+        self.connections = 0  #: connections opened (one for all the counts while the server keeps it open)
         self._conn: http.client.HTTPConnection | None = None
         self._lock = threading.Lock()  # one exchange at a time on the connection (a greenlet lock under gevent)
 
