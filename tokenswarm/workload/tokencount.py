@@ -169,6 +169,8 @@ class ServerTokenizeCounter:
         fallback: TokenCounter | None = None,
     ):
         self.url = tokenize_url(base_url)
+        self._parts = urllib.parse.urlsplit(self.url)
+        self._target = (self._parts.path or "/") + (f"?{self._parts.query}" if self._parts.query else "")
         self.model = model
         self.headers = {"Content-Type": "application/json", **(headers or {})}
         self.timeout_s = timeout_s
@@ -196,32 +198,30 @@ class ServerTokenizeCounter:
             try:
                 status, reason, headers, payload = self._exchange(data)
             except _STALE as exc:
-                self.close()
                 if not reused:
                     raise
                 log.debug("%s: kept-alive connection closed by the server (%s); reconnecting", self.url, exc)
-                status, reason, headers, payload = self._exchange_or_close(data)
-            except (OSError, http.client.HTTPException) as exc:
-                self.close()
-                raise _as_oserror(exc) from exc
+                status, reason, headers, payload = self._exchange(data)  # once more, on a new connection
         if not 200 <= status < 300:
             raise urllib.error.HTTPError(self.url, status, reason, headers, None)
         return json.loads(payload)
 
-    def _exchange_or_close(self, data: bytes) -> tuple[int, str, Any, bytes]:
-        try:
-            return self._exchange(data)
-        except (OSError, http.client.HTTPException) as exc:
-            self.close()
-            raise _as_oserror(exc) from exc
-
     def _exchange(self, data: bytes) -> tuple[int, str, Any, bytes]:
-        if self._conn is None:
-            self._conn = _connection(self.url, self.timeout_s)
-            self.connections += 1
-        self._conn.request("POST", _target(self.url), body=data, headers=self.headers)
-        resp = self._conn.getresponse()
-        payload = resp.read()
+        """One POST and its answer. Whatever breaks it closes the connection and is an ``OSError``
+        (http.client's own errors -- a malformed status line, say -- are not)."""
+        try:
+            if self._conn is None:
+                self._conn = _connection(self._parts, self.timeout_s)
+                self.connections += 1
+            self._conn.request("POST", self._target, body=data, headers=self.headers)
+            resp = self._conn.getresponse()
+            payload = resp.read()
+        except OSError:
+            self.close()
+            raise
+        except http.client.HTTPException as exc:
+            self.close()
+            raise OSError(f"{self.url}: {type(exc).__name__}: {exc}") from exc
         if resp.will_close:  # the server closes after answering: the next count opens a new connection
             self.close()
         return resp.status, resp.reason, resp.headers, payload
@@ -282,27 +282,14 @@ class ServerTokenizeCounter:
 _STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 
 
-def _connection(url: str, timeout_s: float) -> http.client.HTTPConnection:
-    """A new (not yet connected) connection to ``url``'s host; TLS verified as ``urllib`` would."""
-    parts = urllib.parse.urlsplit(url)
+def _connection(parts: urllib.parse.SplitResult, timeout_s: float) -> http.client.HTTPConnection:
+    """A new (not yet connected) connection to the URL's host; TLS verified as ``urllib`` would."""
     if parts.scheme == "https":
         return http.client.HTTPSConnection(parts.hostname or "", parts.port, timeout=timeout_s,
                                            context=ssl.create_default_context())
     if parts.scheme != "http":
-        raise OSError(f"{url}: not an http or https URL")
+        raise OSError(f"{parts.geturl()}: not an http or https URL")
     return http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout_s)
-
-
-def _target(url: str) -> str:
-    """The request target of ``url``: its path and query."""
-    parts = urllib.parse.urlsplit(url)
-    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-
-
-def _as_oserror(exc: BaseException) -> OSError:
-    """An exchange that broke, as the ``OSError`` the callers handle (http.client's own errors
-    -- a malformed status line, say -- are not OSErrors)."""
-    return exc if isinstance(exc, OSError) else OSError(f"{type(exc).__name__}: {exc}")
 
 
 def tokenize_url(base_url: str) -> str:
