@@ -7,6 +7,7 @@ import signal
 import pytest
 
 from tests.helpers.runs import (
+    describe_run,
     finish_master_and_workers,
     read_manifest,
     read_records,
@@ -38,7 +39,7 @@ def test_master_collects_every_record_from_two_workers(tmp_path):
         master, workers = start_master_and_workers(sc, sim.base_url, tmp_path / "run", 2, "--no-pilot")
         code, out = finish_master_and_workers(master, workers)
         truth = sim.read_truth()
-    assert code == 0, out[-3000:]
+    assert code == 0, describe_run(out, workers)
     run = tmp_path / "run"
     records = read_records(run)
     m = read_manifest(run)
@@ -75,7 +76,7 @@ def test_a_worker_killed_mid_run_is_accounted_for_and_the_run_still_ends(tmp_pat
         code, out = finish_master_and_workers(master, workers)
         truth = sim.read_truth()
     # A lost worker is a broken run for the CI verdict (exit status 3), but everything is accounted for.
-    assert code == 3, out[-3000:]
+    assert code == 3, describe_run(out, workers)
     verdict = json.loads((run / "slo.json").read_text())
     assert verdict["exit_status"] == 3 and "worker(s) lost" in verdict["reason"]
     m = read_manifest(run)
@@ -116,7 +117,7 @@ def test_an_adaptive_step_counts_the_workers_records_on_the_master(tmp_path):
     with start_sim("--profile", "tiny-fast") as sim:
         master, workers = start_master_and_workers(sc, sim.base_url, tmp_path / "run", 2)
         code, out = finish_master_and_workers(master, workers)
-    assert code == 0, out[-3000:]
+    assert code == 0, describe_run(out, workers)
     (outcome,) = read_manifest(tmp_path / "run")["adaptive_steps"]["steps"]
     steady = [r for r in read_records(tmp_path / "run") if r["phase"] == "steady" and r["outcome"] == "ok"]
     by_task = {t: sum(r["task"] == t for r in steady) for t in ("qa", "code")}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers.runs import finish_master_and_workers, read_manifest, scenario_file, start_master_and_workers
+from tests.helpers.runs import describe_run, finish_master_and_workers, read_manifest, scenario_file, start_master_and_workers
 from tokenswarm.analysis import analyse, load_run
 from tokenswarm.collect.parquet_store import iter_records, store_parts
 from tokenswarm.sim.testing import start_sim
@@ -24,14 +24,14 @@ def test_a_distributed_run_with_records_format_parquet_stores_and_analyses_every
                                                    "--no-pilot")
         code, out = finish_master_and_workers(master, workers)
         truth = sim.read_truth()
-    assert code == 0, out[-3000:]
+    assert code == 0, describe_run(out, workers)
     run_dir = tmp_path / "run"
     parts, unfinished = store_parts(run_dir)
     assert parts and not unfinished and not (run_dir / "records.jsonl").exists()
     records = list(iter_records(run_dir))
     m = read_manifest(run_dir)
     assert m["records_store"] == {"format": "parquet", "format_version": 1}
-    assert len(records) == len(truth) == m["totals"]["records_received"]
+    assert len(records) == len(truth) == m["totals"]["records_received"], describe_run(out, workers)
     assert {r.worker_id for r in records} == {w["worker_id"] for w in m["workers"]}
     run = load_run(run_dir)
     summary = analyse(run)

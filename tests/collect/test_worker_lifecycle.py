@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from tests.helpers.procs import free_port
-from tests.helpers.runs import ROOT, read_manifest, read_records, scenario_file, start_master_and_workers
+from tests.helpers.runs import ROOT, describe_run, read_manifest, read_records, scenario_file, start_master_and_workers
 from tests.helpers.waiting import wait_until
 from tokenswarm.collect.relay import Collector
 from tokenswarm.commands.workers import DEFAULT_WORKER_WAIT_S, distributed_argv, option_value, preflight
@@ -151,7 +151,7 @@ def test_plain_workers_exit_within_seconds_of_their_masters_end(tmp_path):
             for p in (master, *workers):
                 if p.poll() is None:
                     os.killpg(p.pid, signal.SIGKILL)
-    assert master.returncode == 0, out[-3000:]
+    assert master.returncode == 0, describe_run(out, workers)
     assert lingered_s < 10, f"workers lived {lingered_s:.1f} s past the master"
     assert read_manifest(tmp_path / "run")["totals"]["records_lost"] == 0
 

@@ -64,7 +64,13 @@ def read_manifest(run_dir: Path) -> dict[str, Any]:
 
 def start_master_and_workers(scenario: Path, host: str, out: Path, workers: int = 2, *extra: str,
                              master_port: int | None = None):
-    """A headless master plus ``workers`` worker processes on 127.0.0.1 (each its own session)."""
+    """A headless master plus ``workers`` worker processes on 127.0.0.1 (each its own session).
+
+    The master's output is piped (:func:`finish_master_and_workers` returns it); each worker's
+    goes to a file beside ``out`` (``<out>.worker-N.log``, the process's ``log_path``), so a
+    worker's last words -- a traceback, a missed heartbeat -- are there for :func:`describe_run`
+    when a test fails, and a chatty worker can never fill a pipe nobody reads.
+    """
     from tests.helpers.procs import free_port
 
     port = master_port or free_port()
@@ -74,12 +80,28 @@ def start_master_and_workers(scenario: Path, host: str, out: Path, workers: int 
          str(workers), "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port), "--scenario",
          str(scenario), "--host", host, "--out", str(out), "--only-summary", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, start_new_session=True)
-    procs = [subprocess.Popen(
-        [sys.executable, "-m", "locust", "-f", locustfile, "--worker", "--master-host", "127.0.0.1",
-         "--master-port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, start_new_session=True)
-        for _ in range(workers)]
+    procs = []
+    for i in range(workers):
+        log_path = out.parent / f"{out.name}.worker-{i}.log"
+        with open(log_path, "wb") as log:  # the child keeps its own copy of the descriptor
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "locust", "-f", locustfile, "--worker", "--master-host", "127.0.0.1",
+                 "--master-port", str(port)],
+                stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+        proc.log_path = log_path  # type: ignore[attr-defined]
+        procs.append(proc)
     return master, procs
+
+
+def describe_run(master_out: str | None, workers: list[subprocess.Popen], tail_chars: int = 3000) -> str:
+    """The end of the master's output and of each worker's log: what a failed test prints."""
+    parts = [f"--- master (last {tail_chars} chars) ---", (master_out or "")[-tail_chars:]]
+    for i, w in enumerate(workers):
+        path = getattr(w, "log_path", None)
+        text = path.read_text(errors="replace") if path is not None and path.exists() else "(no log)"
+        parts += [f"--- worker {i} (pid {w.pid}, exit {w.returncode}, last {tail_chars // 2} chars) ---",
+                  text[-(tail_chars // 2):]]
+    return "\n".join(parts)
 
 
 def finish_master_and_workers(master: subprocess.Popen, workers: list[subprocess.Popen],

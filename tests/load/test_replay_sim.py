@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from tests.helpers.runs import (
+    describe_run,
     finish_master_and_workers,
     read_manifest,
     read_records,
@@ -71,7 +72,7 @@ def test_two_workers_split_one_global_schedule(tmp_path):
     with start_sim("--profile", "tiny-fast") as sim:
         master, workers = start_master_and_workers(sc, sim.base_url, tmp_path / "run", 2)
         code, out = finish_master_and_workers(master, workers)
-    assert code == 0, out[-3000:]
+    assert code == 0, describe_run(out, workers)
     records = read_records(tmp_path / "run")
     assert len({r["worker_id"] for r in records}) == 2
     check_replayed(records, 1.5)
