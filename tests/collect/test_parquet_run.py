@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers.runs import describe_run, finish_master_and_workers, read_manifest, scenario_file, start_master_and_workers
+from tests.helpers.runs import (
+    describe_run,
+    finish_master_and_workers,
+    read_manifest,
+    scenario_file,
+    start_master_and_workers,
+)
 from tokenswarm.analysis import analyse, load_run
 from tokenswarm.collect.parquet_store import iter_records, store_parts
 from tokenswarm.sim.testing import start_sim

@@ -1,0 +1,153 @@
+"""The runner the generator-cost benchmarks share (``request_cost.py`` and its parts): the
+commands of both clients, one client's run from start to exit on core 0 with its whole-process
+and steady-window CPU, what the truth server sent it, and its timing errors against that truth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from spec_workload import _children_cpu, process_tree_cpu  # noqa: E402
+from truthjoin import join  # noqa: E402
+
+#: every timing error's goal: TTFT, chunk gap and e2e error p99 against the truth
+ACCURACY_GOAL_MS = 1.0
+
+
+def stamp() -> str:
+    """Date, load average and core count: a shared machine's figures need them."""
+    la = os.getloadavg()
+    return (f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, load average {la[0]:.2f} {la[1]:.2f} "
+            f"{la[2]:.2f}, {os.cpu_count()} cores")
+
+
+def tokenswarm_command(host: str, scenario: str, streams: int, seconds: float, run: Path,
+                       sets: list[str], src: Path = ROOT) -> list[str]:
+    """One tokenswarm process (the tree at ``src``) on ``scenario``, its load plan replaced by
+    ``streams`` users for ``seconds``."""
+    cmd = [sys.executable, "-m", "locust", "-f", str(src / "locustfiles" / "llm.py"), "--scenario",
+           str(src / scenario), "--out", str(run), "--headless", "--host", host, "-u", str(streams), "-r",
+           str(streams), "-t", f"{int(seconds)}s", "--only-summary", "--stop-timeout", "5",
+           "--set", f"load.steps=[{streams}]", "--set", "load.warmup_s=0", "--set",
+           f"load.step_duration_s={seconds:g}", "--set", "load.spawn_rate=100000", "--set", "target.metrics_url=null",
+           "--set", "slo={}"]
+    for s in sets:
+        cmd += ["--set", s]
+    return cmd
+
+
+def length_field(src: Path) -> str:
+    """The scenario field of the requested answer length in the tree at ``src``: ``max_tokens``
+    (format 3 on), ``output_tokens`` in older trees (compared with ``--src``)."""
+    return "max_tokens" if "max_tokens:" in (src / "scenarios" / "qa.yaml").read_text() else "output_tokens"
+
+
+def baseline_command(host: str, streams: int, seconds: float) -> list[str]:
+    return [sys.executable, "-m", "locust", "-f", str(ROOT / "benchmarks" / "baseline_locustfile.py"), "--headless",
+            "--host", host, "-u", str(streams), "-r", str(streams), "-t", f"{int(seconds)}s", "--only-summary",
+            "--stop-timeout", "5"]
+
+
+def trees_of(args: argparse.Namespace, this: str = "this") -> list[tuple[str, Path]]:
+    """This tree (labelled ``this``) and each ``--src`` checkout, as (label, root)."""
+    return [(this, ROOT), *((Path(d).resolve().name, Path(d).resolve()) for d in args.src or [])]
+
+
+def start_client(cmd: list[str], env: dict[str, str], src: Path, **popen: Any) -> subprocess.Popen[Any]:
+    """One client process of the tree at ``src`` on core 0 (its own sources first on the path)."""
+    if shutil.which("taskset"):
+        cmd = ["taskset", "-c", "0", *cmd]
+    if src != ROOT:
+        env = {**env, "PYTHONPATH": str(src)}
+    return subprocess.Popen(cmd, cwd=src, env={**os.environ, **env}, **popen)
+
+
+def _children_system_cpu() -> float:
+    """System (kernel) CPU seconds of the waited children so far."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime
+
+
+def run_process(label: str, cmd: list[str], env: dict[str, str], seconds: float, src: Path = ROOT) -> dict[str, Any]:
+    """One client from start to exit on core 0: whole-process CPU (and the kernel's part of it)
+    and a steady mid-run window's."""
+    before, before_sys = _children_cpu(), _children_system_cpu()
+    start = time.monotonic()
+    proc = start_client(cmd, env, src, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The tree's CPU every 0.1 s: what it had spent when the server received its first request
+    # is its start-up, measured rather than fitted (a fit cannot tell it from per-request work).
+    samples: list[tuple[float, float]] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            samples.append((time.monotonic(), process_tree_cpu(proc.pid)))
+            done.wait(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    warm = min(6.0, seconds / 3)
+    window = max(2.0, seconds - warm - 3.0)
+    time.sleep(warm + 1.0)
+    c0, t0 = process_tree_cpu(proc.pid), time.monotonic()
+    time.sleep(window)
+    c1, t1 = process_tree_cpu(proc.pid), time.monotonic()
+    _out, err = proc.communicate(timeout=seconds + 180)
+    end = time.monotonic()
+    done.set()
+    sampler.join()
+    if proc.returncode not in (0, 1):  # 1: Locust counted a failed request; the rows show the counts
+        raise SystemExit(f"{label} failed ({proc.returncode}): {err[-2000:]}")
+    return {"label": label, "start": start, "end": end, "window": (t0, t1), "whole_cpu_s": _children_cpu() - before,
+            "whole_system_cpu_s": _children_system_cpu() - before_sys,
+            "window_cpu_s": c1 - c0, "cpu_samples": samples}
+
+
+def count(row: dict[str, Any], truth: dict[str, dict]) -> None:
+    """Requests, chunks and tokens the server sent this client: whole run and steady window."""
+    t0, t1 = row["window"]
+    mine = [t for t in truth.values() if row["start"] <= t["received"] <= row["end"]]
+    row["requests"] = len(mine)
+    row["chunks"] = sum(len(t["chunks"]) for t in mine)
+    row["tokens"] = sum(int(c[1]) for t in mine for c in t["chunks"])
+    row["window_requests"] = sum(1 for t in mine if t["chunks"] and t0 <= t["chunks"][-1][0] <= t1)
+    row["window_chunks"] = sum(1 for t in mine for c in t["chunks"] if t0 <= c[0] <= t1)
+    row["window_s"] = t1 - t0
+    first = min((t["received"] for t in mine), default=row["end"])
+    row["startup_cpu_s"] = max((c for when, c in row.get("cpu_samples", []) if when <= first), default=0.0)
+    row["us_per_chunk"] = row["whole_cpu_s"] / row["chunks"] * 1e6 if row["chunks"] else None
+    row["system_us_per_chunk"] = row["whole_system_cpu_s"] / row["chunks"] * 1e6 if row["chunks"] else None
+    row["window_us_per_chunk"] = row["window_cpu_s"] / row["window_chunks"] * 1e6 if row["window_chunks"] else None
+
+
+def accuracy(row: dict[str, Any], truth: dict[str, dict]) -> None:
+    """tokenswarm's TTFT, chunk-gap and e2e errors against the truth, requests received in the steady window."""
+    t0, t1 = row["window"]
+    window = {t["id"]: t for t in truth.values() if t.get("outcome") == "ok" and t0 <= t["received"] <= t1}
+    path = row["run"] / "records.jsonl"
+    records = [json.loads(x) for x in path.read_text().splitlines() if x] if path.exists() else []
+    row["accuracy"] = join([(r["response_id"], r["ttft_ms"], r["chunk_offsets_ms"], r.get("e2e_ms"))
+                            for r in records if r["outcome"] == "ok" and r["response_id"] in window], window)
+    row["failed"] = sum(1 for r in records if r["outcome"] != "ok")
+
+
+def window_figures(r: dict[str, Any], rate_width: int) -> str:
+    """A row's measured window: requests/s (``rate_width`` wide), chunks/s, CPU share, and the
+    timing errors' p99 (TTFT, gap, end to end) -- the columns both tables print."""
+    a = r["accuracy"]
+    return (f"{r['window_requests'] / r['window_s']:>{rate_width}.0f} {r['window_chunks'] / r['window_s']:>9.0f} "
+            f"{r['window_cpu_s'] / r['window_s']:>9.2f} "
+            f"{a['ttft_err_p99_ms']:>12.2f} {a['gap_err_p99_ms']:>8.2f} {a['e2e_err_p99_ms']:>8.2f}")

@@ -1,0 +1,68 @@
+"""benchmarks/request_cost.py's arithmetic: the per-request/per-chunk split and what a run is charged."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from types import ModuleType
+
+import pytest
+
+from tests.helpers.runs import ROOT
+
+
+def _bench(name: str) -> ModuleType:
+    """A module of benchmarks/ as the script imports it (its folder on the path), path restored."""
+    saved = list(sys.path)
+    try:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        return importlib.import_module(name)
+    finally:
+        sys.path[:] = saved
+
+
+def _run(requests: int, chunks: int, per_request_s: float, per_chunk_s: float, startup_s: float,
+         per_second_share: float = 0.0, window_s: float = 10.0) -> dict:
+    """A run whose CPU is exactly start-up + a x requests + b x chunks (and its window's share likewise)."""
+    rps, cps = requests / 20.0, chunks / 20.0
+    return {"requests": requests, "chunks": chunks, "startup_cpu_s": startup_s,
+            "whole_cpu_s": startup_s + per_request_s * requests + per_chunk_s * chunks,
+            "window_requests": rps * window_s, "window_chunks": cps * window_s, "window_s": window_s,
+            "window_cpu_s": (per_second_share + per_request_s * rps + per_chunk_s * cps) * window_s}
+
+
+def test_the_split_recovers_the_per_request_and_per_chunk_cost_of_runs_at_three_answer_lengths():
+    split = _bench("cost_split")
+    # 12, 48 and 192-token answers at 3 tokens a chunk: fewer requests as answers grow
+    rows = [_run(r, r * c, 150e-6, 6e-6, 0.3 + 0.01 * i) for i, (r, c) in enumerate([(40_000, 4), (14_000, 16), (4_000, 64)])]
+    f = split.fit(rows)
+    assert f["per_request_us"] == pytest.approx(150.0) and f["per_chunk_us"] == pytest.approx(6.0)
+    assert f["window_per_request_us"] == pytest.approx(150.0) and f["window_per_chunk_us"] == pytest.approx(6.0)
+    assert f["startup_s"] == pytest.approx(0.31), "the start-up is measured (the median), not fitted"
+    assert f["whole_resid_max_s"] < 1e-9
+
+
+def test_per_second_work_shows_as_the_three_term_fits_intercept():
+    split = _bench("cost_split")
+    rows = [_run(r, r * c, 150e-6, 6e-6, 0.3, per_second_share=0.02) for r, c in [(40_000, 4), (14_000, 16), (4_000, 64)]]
+    f = split.fit(rows)
+    assert f["per_second_share"] == pytest.approx(0.02, abs=1e-6)
+    assert f["w3_per_request_us"] == pytest.approx(150.0, rel=1e-3) and f["w3_per_chunk_us"] == pytest.approx(6.0, rel=1e-3)
+
+
+def test_a_run_is_charged_what_the_server_sent_it_in_its_own_time_and_its_start_up_is_measured():
+    costrun = _bench("costrun")
+    truth = {
+        "a": {"received": 10.5, "chunks": [[10.6, 3], [10.7, 3], [10.8, 2]]},
+        "b": {"received": 12.0, "chunks": [[12.1, 3], [15.2, 3]]},  # ends after the window
+        "other": {"received": 30.0, "chunks": [[30.1, 3]]},  # another client's run
+    }
+    row = {"start": 9.0, "end": 20.0, "window": (10.0, 15.0), "whole_cpu_s": 1.6, "whole_system_cpu_s": 0.4,
+           "window_cpu_s": 0.5, "cpu_samples": [(9.5, 0.2), (10.4, 0.35), (11.0, 0.5)]}
+    costrun.count(row, truth)
+    assert (row["requests"], row["chunks"], row["tokens"]) == (2, 5, 14)
+    assert (row["window_requests"], row["window_chunks"]) == (1, 4), "a request counts in the window it ended in"
+    assert row["startup_cpu_s"] == 0.35, "what the tree had spent when the server received its first request"
+    assert row["us_per_chunk"] == pytest.approx(1.6 / 5 * 1e6)
+    assert row["system_us_per_chunk"] == pytest.approx(0.4 / 5 * 1e6)
+    assert row["window_us_per_chunk"] == pytest.approx(0.5 / 4 * 1e6)
