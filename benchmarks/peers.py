@@ -65,6 +65,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from costrun import stamp  # noqa: E402
 from peer_tools import (  # noqa: E402
     ITL_DEFS,
     ResultError,
@@ -77,7 +78,6 @@ from peer_tools import (  # noqa: E402
     token_counter,
     truth_words,
 )
-from request_cost import stamp  # noqa: E402
 from spec_workload import _children_cpu, process_tree_sum  # noqa: E402
 from truthjoin import join, load_truth  # noqa: E402
 from truthserver.testing import start_truth  # noqa: E402

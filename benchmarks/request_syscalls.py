@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from request_cost import length_field, stamp, tokenswarm_command  # noqa: E402
+from costrun import length_field, stamp, tokenswarm_command  # noqa: E402
 from truthjoin import load_truth  # noqa: E402
 from truthserver.testing import start_truth  # noqa: E402
 
