@@ -1,11 +1,13 @@
-"""Per-event CPU of reading a streamed completion chunk: typed (msgspec) against general (dicts).
+"""Per-event CPU of reading a streamed completion chunk: C, typed (msgspec) and general (dicts).
 
 ``StreamState.on_events`` reads the commonest payload, an OpenAI-style chat completion chunk,
-through :func:`tokenswarm.wire.chunkjson.decode_chunk` (msgspec structs holding only what the
-stream state uses) and every other shape through the general path (orjson into dicts). This
-script feeds the same events, shaped as vLLM sends them (with per-chunk usage, as tokenswarm
-asks for by default, and without), through both and prints µs per event and the ratio, measured
-in one run (fastest of ``--rounds``). No network: only the decoding and the stream state.
+in C when the extension is built (``feed_chunks``, ``tokenswarm/wire/_chunks.c``: the JSON and
+the state's update together), else through :func:`tokenswarm.wire.chunkjson.decode_chunk`
+(msgspec structs holding only what the stream state uses), and every other shape through the
+general path (orjson into dicts). This script feeds the same events, shaped as vLLM sends them
+(with per-chunk usage, as tokenswarm asks for by default, and without), through all three and
+prints µs per event and the ratios, measured in one run (fastest of ``--rounds``). No network:
+only the decoding and the stream state.
 
     python benchmarks/chunk_decode.py
     python benchmarks/chunk_decode.py --events 256 --rounds 7
@@ -63,19 +65,25 @@ def main() -> int:
     ap.add_argument("--responses", type=int, default=400)
     ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args()
-    typed_decode = stream.decode_chunk
+    typed_decode, native = stream.decode_chunk, stream._feed_chunks
     print(f"{a.events} content chunks of {a.tokens_per_chunk} tokens per response, one event per call, "
-          f"fastest of {a.rounds} rounds of {a.responses} responses")
-    for usage in (True, False):
-        evs = events(a.events, usage, a.tokens_per_chunk)
-        stream.decode_chunk = typed_decode
-        typed = per_event_us(evs, a.responses, a.rounds)
-        stream.decode_chunk = lambda data: None  # every event down the general path
-        general = per_event_us(evs, a.responses, a.rounds)
-        stream.decode_chunk = typed_decode
-        label = "with per-chunk usage" if usage else "without usage"
-        print(f"  {label:<22} typed {typed:5.2f} us/event   general {general:5.2f} us/event   "
-              f"general / typed {general / typed:.2f}x")
+          f"fastest of {a.rounds} rounds of {a.responses} responses; C path: "
+          f"{'built' if native is not None else 'NOT built (or TOKENSWARM_NATIVE=0)'}")
+    try:
+        for usage in (True, False):
+            evs = events(a.events, usage, a.tokens_per_chunk)
+            c = per_event_us(evs, a.responses, a.rounds) if native is not None else None
+            stream._feed_chunks = None
+            typed = per_event_us(evs, a.responses, a.rounds)
+            stream.decode_chunk = lambda data: None  # every event down the general path
+            general = per_event_us(evs, a.responses, a.rounds)
+            stream.decode_chunk, stream._feed_chunks = typed_decode, native
+            label = "with per-chunk usage" if usage else "without usage"
+            c_part = f"C {c:5.2f} us/event   typed / C {typed / c:.2f}x   " if c else ""
+            print(f"  {label:<22} {c_part}typed {typed:5.2f} us/event   general {general:5.2f} us/event   "
+                  f"general / typed {general / typed:.2f}x")
+    finally:
+        stream.decode_chunk, stream._feed_chunks = typed_decode, native
     return 0
 
 

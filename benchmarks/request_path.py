@@ -133,14 +133,9 @@ def one_round(args) -> tuple[list[tuple[str, float]], int]:
              "headers_ms": 2.0}
     records = [None] * n
 
-    def fields(i: int) -> dict:
-        """The identity's record fields and the phase fields, as the client builds them."""
-        f = bases[i].record_fields()
-        f.update(phase)
-        return f
-
+    # the phase fields and the identity apart, as the client hands them over
     _timed("record (state.finish)", n, lambda i: records.__setitem__(i, states[i].finish(
-        101.0, http_status=200, anchor=ctx.anchor, base=fields(i))), rows)
+        101.0, http_status=200, anchor=ctx.anchor, base=dict(phase), identity=bases[i])), rows)
     _timed("seq (numbered, in place)", n, lambda i: records[i].numbered(i), rows)
     _timed("live histograms (observe)", n, lambda i: ctx.live.observe(records[i]), rows)
     lines = [None] * n

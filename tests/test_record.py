@@ -71,18 +71,52 @@ def test_numbered_sets_an_unnumbered_record_in_place_and_copies_a_numbered_one()
     assert again is not n and n.seq == 7 and again == dataclasses.replace(expected, seq=8)
 
 
-def test_build_record_gives_the_record_the_constructor_gives_and_consumes_its_fields():
+@pytest.fixture(params=["c", "python"])
+def builder(request, monkeypatch):
+    """build_record through the C builder (when the extension is built) and through Python."""
+    from tokenswarm import record
+    from tokenswarm.wire import native  # noqa: F401  # installs the C builder when it is built
+
+    if request.param == "python":
+        monkeypatch.setattr(record, "_native_build", None)
+    elif record._native_build is None:
+        pytest.skip("the C extension is not built or is turned off")
+    return request.param
+
+
+def test_build_record_gives_the_record_the_constructor_gives(builder):
     full = {name: f"v-{name}" for name in FIELD_NAMES}
     for fields in (full, _record().to_dict(), {name: full[name] for name in REQUIRED_FIELDS}):
-        given = dict(fields)
-        built = build_record(given)
+        built = build_record(dict(fields))
         assert built == RequestRecord(**fields) and built.to_json() == RequestRecord(**fields).to_json()
-        assert given == {}  # consumed: the generator hands it a dict of its own
     with pytest.raises(dataclasses.FrozenInstanceError):
         built.seq = 3  # type: ignore[misc]  # still immutable
 
 
-def test_build_record_refuses_a_missing_required_field_and_an_unknown_one_by_name():
+def test_build_record_takes_the_identity_apart_and_the_fields_win_over_it(builder):
+    from tokenswarm.record import IDENTITY_FIELDS, RecordIdentity
+
+    identity = RecordIdentity(run_id="r", worker_id="w0", task="qa", user_class="QAUser", request_key="k",
+                              scheduled_at_s=1.5, session_id="s1", turn=2, max_tokens=64)
+    measured = {"outcome": "ok", "sent_at_s": 1.6, "schedule_lag_ms": 0.25, "ttft_ms": 12.5}
+    built = build_record(dict(measured), identity)
+    expected = RequestRecord(**{**identity.record_fields(), **measured})
+    assert built == expected and built.to_json() == expected.to_json()
+    assert built.schedule_lag_ms == 0.25 and identity.schedule_lag_ms is None  # the measured value wins
+    assert {n: getattr(built, n) for n in IDENTITY_FIELDS if n != "schedule_lag_ms"} == {
+        n: getattr(identity, n) for n in IDENTITY_FIELDS if n != "schedule_lag_ms"}
+
+
+def test_build_record_refuses_a_missing_required_field_and_an_unknown_one_by_name(builder):
+    from tokenswarm.record import RecordIdentity
+
+    identity = RecordIdentity(run_id="r", worker_id="w0", task="qa", user_class="QAUser", request_key="k",
+                              scheduled_at_s=1.5)
+    with pytest.raises(TypeError, match="missing required field 'outcome'"):
+        build_record({"sent_at_s": 1.6}, identity)
+    with pytest.raises(TypeError, match="unknown field\\(s\\) e2e_seconds"):
+        build_record({"outcome": "ok", "sent_at_s": 1.6, "e2e_seconds": 1.0}, identity)
+def test_build_record_refuses_a_missing_required_field_and_an_unknown_one_by_name_without_identity(builder):
     fields = _record().to_dict()
     del fields["sent_at_s"]
     with pytest.raises(TypeError, match="missing required field 'sent_at_s'"):

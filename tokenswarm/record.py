@@ -31,7 +31,7 @@ import dataclasses
 import enum
 import operator
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import orjson
 
@@ -285,14 +285,41 @@ _SLOT_SETTERS: tuple[tuple[str, Any, Any], ...] = tuple(
 _new = object.__new__
 
 
-def build_record(fields: dict[str, Any]) -> RequestRecord:
-    """``RequestRecord(**fields)``, built faster; ``fields`` is consumed (left empty).
+#: The C builder (``tokenswarm.wire._fastread.build_record``), installed by
+#: :mod:`tokenswarm.wire.native` when the extension is built: this module sits below the wire
+#: and cannot import it. It returns None for anything but a complete, valid record.
+_native_build: Callable[[dict[str, Any], RecordIdentity | None], RequestRecord | None] | None = None
+
+
+def use_native_builder(bind: Callable[..., bool] | None, build: Callable[..., RequestRecord | None] | None) -> bool:
+    """Build records with the extension's ``build`` once ``bind`` has taken this module's field
+    table (True), or in Python again (``None``, or when ``bind`` declines the classes)."""
+    global _native_build
+    _native_build = None
+    if bind is None or build is None:
+        return False
+    defaults = tuple(default for _name, _put, default in _SLOT_SETTERS)
+    if not bind(RequestRecord, FIELD_NAMES, defaults, _REQUIRED, RecordIdentity, IDENTITY_FIELDS):
+        return False
+    _native_build = build
+    return True
+
+
+def build_record(fields: dict[str, Any], identity: RecordIdentity | None = None) -> RequestRecord:
+    """``RequestRecord(**identity.record_fields(), **fields)``, built faster; ``fields`` may be
+    consumed (left empty).
 
     The generator builds one record per request. The frozen dataclass's ``__init__`` parses ~46
     keywords and sets each field through ``object.__setattr__`` (~11 us); this sets the slots
-    through their descriptors (~6 us). A missing required field or an unknown one is the same
-    ``TypeError`` the constructor raises.
+    through their descriptors (~6 us), or by offset in C (~1 us). A missing required field or an
+    unknown one is the same ``TypeError`` the constructor raises.
     """
+    if _native_build is not None:
+        built = _native_build(fields, identity)
+        if built is not None:
+            return built
+    if identity is not None:
+        fields = {**identity.record_fields(), **fields}
     record = _new(RequestRecord)
     take = fields.pop
     for name, put, default in _SLOT_SETTERS:

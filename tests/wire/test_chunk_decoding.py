@@ -79,6 +79,7 @@ STREAMS = {
 
 def record(events, general_only: bool, monkeypatch):
     with monkeypatch.context() as m:
+        m.setattr(stream, "_feed_chunks", None)  # the Python readers alone (the C path: test_feed_chunks.py)
         if general_only:
             m.setattr(stream, "decode_chunk", lambda data: None)
         s = StreamState(100.0)

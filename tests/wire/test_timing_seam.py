@@ -72,8 +72,8 @@ def test_undecoded_bytes_are_cut_where_notes_saw_them_arrive(notes, total, expec
 def test_provenance_names_every_path_and_the_overrides_in_effect(monkeypatch):
     monkeypatch.setenv("TOKENSWARM_READ_BATCH_MS", "1")
     p = timing.provenance()
-    assert set(p) == {"reader", "native_fast_path", "native_built", "kernel_stamps", "arrival_watcher",
-                      "read_batch_ms", "head_reader", "overrides", "counters"}
+    assert set(p) == {"reader", "native_fast_path", "native_built", "native_chunks", "kernel_stamps",
+                      "arrival_watcher", "read_batch_ms", "head_reader", "overrides", "counters"}
     assert p["overrides"] == {"TOKENSWARM_READ_BATCH_MS": "1"}
     assert p["native_built"] is True and p["reader"] in ("hub", "greenlet")
     assert p["head_reader"] in ("hub", "library")
@@ -88,7 +88,8 @@ def test_the_read_counters_count_the_native_reads_of_a_stream():
     from tokenswarm.wire.transport import PoolTransport
     if not reader.FAST:
         pytest.skip("the native fast path is off here")
-    before = timing.provenance()["counters"]["reads_count"]
+    counted = timing.provenance()["counters"]
+    before, chunks_before = counted["reads_count"], counted["native_chunk_events_count"]
     with scripted_server() as url:
         host, port = url.split("//")[1].split(":")
         client = HTTPClient(host, int(port), connection_timeout=2, network_timeout=30, concurrency=1)
@@ -97,7 +98,10 @@ def test_the_read_counters_count_the_native_reads_of_a_stream():
                              identity=RecordIdentity(**base),
                              anchor=WallAnchor(0.0, 0.0), first_token_timeout_s=5, total_timeout_s=10)
     assert rec.outcome == "ok", rec.error
-    assert timing.provenance()["counters"]["reads_count"] > before  # the body went through read_events
+    counted = timing.provenance()["counters"]
+    assert counted["reads_count"] > before  # the body went through read_events
+    # and its five completion chunks (and [DONE]) into the stream state through feed_chunks
+    assert counted["native_chunk_events_count"] >= chunks_before + 6, (chunks_before, counted)
 
 
 def test_the_watcher_reports_dropped_and_over_cap_notes_as_counters_that_never_go_back():
@@ -111,7 +115,7 @@ def test_the_watcher_reports_dropped_and_over_cap_notes_as_counters_that_never_g
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
-@pytest.mark.parametrize("source", ["_fastread.c", "_watch.c"])
+@pytest.mark.parametrize("source", ["_fastread.c", "_watch.c", "_chunks.c", "_record.c"])
 def test_the_c_code_compiles_with_all_warnings_as_errors(source):
     include = sysconfig.get_paths()["include"]
     cmd = ["cc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-fPIC", "-Wall", "-Wextra", "-Werror", f"-I{include}",

@@ -13,6 +13,8 @@
  * of a read or none of them, so both paths give the same events (tests/wire/test_fastread.py
  * checks this on generated framings).
  */
+#include "_chunks.h"
+#include "_record.h"
 #include "_watch.h"
 
 #include <errno.h>
@@ -790,6 +792,17 @@ static PyMethodDef methods[] = {
      "date_cuts(notes, rx0, total, arrival_s, real_minus_mono_s, now_s, max_age_s) -> [(end, date), ...] | None"},
     {"date_chunks", py_date_chunks, METH_VARARGS,
      "date_chunks(chunk_ends, notes, rx0, arrival_s, real_minus_mono_s, now_s, max_age_s) -> [date, ...]"},
+    {"bind_stream_state", chunks_bind, METH_VARARGS,
+     "bind_stream_state(cls, usage_cls) -> bool: where feed_chunks finds cls's slots, and the dict subclass of the "
+     "usage it keeps (False: it declines every state)"},
+    {"feed_chunks", (PyCFunction)(void (*)(void))chunks_feed, METH_FASTCALL,
+     "feed_chunks(state, now_s, events) -> (taken, added): the leading common completion chunks into state"},
+    {"chunk_stats", chunks_stats, METH_NOARGS, "chunk_stats() -> {taken, left}: events feed_chunks read / handed back"},
+    {"bind_record", record_bind, METH_VARARGS,
+     "bind_record(record_cls, names, defaults, required, identity_cls, identity_names) -> bool: where build_record "
+     "sets each field (False: it builds nothing)"},
+    {"build_record", (PyCFunction)(void (*)(void))record_build, METH_FASTCALL,
+     "build_record(fields, identity) -> the record, or None when it would not be a complete, valid one"},
     {"redact_gates", redact_gates, METH_O,
      "redact_gates(data) -> int: bit i set when tokenswarm.redact's byte pattern i may match data"},
     {"read_stats", read_stats, METH_NOARGS, "read_stats() -> dict of read_events' counters in this process"},

@@ -137,7 +137,8 @@ def stream_call(
         total.cancel()
         state.sent_s = start if timing.sent_s is None else timing.sent_s  # sent, even if the headers never came
         record = state.finish(clock(), outcome=Outcome.CANCELLED, http_status=status, error="cancelled by generator",
-                              anchor=anchor, base=_fields(identity, timing, start, due), keep_output=keep_output)
+                              anchor=anchor, base=phase_fields(timing, start, due), identity=identity,
+                              keep_output=keep_output)
         if on_cancel is not None:
             on_cancel(record, state.text())
         raise
@@ -152,7 +153,7 @@ def stream_call(
     transport.settle()
     state.sent_s = start if timing.sent_s is None else timing.sent_s  # sent, even if the headers never came
     record = state.finish(end, outcome=outcome, http_status=status, error=error, anchor=anchor,
-                          base=_fields(identity, timing, start, due), keep_output=keep_output)
+                          base=phase_fields(timing, start, due), identity=identity, keep_output=keep_output)
     return record, state.text()
 
 

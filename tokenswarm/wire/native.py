@@ -6,8 +6,9 @@ Python paths. Whether it ran is in the manifest's timing provenance (``native_fa
 The arrival watcher (:mod:`tokenswarm.wire.watch`) has its own switch.
 
 Importing this module also hands :mod:`tokenswarm.redact` the extension's one-pass test of which
-secret patterns may match a record line (``redact_gates``): redact sits below the wire and
-cannot import it, and every process that writes records reads streams through this module.
+secret patterns may match a record line (``redact_gates``) and :mod:`tokenswarm.record` its
+record builder (``build_record``): both sit below the wire and cannot import it, and every
+process that writes records reads streams through this module.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from tokenswarm import redact
+from tokenswarm import record, redact
 
 try:  # built by setup.py; optional
     from tokenswarm.wire import _fastread
@@ -34,3 +35,5 @@ def native_function(name: str) -> Any:
 _gates = native_function("redact_gates")
 if _gates is not None:
     redact.use_gate_mask(_gates)
+# and tokenswarm.record its C record builder, for the same reason
+record.use_native_builder(native_function("bind_record"), native_function("build_record"))

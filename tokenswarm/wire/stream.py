@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 
-from tokenswarm.record import MAX_PLAUSIBLE_TOKENS, Outcome, RequestRecord, build_record
+from tokenswarm.record import MAX_PLAUSIBLE_TOKENS, Outcome, RecordIdentity, RequestRecord, build_record
 from tokenswarm.redact import redact
 from tokenswarm.wire.chunkjson import Usage, decode_chunk
 from tokenswarm.wire.clock import WallAnchor
@@ -150,7 +150,15 @@ class StreamState:
         if last is not None and now_s < last:
             self._arrived_by(now_s)
         self.last_delivery_s = now_s
-        added = 0
+        added: int = 0
+        if _feed_chunks is not None:  # the common chunks in C, up to the first it leaves to this loop
+            taken: int
+            taken, added = _feed_chunks(self, now_s, events)
+            if taken == len(events):
+                self._check_caps(self.bytes_seen)
+                return added
+            if taken:
+                events = events[taken:]
         nbytes = self.bytes_seen
         cap = self.limits.max_output_tokens  # the running token bound of a cumulative usage
         for event_type, data in events:
@@ -215,7 +223,11 @@ class StreamState:
                 self.usage_stale = True
             added += 1
         self.bytes_seen = nbytes
-        # The running caps, once per read: O(1) whatever the stream sends.
+        self._check_caps(nbytes)
+        return added
+
+    def _check_caps(self, nbytes: int) -> None:
+        """The running caps, once per read: O(1) whatever the stream sends."""
         limits = self.limits
         if nbytes > limits.max_response_bytes:
             raise StreamLimitExceeded(f"protocol error: response exceeded {limits.max_response_bytes} bytes "
@@ -223,7 +235,6 @@ class StreamState:
         if len(self.times) > limits.max_output_tokens:
             raise StreamLimitExceeded(f"protocol error: more than {limits.max_output_tokens} content events, "
                                       f"each at least one token (target.limits.output_tokens_factor)")
-        return added
 
     def _arrived_by(self, now_s: float) -> None:
         """Earlier deliveries dated after ``now_s`` had arrived by ``now_s``: date them so.
@@ -384,8 +395,10 @@ class StreamState:
         anchor: "WallAnchor",
         base: dict[str, Any],
         keep_output: bool = False,
+        identity: RecordIdentity | None = None,
     ) -> RequestRecord:
-        """Build the immutable record. ``base`` holds identity fields (run_id, seq, task...)."""
+        """Build the immutable record. ``base`` holds identity fields (run_id, seq, task...) and
+        the phase fields, or the phase fields alone with the ``identity`` apart (``base`` wins)."""
         usage = self.usage or {}
         out_tokens, prompt_tokens, spec_decode, text, finish_reason, response_id, problem = self._server_values(usage)
         err = redact(error or self.error or problem)
@@ -431,7 +444,23 @@ class StreamState:
         }
         if reasoning:
             fields.update(reasoning)
-        return build_record(fields)
+        return build_record(fields, identity)
+
+
+#: C: the leading common completion chunks of a delivery, read as the loop of
+#: :meth:`StreamState.on_events` reads them (``_chunks.c``); None without the extension.
+_feed_chunks = native_function("feed_chunks")
+
+
+class _NativeUsage(dict):  # type: ignore[type-arg]
+    """The usage object the C path keeps: a plain dict to every reader; the C path may update it
+    in place while the state alone holds it (one per chunk otherwise)."""
+
+    __slots__ = ()
+
+
+if _feed_chunks is not None and not native_function("bind_stream_state")(StreamState, _NativeUsage):
+    _feed_chunks = None
 
 
 def _reasoning_fields(state: StreamState, usage: dict[str, Any] | Usage, chunk_tokens: list[int] | None,

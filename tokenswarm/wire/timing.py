@@ -48,7 +48,7 @@ import os
 import time
 from typing import Any, Callable
 
-from tokenswarm.wire import kstamp, pool, reader, watch
+from tokenswarm.wire import kstamp, pool, reader, stream, watch
 from tokenswarm.wire.pool import library_read_time
 from tokenswarm.wire.sse import SSEParser
 
@@ -171,7 +171,9 @@ def provenance() -> dict[str, Any]:
     ``one_stamp_many_chunks_reads_count`` (noted reads of more chunks than the fast path
     dates: one stamp kept), ``notes_count`` / ``stalled_sweeps_count`` (the watcher's work),
     ``notes_dropped_count`` (a stream's notes were full) and ``notes_over_cap_count`` (a read
-    covered more notes than are used); ``stale_connection_retries_count`` (requests sent again
+    covered more notes than are used); ``native_chunk_events_count`` / ``python_chunk_events_count``
+    (SSE events the C path read into the stream state / handed to the Python loop, ``native_chunks``:
+    :func:`tokenswarm.wire.stream.StreamState.on_events`); ``stale_connection_retries_count`` (requests sent again
     because their kept-alive connection had been closed by the server, see
     :func:`tokenswarm.wire.pool.send_request`); ``kernel_dated_sends_count`` (sends held up
     past ``pool.SEND_STALL_S``, dated by the kernel: :func:`tokenswarm.wire.pool.kernel_sent_time`).
@@ -181,7 +183,7 @@ def provenance() -> dict[str, Any]:
     if native:
         from tokenswarm.wire import _fastread
 
-        rs, ws = _fastread.read_stats(), _fastread.watch_stats()
+        rs, ws, cs = _fastread.read_stats(), _fastread.watch_stats(), _fastread.chunk_stats()
         counters = {
             "reads_count": rs["reads"],
             "general_parser_reads_count": rs["general_reads"],
@@ -192,11 +194,14 @@ def provenance() -> dict[str, Any]:
             "stalled_sweeps_count": ws["stalled_sweeps"],
             "notes_dropped_count": ws["notes_dropped"],
             "notes_over_cap_count": ws["notes_over_cap"],
+            "native_chunk_events_count": cs["taken"],
+            "python_chunk_events_count": cs["left"],
         }
     return {
         "reader": "greenlet" if os.environ.get("TOKENSWARM_READER", "hub") == "greenlet" else "hub",
         "native_fast_path": reader.FAST,
         "native_built": native,
+        "native_chunks": stream._feed_chunks is not None,
         "kernel_stamps": kstamp.ENABLED and kstamp.maps_onto(time.perf_counter),
         "arrival_watcher": watch.ENABLED and kstamp.ENABLED,
         "read_batch_ms": reader.READ_BATCH_S * 1000.0,
