@@ -80,3 +80,19 @@ def test_a_long_hold_up_is_dated_by_the_kernel(connection):
     time.sleep(0.2)
     sent = sent_time(connection, before, time.perf_counter(), 20, time.perf_counter)
     assert abs(sent - wrote) < JIFFY_S
+
+
+def test_a_send_dated_after_the_answer_came_is_moved_back_to_the_answer():
+    # a jiffy-counted kernel date can fall after the headers' exact kernel stamp (seen: 1.9 ms);
+    # the server cannot answer a request before it left
+    timing = pool.RequestTiming(time.perf_counter)
+    timing.sent_s = 10.0019
+    pool.note_headers(timing, 10.0)
+    assert timing.sent_s == timing.headers_s == 10.0
+
+
+def test_a_send_before_the_answer_keeps_its_date():
+    timing = pool.RequestTiming(time.perf_counter)
+    timing.sent_s = 10.0
+    pool.note_headers(timing, 10.003)
+    assert (timing.sent_s, timing.headers_s) == (10.0, 10.003)

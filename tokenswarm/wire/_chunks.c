@@ -18,6 +18,7 @@
  */
 #include "_chunks.h"
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -400,7 +401,73 @@ static int literal(cursor *c, const char *word, size_t n)
     return 0;
 }
 
-/* Skip any JSON value at c->p (after whitespace), validating it. 0 = ok, -1 = invalid or too deep. */
+/* After a member of an array or object: 1 = the container closed with ``close``, 0 = a comma
+ * (another member follows), -1 = invalid. */
+static int after_member(cursor *c, char close)
+{
+    ws(c);
+    if (c->p >= c->end)
+        return -1;
+    if (*c->p == close) {
+        c->p++;
+        return 1;
+    }
+    return *c->p++ == ',' ? 0 : -1;
+}
+
+/* Right after an opening bracket: 1 (consumed) when the container closes at once. */
+static int closes_at_once(cursor *c, char close)
+{
+    ws(c);
+    if (c->p < c->end && *c->p == close) {
+        c->p++;
+        return 1;
+    }
+    return 0;
+}
+
+typedef int (*field_fn)(cursor *c, const char *key, Py_ssize_t n, void *ctx, int depth);
+
+/* Walk an object at c->p; call ``field`` for each key (a key spelled with escapes: -2, the
+ * event is left to the Python readers). 0 = ok, -1 = invalid, -2 = not ours. */
+static int walk_object(cursor *c, field_fn field, void *ctx, int depth)
+{
+    ws(c);
+    if (c->p >= c->end || *c->p != '{' || depth > MAX_DEPTH)
+        return -1;
+    c->p++;
+    if (closes_at_once(c, '}'))
+        return 0;
+    for (;;) {
+        const char *k;
+        Py_ssize_t n;
+        int escaped;
+        ws(c);
+        if (c->p >= c->end || *c->p != '"' || scan_string(c, &k, &n, &escaped) < 0)
+            return -1;
+        if (escaped)
+            return -2;
+        ws(c);
+        if (c->p >= c->end || *c->p++ != ':')
+            return -1;
+        int rc = field(c, k, n, ctx, depth + 1);
+        if (rc < 0)
+            return rc;
+        if ((rc = after_member(c, '}')) != 0)
+            return rc > 0 ? 0 : -1;
+    }
+}
+
+static int skip_value(cursor *c, int depth);
+
+static int skip_field(cursor *c, const char *key, Py_ssize_t n, void *ctx, int depth)
+{
+    (void)key, (void)n, (void)ctx;
+    return skip_value(c, depth);
+}
+
+/* Skip any JSON value at c->p (after whitespace), validating it. 0 = ok, < 0 = invalid, too
+ * deep, or holding a key spelled with escapes. */
 static int skip_value(cursor *c, int depth)
 {
     ws(c);
@@ -420,50 +487,17 @@ static int skip_value(cursor *c, int depth)
         return literal(c, "null", 4);
     case '[':
         c->p++;
-        ws(c);
-        if (c->p < c->end && *c->p == ']') {
-            c->p++;
+        if (closes_at_once(c, ']'))
             return 0;
-        }
         for (;;) {
             if (skip_value(c, depth + 1) < 0)
                 return -1;
-            ws(c);
-            if (c->p >= c->end)
-                return -1;
-            if (*c->p == ']') {
-                c->p++;
-                return 0;
-            }
-            if (*c->p++ != ',')
-                return -1;
+            int rc = after_member(c, ']');
+            if (rc != 0)
+                return rc > 0 ? 0 : -1;
         }
     case '{':
-        c->p++;
-        ws(c);
-        if (c->p < c->end && *c->p == '}') {
-            c->p++;
-            return 0;
-        }
-        for (;;) {
-            ws(c);
-            if (c->p >= c->end || *c->p != '"' || scan_string(c, &s, &n, &flag) < 0)
-                return -1;
-            ws(c);
-            if (c->p >= c->end || *c->p++ != ':')
-                return -1;
-            if (skip_value(c, depth + 1) < 0)
-                return -1;
-            ws(c);
-            if (c->p >= c->end)
-                return -1;
-            if (*c->p == '}') {
-                c->p++;
-                return 0;
-            }
-            if (*c->p++ != ',')
-                return -1;
-        }
+        return walk_object(c, skip_field, NULL, depth);
     default:
         return scan_number(c, &flag);
     }
@@ -517,47 +551,6 @@ static int read_value(cursor *c, jvalue *v, int depth)
 /* Whether the key span (s, n) is the literal ``word`` (its length known at compile time). */
 #define key_is(s, n, word) ((n) == (Py_ssize_t)sizeof(word) - 1 && memcmp((s), (word), sizeof(word) - 1) == 0)
 
-/* Walk an object at c->p; call ``field`` for each key (escaped keys are -2: not ours). */
-typedef int (*field_fn)(cursor *c, const char *key, Py_ssize_t n, void *ctx, int depth);
-
-static int walk_object(cursor *c, field_fn field, void *ctx, int depth)
-{
-    ws(c);
-    if (c->p >= c->end || *c->p != '{' || depth > MAX_DEPTH)
-        return -1;
-    c->p++;
-    ws(c);
-    if (c->p < c->end && *c->p == '}') {
-        c->p++;
-        return 0;
-    }
-    for (;;) {
-        const char *k;
-        Py_ssize_t n;
-        int escaped;
-        ws(c);
-        if (c->p >= c->end || *c->p != '"' || scan_string(c, &k, &n, &escaped) < 0)
-            return -1;
-        if (escaped)
-            return -2; /* a key spelled with escapes: leave the chunk to the Python readers */
-        ws(c);
-        if (c->p >= c->end || *c->p++ != ':')
-            return -1;
-        int rc = field(c, k, n, ctx, depth + 1);
-        if (rc < 0)
-            return rc;
-        ws(c);
-        if (c->p >= c->end)
-            return -1;
-        if (*c->p == '}') {
-            c->p++;
-            return 0;
-        }
-        if (*c->p++ != ',')
-            return -1;
-    }
-}
-
 typedef struct {
     unsigned seen; /* bit per field: a repeated key is left to the Python readers */
     jvalue id, content, text, finish, prompt, completion;
@@ -573,14 +566,23 @@ typedef struct {
         ch->seen |= (bit);       \
     } while (0)
 
+/* Read a kept field's value, or skip (and check) an unkept one (``v`` NULL): 0 when it is null or
+ * of ``kind``, -2 when it is of another type (not ours), -1 when it is not valid JSON. */
+static int read_kept(cursor *c, jvalue *v, int kind, int depth)
+{
+    if (v == NULL)
+        return skip_value(c, depth);
+    if (read_value(c, v, depth) < 0)
+        return -1;
+    return v->kind == kind || v->kind == V_NULL ? 0 : -2;
+}
+
 static int delta_field(cursor *c, const char *k, Py_ssize_t n, void *ctx, int depth)
 {
     chunk *ch = ctx;
     if (key_is(k, n, "content")) {
         ONCE(1u << 8);
-        if (read_value(c, &ch->content, depth) < 0)
-            return -1;
-        return ch->content.kind == V_STRING || ch->content.kind == V_NULL ? 0 : -2;
+        return read_kept(c, &ch->content, V_STRING, depth);
     }
     if (key_is(k, n, "reasoning_content") || key_is(k, n, "reasoning")) {
         jvalue v = {0};
@@ -591,24 +593,43 @@ static int delta_field(cursor *c, const char *k, Py_ssize_t n, void *ctx, int de
     return skip_value(c, depth);
 }
 
+/* The fields of an object whose values the chunk keeps: (key, bit of chunk.seen, where in the
+ * chunk); REFUSED marks a key whose presence leaves the event to the Python readers. */
+#define REFUSED ((size_t)-1)
+typedef struct {
+    const char *key;
+    Py_ssize_t len;
+    unsigned bit;
+    size_t at;
+} kept_field;
+#define KEPT(key, bit, member) {key, sizeof(key) - 1, bit, offsetof(chunk, member)}
+#define REFUSE(key) {key, sizeof(key) - 1, 0, REFUSED}
+
+static const kept_field usage_fields[] = {
+    KEPT("prompt_tokens", 1u << 9, prompt), KEPT("completion_tokens", 1u << 10, completion),
+    REFUSE("completion_tokens_details"), {NULL, 0, 0, 0}};
+static const kept_field choice_fields[] = {
+    KEPT("text", 1u << 12, text), KEPT("finish_reason", 1u << 13, finish), REFUSE("token_ids"), {NULL, 0, 0, 0}};
+
+/* One key of an object read through ``fields``: its value kept (once: a repeated key is not
+ * ours), refused, or skipped. */
+static int kept_or_skipped(cursor *c, const char *k, Py_ssize_t n, chunk *ch, const kept_field *fields, int kind,
+                           int depth)
+{
+    for (const kept_field *f = fields; f->key != NULL; f++) {
+        if (n != f->len || memcmp(k, f->key, (size_t)n) != 0)
+            continue;
+        if (f->at == REFUSED || (ch->seen & f->bit))
+            return -2;
+        ch->seen |= f->bit;
+        return read_kept(c, (jvalue *)((char *)ch + f->at), kind, depth);
+    }
+    return skip_value(c, depth);
+}
+
 static int usage_field(cursor *c, const char *k, Py_ssize_t n, void *ctx, int depth)
 {
-    chunk *ch = ctx;
-    jvalue *v = NULL;
-    if (key_is(k, n, "prompt_tokens")) {
-        ONCE(1u << 9);
-        v = &ch->prompt;
-    } else if (key_is(k, n, "completion_tokens")) {
-        ONCE(1u << 10);
-        v = &ch->completion;
-    } else if (key_is(k, n, "completion_tokens_details")) {
-        return -2;
-    }
-    if (v == NULL)
-        return skip_value(c, depth);
-    if (read_value(c, v, depth) < 0)
-        return -1;
-    return v->kind == V_INT || v->kind == V_NULL ? 0 : -2;
+    return kept_or_skipped(c, k, n, ctx, usage_fields, V_INT, depth);
 }
 
 static int choice_field(cursor *c, const char *k, Py_ssize_t n, void *ctx, int depth)
@@ -622,21 +643,7 @@ static int choice_field(cursor *c, const char *k, Py_ssize_t n, void *ctx, int d
         ch->has_delta = 1;
         return walk_object(c, delta_field, ch, depth);
     }
-    jvalue *v = NULL;
-    if (key_is(k, n, "text")) {
-        ONCE(1u << 12);
-        v = &ch->text;
-    } else if (key_is(k, n, "finish_reason")) {
-        ONCE(1u << 13);
-        v = &ch->finish;
-    } else if (key_is(k, n, "token_ids")) {
-        return -2;
-    }
-    if (v == NULL)
-        return skip_value(c, depth);
-    if (read_value(c, v, depth) < 0)
-        return -1;
-    return v->kind == V_STRING || v->kind == V_NULL ? 0 : -2;
+    return kept_or_skipped(c, k, n, ch, choice_fields, V_STRING, depth);
 }
 
 static int top_field(cursor *c, const char *k, Py_ssize_t n, void *ctx, int depth)
@@ -644,9 +651,7 @@ static int top_field(cursor *c, const char *k, Py_ssize_t n, void *ctx, int dept
     chunk *ch = ctx;
     if (key_is(k, n, "id")) {
         ONCE(1u << 0);
-        if (read_value(c, &ch->id, depth) < 0)
-            return -1;
-        return ch->id.kind == V_STRING || ch->id.kind == V_NULL ? 0 : -2;
+        return read_kept(c, &ch->id, V_STRING, depth);
     }
     if (key_is(k, n, "choices")) {
         ONCE(1u << 1);
@@ -656,22 +661,14 @@ static int top_field(cursor *c, const char *k, Py_ssize_t n, void *ctx, int dept
         if (c->p >= c->end || *c->p != '[')
             return -2; /* not a list: the typed decoder refuses it, the general path names it */
         c->p++;
-        ws(c);
         ch->n_choices = 0;
-        if (c->p < c->end && *c->p == ']') {
-            c->p++;
+        if (closes_at_once(c, ']'))
             return 0;
-        }
         int rc = walk_object(c, choice_field, ch, depth + 1);
         if (rc < 0)
             return rc;
         ch->n_choices = 1;
-        ws(c);
-        if (c->p < c->end && *c->p == ']') {
-            c->p++;
-            return 0;
-        }
-        return -2; /* more than one choice (or not a list of objects) */
+        return closes_at_once(c, ']') ? 0 : -2; /* more than one choice (or not a list of objects) */
     }
     if (key_is(k, n, "usage")) {
         ONCE(1u << 2);
