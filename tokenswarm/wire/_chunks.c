@@ -66,6 +66,16 @@ static void set_slot(PyObject *obj, int i, PyObject *value)
     Py_XDECREF(old);
 }
 
+/* Set a slot to a new int; -1 (with the exception set) when it cannot be made. */
+static int set_int_slot(PyObject *obj, int i, long long value)
+{
+    PyObject *v = PyLong_FromLongLong(value);
+    if (v == NULL)
+        return -1;
+    set_slot(obj, i, v);
+    return 0;
+}
+
 /* bind_stream_state(cls, usage_cls): remember where cls's slots are and the dict subclass to
  * keep usage objects in; True when every slot is a plain object slot (else feed_chunks
  * declines every state and the Python loop does all). */
@@ -627,6 +637,16 @@ static int kept_or_skipped(cursor *c, const char *k, Py_ssize_t n, chunk *ch, co
     return skip_value(c, depth);
 }
 
+/* A field that is null (left unset) or an object walked by `field` (*present set). */
+static int null_or_object(cursor *c, field_fn field, chunk *ch, int *present, int depth)
+{
+    ws(c);
+    if (c->p < c->end && *c->p == 'n')
+        return literal(c, "null", 4);
+    *present = 1;
+    return walk_object(c, field, ch, depth);
+}
+
 static int usage_field(cursor *c, const char *k, Py_ssize_t n, void *ctx, int depth)
 {
     return kept_or_skipped(c, k, n, ctx, usage_fields, V_INT, depth);
@@ -637,11 +657,7 @@ static int choice_field(cursor *c, const char *k, Py_ssize_t n, void *ctx, int d
     chunk *ch = ctx;
     if (key_is(k, n, "delta")) {
         ONCE(1u << 11);
-        ws(c);
-        if (c->p < c->end && *c->p == 'n')
-            return literal(c, "null", 4);
-        ch->has_delta = 1;
-        return walk_object(c, delta_field, ch, depth);
+        return null_or_object(c, delta_field, ch, &ch->has_delta, depth);
     }
     return kept_or_skipped(c, k, n, ch, choice_fields, V_STRING, depth);
 }
@@ -672,11 +688,7 @@ static int top_field(cursor *c, const char *k, Py_ssize_t n, void *ctx, int dept
     }
     if (key_is(k, n, "usage")) {
         ONCE(1u << 2);
-        ws(c);
-        if (c->p < c->end && *c->p == 'n')
-            return literal(c, "null", 4);
-        ch->has_usage = 1;
-        return walk_object(c, usage_field, ch, depth);
+        return null_or_object(c, usage_field, ch, &ch->has_usage, depth);
     }
     if (key_is(k, n, "error") || key_is(k, n, "metrics") || key_is(k, n, "timings") || key_is(k, n, "sglext"))
         return -2;
@@ -906,10 +918,8 @@ PyObject *chunks_feed(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
     /* Write back what changed. */
     {
-        PyObject *nb = PyLong_FromLongLong(nbytes);
-        if (nb == NULL)
+        if (set_int_slot(st, S_BYTES_SEEN, nbytes) < 0)
             goto fail;
-        set_slot(st, S_BYTES_SEEN, nb);
         if (done) {
             Py_INCREF(Py_True);
             set_slot(st, S_DONE, Py_True);
@@ -929,12 +939,8 @@ PyObject *chunks_feed(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             Py_INCREF(b);
             set_slot(st, S_USAGE_STALE, b);
         }
-        if (have_last) {
-            PyObject *lc = PyLong_FromLongLong(last_cum);
-            if (lc == NULL)
-                goto fail;
-            set_slot(st, S_LAST_CUM, lc);
-        }
+        if (have_last && set_int_slot(st, S_LAST_CUM, last_cum) < 0)
+            goto fail;
         if (exact_false) {
             Py_INCREF(Py_False);
             set_slot(st, S_EXACT_TOKENS, Py_False);
