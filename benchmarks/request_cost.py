@@ -54,11 +54,17 @@ On a shared machine absolute figures are noisy; ratios from one run are what to 
     python benchmarks/request_cost.py --only compare --cases qa mix --src /tmp/before
     python benchmarks/request_cost.py --only ceiling --seconds 15
     python benchmarks/request_cost.py --only idle --seconds 10 --repeat 2 --src /tmp/before
+    python benchmarks/request_cost.py --only classes --seconds 20 --classes-no-think
 
 **Idle** (``--only idle``): the per-second cost of a worker whose ``--streams`` requests all wait
 for a first token (the truth server holds them for a minute): its CPU share over ``--seconds``,
 8 s in, per tree, alternately. What a worker spends while its server is slow is paid on every
 run; a quiet worker should cost next to nothing.
+
+**Classes** (``--only classes``): each task of ``--classes-scenario`` (``scenarios/mix.yaml``)
+alone, then the scenario as shipped, one process each; with ``--classes-no-think`` a task with a
+think time runs again without it. CPU per request and per chunk, whole and steady window, and
+start-up: which task's requests cost what, and what idle streams cost (``cost_classes.py``).
 
 **Ceiling** (``--only ceiling``): a worker's load at which accuracy still holds on one core, for
 short and long answers (``--ceiling-lengths``, 12 and 192 tokens): closed-loop runs at more and
@@ -76,6 +82,7 @@ import tempfile
 from pathlib import Path
 
 from cost_ceiling import run_ceiling
+from cost_classes import run_classes
 from cost_compare import CASES, run_compare
 from cost_idle import run_idle
 from cost_split import run_split
@@ -85,7 +92,7 @@ from spec_workload import compile_trees
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", choices=("split", "compare", "ceiling", "idle"),
+    ap.add_argument("--only", choices=("split", "compare", "ceiling", "idle", "classes"),
                     help="one part only (default: split and compare; the ceiling and idle run only when asked)")
     ap.add_argument("--ceiling-lengths", type=int, nargs="+", default=[12, 192],
                     help="ceiling: answer lengths, short and long (tokens)")
@@ -105,6 +112,10 @@ def main() -> int:
     ap.add_argument("--src", action="append", metavar="DIR",
                     help="split, compare and idle: also run the tokenswarm of this checkout (C extension built in "
                          "place), in the same rounds")
+    ap.add_argument("--classes-scenario", default="scenarios/mix.yaml",
+                    help="classes: the mixed scenario whose tasks run one at a time")
+    ap.add_argument("--classes-no-think", action="store_true",
+                    help="classes: run each task that has a think time once more with it set to 0")
     ap.add_argument("--keep", type=Path, help="keep the runs and truth logs here")
     args = ap.parse_args()
     print(f"command: {shlex.join([sys.executable, *sys.argv])}")
@@ -118,6 +129,8 @@ def main() -> int:
         run_ceiling(args, work)
     if args.only == "idle":
         run_idle(args, work)
+    if args.only == "classes":
+        run_classes(args, work)
     if args.only in (None, "compare"):
         for case in args.cases:
             run_compare(args, work, case)

@@ -66,3 +66,24 @@ def test_a_run_is_charged_what_the_server_sent_it_in_its_own_time_and_its_start_
     assert row["us_per_chunk"] == pytest.approx(1.6 / 5 * 1e6)
     assert row["system_us_per_chunk"] == pytest.approx(0.4 / 5 * 1e6)
     assert row["window_us_per_chunk"] == pytest.approx(0.5 / 4 * 1e6)
+
+
+def test_the_classes_part_runs_each_task_of_the_mix_alone_and_multi_turn_again_without_its_think_time():
+    classes = _bench("cost_classes")
+    rows = dict(classes.variants(ROOT / "scenarios" / "mix.yaml", no_think=True))
+    tasks = ["qa", "summarization", "code", "multi_turn", "extraction"]
+    assert list(rows) == [*tasks[:4], "multi_turn (no think)", "extraction", "as shipped"]
+    for task in tasks:  # every other task's weight is 0, its own untouched
+        assert sorted(rows[task]) == sorted(f"traffic.classes.{o}.weight=0" for o in tasks if o != task)
+    assert rows["multi_turn (no think)"][-1] == "traffic.classes.multi_turn.think_time_s={dist: fixed, value: 0}"
+    assert rows["as shipped"] == []
+    assert "multi_turn (no think)" not in dict(classes.variants(ROOT / "scenarios" / "mix.yaml", no_think=False))
+
+
+def test_a_classes_row_prints_cpu_per_request_and_per_chunk_whole_and_in_the_window():
+    classes = _bench("cost_classes")
+    row = {"requests": 1000, "chunks": 30_000, "seconds": 20.0, "whole_cpu_s": 1.5, "window_cpu_s": 0.4,
+           "window_requests": 500, "us_per_chunk": 50.0, "window_us_per_chunk": 26.7, "startup_cpu_s": 0.39}
+    fields = classes.row_figures(row).split()
+    # requests, requests/s, chunks a request, whole us/request, window us/request, us/chunk twice, start-up
+    assert fields == ["1000", "50", "30.0", "1500", "800", "50.0", "26.7", "0.39"]
