@@ -22,9 +22,9 @@ from truthserver.testing import start_truth
 
 
 def thinks(task: Any) -> bool:
-    """Whether a task waits between its requests or turns (a think time other than a fixed 0)."""
-    spec = task.think_time_s.spec
-    return not (spec.get("dist") == "fixed" and spec.get("value") == 0)
+    """Whether a task waits between its requests or turns: its think time, floored at 0 by the
+    scenario, is ever above 0 exactly when its mean is."""
+    return task.think_time_s.mean > 0
 
 
 def variants(scenario: Path, no_think: bool) -> list[tuple[str, list[str]]]:
@@ -67,8 +67,8 @@ def run_classes(args: argparse.Namespace, work: Path) -> None:
     with start_truth(truth_path, "--step-ms", str(args.step_ms), "--tokens-per-chunk", args.tokens_per_chunk,
                      cpus="1") as srv:
         for n in range(args.repeat):
-            for label, sets in rows:
-                run = work / f"classes-{n}-{len(label)}-{label.split()[0]}"
+            for i, (label, sets) in enumerate(rows):
+                run = work / f"classes-{n}-{i}"
                 row = run_process(label, tokenswarm_command(srv.base_url, args.classes_scenario, args.streams,
                                                             args.seconds, run, sets), {}, args.seconds)
                 srv.flush()

@@ -93,7 +93,7 @@ from spec_workload import compile_trees
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", choices=("split", "compare", "ceiling", "idle", "classes"),
-                    help="one part only (default: split and compare; the ceiling and idle run only when asked)")
+                    help="one part only (default: split and compare; the ceiling, idle and classes run only when asked)")
     ap.add_argument("--ceiling-lengths", type=int, nargs="+", default=[12, 192],
                     help="ceiling: answer lengths, short and long (tokens)")
     ap.add_argument("--ceiling-streams", type=int, nargs="+", default=[8, 16, 24, 32, 48, 64, 96, 128, 192, 256],
