@@ -251,7 +251,7 @@ def analyse(run: Path, truth_path: Path, goal: float) -> dict:
         "ttft_err_p50_ms": _q(ttft_errs, .5), "ttft_err_p99_ms": _q(ttft_errs, .99),
         "gap_err_p50_ms": _q(gap_errs, .5), "gap_err_p99_ms": _q(gap_errs, .99),
         "e2e_err_p50_ms": _q(e2e_errs, .5), "e2e_err_p99_ms": _q(e2e_errs, .99),
-        "client_cpu_max_pct": max((h["cpu_pct"] for h in health), default=None),
+        "client_cpu_max_pct": max((h["cpu_pct"] for h in health if h.get("cpu_pct") is not None), default=None),
         "client_loop_lag_max_ms": max((h["loop_lag_max_ms"] for h in health), default=None),
         "phases_recorded": phases_known,
         "first_requests": len(first_errs),

@@ -51,13 +51,36 @@ def test_a_sample_counts_the_arrivals_the_watcher_dated_during_stalls(monkeypatc
     assert HealthMonitor("w1", lambda sample: None).sample()["stall_notes"] == 4242
 
 
+def test_cpu_share_is_cpu_seconds_over_the_interval_and_not_observed_over_a_too_short_one():
+    from tokenswarm.load.health import CPU_MIN_INTERVAL_S, cpu_pct
+
+    assert cpu_pct(0.45, 5.0) == 9.0
+    assert cpu_pct(9.5, 5.0) == 190.0, "two busy threads on two cores read above one core"
+    assert cpu_pct(0.01, CPU_MIN_INTERVAL_S / 10) is None, "one 10 ms tick in 50 ms is not a 20 % share"
+
+
+def test_a_sample_reads_the_cpu_used_since_the_previous_one_from_injected_clocks():
+    from tokenswarm.load.health import HealthMonitor
+
+    mono, cpu = [50.0], [3.0]
+    mon = HealthMonitor("w1", lambda sample: None, clock=lambda: mono[0], cpu_s=lambda: cpu[0])
+    mono[0], cpu[0] = 55.0, 7.75                        # 4.75 CPU s in 5 s
+    assert mon.sample()["cpu_pct"] == 95.0
+    mono[0], cpu[0] = 55.0001, 7.76                     # a final sample 100 us later: one tick
+    last = mon.sample()
+    assert last["cpu_pct"] is None and last["untrusted"] is None, "a tick is not a 10,000 % spike"
+    assert mon.summary()["max_cpu_pct"] == 95.0
+
+
 def test_the_final_sample_reports_a_stall_of_a_run_shorter_than_the_sample_interval(monkeypatch):
     from tokenswarm.load import health
 
     now = [1000.0]
     monkeypatch.setattr(health.time, "time", lambda: now[0])
-    mon = health.HealthMonitor("w1", lambda sample: None, sample_s=5.0)
-    now[0] = 1004.2
+    mono = [0.0]  # the process's CPU share over this 4.2 s is 10 %, whatever the test machine does
+    mon = health.HealthMonitor("w1", lambda sample: None, sample_s=5.0, clock=lambda: mono[0],
+                               cpu_s=lambda: mono[0] / 10)
+    now[0], mono[0] = 1004.2, 4.2
     mon.lag.observe(expected_s=2.0, woke_s=4.2)         # the loop held 2.2 s, before any 5 s sample
     s = mon.final_sample()
     assert (s["since"], s["t"]) == (1000.0, 1004.2), "the sample covers the run since it started"

@@ -25,6 +25,18 @@ log = logging.getLogger("tokenswarm")
 
 CPU_LIMIT_PCT = 90.0
 LAG_LIMIT_MS = 20.0
+#: The kernel counts a process's CPU time in clock ticks (10 ms on Linux), so over a short interval
+#: one tick reads as a spike (a 75 us final sample once read 6,660 %). Below this interval a sample's
+#: CPU share is not observed (``None``) rather than a quantisation artefact; at 0.5 s one tick is 2 %.
+CPU_MIN_INTERVAL_S = 0.5
+
+
+def cpu_pct(cpu_s: float, interval_s: float) -> float | None:
+    """The share of one core (percent) that ``cpu_s`` CPU seconds over ``interval_s`` wall seconds
+    is, or ``None`` when the interval is too short for the CPU clock to say (pure)."""
+    if interval_s < CPU_MIN_INTERVAL_S:
+        return None
+    return round(100.0 * cpu_s / interval_s, 1)
 
 
 class LagTracker:
@@ -66,7 +78,8 @@ class HealthMonitor:
     """Probe + sampler greenlets for one generator process."""
 
     def __init__(self, worker_id: str, on_sample: Callable[[dict[str, Any]], None], *, probe_s: float = 0.1,
-                 sample_s: float = 5.0, extra: Callable[[], dict[str, Any]] | None = None) -> None:
+                 sample_s: float = 5.0, extra: Callable[[], dict[str, Any]] | None = None,
+                 clock: Callable[[], float] = time.monotonic, cpu_s: Callable[[], float] | None = None) -> None:
         import psutil
 
         self.worker_id = worker_id
@@ -76,7 +89,11 @@ class HealthMonitor:
         self.extra = extra
         self.lag = LagTracker()
         self.proc = psutil.Process(os.getpid())
-        self.proc.cpu_percent(None)  # first call primes the counter
+        # CPU seconds and the monotonic clock, both injectable: the share is computed here, where
+        # the interval it covers is known, and not by psutil's cpu_percent (no floor on its interval)
+        self._clock = clock
+        self._cpu_s = cpu_s or self._process_cpu_s
+        self._cpu_mark = (clock(), self._cpu_s())
         self.max_cpu_pct = 0.0
         self.max_lag_ms = 0.0
         self.untrusted_samples = 0
@@ -84,6 +101,17 @@ class HealthMonitor:
         self._warned = False
         self.last: dict[str, Any] | None = None
         self._since = time.time()  # the start of the interval the next sample covers
+
+    def _process_cpu_s(self) -> float:
+        t = self.proc.cpu_times()
+        return float(t.user + t.system)
+
+    def _cpu_since_mark(self) -> float | None:
+        """This process's CPU share since the previous sample (or start), then re-mark."""
+        at, used = self._clock(), self._cpu_s()
+        mark_at, mark_used = self._cpu_mark
+        self._cpu_mark = (at, used)
+        return cpu_pct(used - mark_used, at - mark_at)
 
     def _probe(self) -> None:
         clock = time.perf_counter
@@ -97,7 +125,7 @@ class HealthMonitor:
         conns = open_sockets()
         now = time.time()
         s = {"t": round(now, 3), "since": round(self._since, 3), "worker_id": self.worker_id,
-             "cpu_pct": self.proc.cpu_percent(None),
+             "cpu_pct": self._cpu_since_mark(),
              "rss_mb": round(self.proc.memory_info().rss / 1e6, 1), "loop_lag_max_ms": round(lag_max, 2),
              "loop_lag_mean_ms": round(lag_mean, 3), "connections": conns}
         if watch.ENABLED:  # arrivals the watcher's thread dated while this process's loop was stalled
@@ -106,7 +134,8 @@ class HealthMonitor:
             s.update(self.extra())
         reasons = untrusted_reasons(s)
         s["untrusted"] = reasons or None
-        self.max_cpu_pct = max(self.max_cpu_pct, s["cpu_pct"])
+        if s["cpu_pct"] is not None:
+            self.max_cpu_pct = max(self.max_cpu_pct, s["cpu_pct"])
         self.max_lag_ms = max(self.max_lag_ms, lag_max)
         if reasons:
             self.untrusted_samples += 1
@@ -124,6 +153,7 @@ class HealthMonitor:
 
     def start(self) -> None:
         self._since = time.time()
+        self._cpu_mark = (self._clock(), self._cpu_s())
         self._greenlets = [gevent.spawn(self._probe), gevent.spawn(self._sampler)]
 
     def final_sample(self) -> dict[str, Any]:
