@@ -105,7 +105,7 @@ def test_the_read_counters_count_the_native_reads_of_a_stream():
 
 
 def test_the_watcher_reports_dropped_and_over_cap_notes_as_counters_that_never_go_back():
-    keys = ("notes_dropped", "notes_over_cap", "notes", "stalled_sweeps")
+    keys = ("notes_dropped", "notes_over_cap", "notes", "stalled_sweeps", "wakeups")
     first = fastread.watch_stats()
     test_the_read_counters_count_the_native_reads_of_a_stream()  # a watched stream between the readings
     second = fastread.watch_stats()

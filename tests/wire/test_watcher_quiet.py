@@ -60,3 +60,32 @@ def test_an_arrival_while_the_watcher_waits_is_noted(watched_pair):
     rx, stamp = notes[-1]
     assert rx >= 100  # every byte sent so far had arrived by the note's stamp
     assert stamp > 0.0
+
+
+def test_a_watcher_does_not_run_while_the_loop_keeps_sweeping(watched_pair):
+    # A loop sweeping every millisecond for 300 ms: the thread sleeps on a timer each sweep pushes
+    # on, so it need not run at all. The thread it replaces woke every 1-2 ms to compare clocks
+    # (150-300 wake-ups here, each a pair of context switches on the loop's core).
+    import time
+
+    watch.alive()
+    blocking_sleep(0.01)  # a wake-up already due (the fixture's quiet start) is taken now
+    before = watch.watch_stats()["wakeups"]
+    end = time.monotonic() + 0.3
+    while time.monotonic() < end:
+        watch.alive()
+        blocking_sleep(0.001)
+    woke = watch.watch_stats()["wakeups"] - before
+    assert woke <= 15, f"the watcher's thread ran {woke} times in 300 ms of a loop sweeping every 1 ms"
+
+
+def test_a_stall_after_the_loop_kept_up_still_wakes_the_watcher_to_note(watched_pair):
+    sender, receiver = watched_pair
+    for _ in range(20):  # the loop keeps up for 20 ms: the thread sleeps on its timer
+        watch.alive()
+        blocking_sleep(0.001)
+    sender.sendall(b"y" * 50)  # then the loop stalls (no more alive()) while bytes arrive
+    notes = []
+    wait_until(lambda: notes.extend(watch.take_notes(receiver.fileno())) or notes, 5,
+               "a note of the 50 bytes taken during the stall", every_s=0.001, sleep=blocking_sleep)
+    assert notes[-1][0] >= 50

@@ -18,10 +18,13 @@
  * The note is taken with TCP_INFO first and the peek second: a segment arriving in between
  * makes the stamp later than the bytes it vouches for, never earlier.
  *
- * While the loop keeps up (the usual case) the thread only wakes when the loop would count as
- * stalled if it had not swept meanwhile, compares two clocks and sleeps again: about five
- * hundred wake-ups a second for a loop sweeping every millisecond, no system calls on the
- * sockets. When the loop has not swept for a while and nothing has arrived since the thread's
+ * While the loop keeps up (the usual case) the thread does not run at all: it blocks on a
+ * timerfd that every sweep re-arms (``alive()``: one timerfd_settime, no context switch), so it
+ * expires only when the loop has not swept for STALL_NS. The thread used to wake when the loop
+ * would count as stalled, compare two clocks and sleep again: five hundred to a thousand
+ * wake-ups a second for a loop sweeping every millisecond, each a pair of context switches on
+ * the loop's core (measured: 9.6 % of the process's CPU at 12 streams of 5 ms chunks, where
+ * the loop itself is light). When the loop has not swept for a while and nothing has arrived since the thread's
  * last look (a quiet loop: every stream waiting for its server), the thread blocks until
  * something does, on a second epoll set that holds the first (readable when the first has
  * events, which it leaves pending): an idle process does not pay two thousand sweeps a second
@@ -44,6 +47,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -72,11 +76,12 @@ static int n_watched;
 static unsigned int next_gen = 1;
 static int epfd = -1;
 static int outer_epfd = -1; /* holds epfd alone: readable while epfd has pending events */
+static int stall_tfd = -1;   /* timerfd: every sweep re-arms it STALL_NS + NAP_PAST_NS ahead */
 static pid_t owner_pid;
 /* Shared between the interpreter's thread and the watcher's: atomics (relaxed order is
  * enough -- each is one independent number; the slots are guarded by ``lock``). */
 static atomic_llong last_alive_ns; /* CLOCK_MONOTONIC of the loop's latest sweep */
-static atomic_ullong n_notes_total, n_stalled_sweeps;
+static atomic_ullong n_notes_total, n_stalled_sweeps, n_wakeups;
 static atomic_ullong n_notes_dropped;  /* a socket's notes were full: the newest was overwritten */
 static atomic_ullong n_notes_over_cap; /* a read covered more notes than read_events takes: the rest unused */
 static char *peek_area; /* PEEK_SPAN of reserved, never-touched memory (MSG_TRUNC copies nothing) */
@@ -183,6 +188,7 @@ static void *watch_main(void *arg)
         while (n_watched == 0)
             pthread_cond_wait(&wake, &lock);
         pthread_mutex_unlock(&lock);
+        atomic_fetch_add_explicit(&n_wakeups, 1, memory_order_relaxed);
         long long now = mono_ns();
         long long alive_at = atomic_load_explicit(&last_alive_ns, memory_order_relaxed);
         int stalled = now - alive_at > STALL_NS;
@@ -193,8 +199,15 @@ static void *watch_main(void *arg)
             epoll_wait(outer_epfd, &ready, 1, IDLE_WAIT_MS);
             continue; /* an arrival: swept at once if the loop is still not sweeping */
         }
-        /* While the loop keeps up, look again just when it would count as stalled if it did not
-         * sweep meanwhile (a loop sweeping every millisecond: one wake-up per two, not per one). */
+        if (!stalled && stall_tfd >= 0) {
+            /* The loop keeps up: sleep until it has not swept for STALL_NS (its sweeps push the
+             * expiry on). A stale expiry read here costs one look, no harm. */
+            unsigned long long expiries;
+            if (read(stall_tfd, &expiries, sizeof expiries) >= 0 || errno == EINTR)
+                continue;
+        }
+        /* Without the timerfd: look again just when the loop would count as stalled if it did
+         * not sweep meanwhile (a loop sweeping every millisecond: one wake-up per one or two). */
         long long nap_ns = stalled ? NAP_STALLED_NS : alive_at + STALL_NS - now + NAP_PAST_NS;
         if (nap_ns < NAP_MIN_NS)
             nap_ns = NAP_MIN_NS;
@@ -222,6 +235,10 @@ static int ensure_thread(void)
     if (outer_epfd >= 0)
         close(outer_epfd);
     outer_epfd = -1;
+    if (stall_tfd >= 0)
+        close(stall_tfd); /* a forked child's copy of its parent's timer: re-arming it would wake the parent's thread */
+    /* Optional: without it the thread wakes every STALL_NS or so to compare clocks. */
+    stall_tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
     epfd = epoll_create1(EPOLL_CLOEXEC);
     if (epfd < 0)
         return -1;
@@ -415,11 +432,15 @@ PyObject *watch_py_alive(PyObject *self, PyObject *unused)
     (void)self;
     (void)unused;
     atomic_store_explicit(&last_alive_ns, mono_ns(), memory_order_relaxed);
+    if (stall_tfd >= 0 && owner_pid == my_pid()) { /* the thread sleeps until this loop stalls */
+        static const struct itimerspec ahead = {{0, 0}, {0, STALL_NS + NAP_PAST_NS}};
+        timerfd_settime(stall_tfd, 0, &ahead, NULL);
+    }
     Py_RETURN_NONE;
 }
 
-/* stats() -> {"watched", "notes", "stalled_sweeps", "notes_dropped", "notes_over_cap"}: what the
- * thread has done in this process */
+/* stats() -> {"watched", "notes", "stalled_sweeps", "notes_dropped", "notes_over_cap", "wakeups"}:
+ * what the thread has done in this process (wakeups: times it ran, for any reason) */
 PyObject *watch_py_stats(PyObject *self, PyObject *unused)
 {
     (void)self;
@@ -427,11 +448,12 @@ PyObject *watch_py_stats(PyObject *self, PyObject *unused)
     pthread_mutex_lock(&lock);
     int watched = owner_pid == my_pid() ? n_watched : 0;
     pthread_mutex_unlock(&lock);
-    return Py_BuildValue("{s:i,s:K,s:K,s:K,s:K}", "watched", watched,
+    return Py_BuildValue("{s:i,s:K,s:K,s:K,s:K,s:K}", "watched", watched,
                          "notes", (unsigned long long)atomic_load(&n_notes_total),
                          "stalled_sweeps", (unsigned long long)atomic_load(&n_stalled_sweeps),
                          "notes_dropped", (unsigned long long)atomic_load(&n_notes_dropped),
-                         "notes_over_cap", (unsigned long long)atomic_load(&n_notes_over_cap));
+                         "notes_over_cap", (unsigned long long)atomic_load(&n_notes_over_cap),
+                         "wakeups", (unsigned long long)atomic_load(&n_wakeups));
 }
 
 #else /* not Linux: no epoll, no TCP_INFO byte counter. The reader keeps one stamp per read. */
@@ -469,8 +491,8 @@ PyObject *watch_py_alive(PyObject *self, PyObject *unused)
 PyObject *watch_py_stats(PyObject *self, PyObject *unused)
 {
     (void)self, (void)unused;
-    return Py_BuildValue("{s:i,s:K,s:K,s:K,s:K}", "watched", 0, "notes", 0ULL, "stalled_sweeps", 0ULL,
-                         "notes_dropped", 0ULL, "notes_over_cap", 0ULL);
+    return Py_BuildValue("{s:i,s:K,s:K,s:K,s:K,s:K}", "watched", 0, "notes", 0ULL, "stalled_sweeps", 0ULL,
+                         "notes_dropped", 0ULL, "notes_over_cap", 0ULL, "wakeups", 0ULL);
 }
 
 #endif

@@ -169,7 +169,8 @@ def provenance() -> dict[str, Any]:
     (handed to the Python parsers), ``head_reads_count`` (reads of response heads by the event
     loop, :class:`tokenswarm.wire.reader.HeadReader`), ``watcher_dated_reads_count`` (reads cut by arrival notes),
     ``one_stamp_many_chunks_reads_count`` (noted reads of more chunks than the fast path
-    dates: one stamp kept), ``notes_count`` / ``stalled_sweeps_count`` (the watcher's work),
+    dates: one stamp kept), ``notes_count`` / ``stalled_sweeps_count`` / ``watcher_wakeups_count``
+    (the watcher's work, and how often its thread ran at all: near zero while the loop keeps up),
     ``notes_dropped_count`` (a stream's notes were full) and ``notes_over_cap_count`` (a read
     covered more notes than are used); ``native_chunk_events_count`` / ``python_chunk_events_count``
     (SSE events the C path read into the stream state / handed to the Python loop, ``native_chunks``:
@@ -192,6 +193,7 @@ def provenance() -> dict[str, Any]:
             "head_reads_count": rs["head_reads"],
             "notes_count": ws["notes"],
             "stalled_sweeps_count": ws["stalled_sweeps"],
+            "watcher_wakeups_count": ws["wakeups"],
             "notes_dropped_count": ws["notes_dropped"],
             "notes_over_cap_count": ws["notes_over_cap"],
             "native_chunk_events_count": cs["taken"],

@@ -9,10 +9,10 @@ each watched socket had received and the kernel stamp of the newest. The hub rea
 path then cuts a read at its chunk boundaries and dates each chunk by the first note that
 covers it; the header read does the same through :func:`notes_as_marks`.
 
-While the loop keeps up, the thread wakes when the loop would count as stalled (every ~2 ms)
-and touches no socket; when the loop is quiet and nothing has arrived since the thread's last
-look, it blocks until something does (an idle process with 96 waiting streams: 0.3 % of a
-core, was 5 %).
+While the loop keeps up, the thread does not run: it sleeps on a timer that every sweep pushes
+on (:func:`alive`), so it wakes only when the loop has not swept for 2 ms; when the loop is
+quiet and nothing has arrived since the thread's last look, it blocks until something does (an
+idle process with 96 waiting streams: 0.3 % of a core, was 5 %).
 ``TOKENSWARM_ARRIVAL_WATCH=0`` turns it off (one stamp per read, as without it).
 """
 
