@@ -98,3 +98,36 @@ def test_the_cached_request_head_is_the_bytes_the_library_builds_for_every_body_
                 for body in bodies * 2:  # the second time from the cache
                     want = client._build_request("POST", path, body=body, headers=headers, chunked=False)
                     assert request_head(client, path, body, headers) == want.encode("latin-1")
+
+
+def _stamped_pair():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    client = StampedSocket()
+    client.connect(listener.getsockname())
+    server, _ = listener.accept()
+    listener.close()
+    return client, server
+
+
+def test_a_request_is_sent_whole_whether_one_send_takes_it_or_the_buffer_fills():
+    import gevent
+
+    for size in (600, 1 << 20):  # a usual request; one far larger than the 4 KB send buffer
+        client, server = _stamped_pair()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        data = (bytes(range(256)) * (size // 256 + 1))[:size]
+        got = bytearray()
+
+        def read_all(server=server, got=got, size=size):
+            while len(got) < size:
+                got.extend(server.recv(1 << 16))
+
+        reader = gevent.spawn(read_all)
+        client.sendall(data)  # the large one: one send takes a part, gevent's waiting send the rest
+        reader.join(timeout=10)
+        assert bytes(got) == data, f"{size} bytes: {len(got)} arrived, in order: {bytes(got) == data[:len(got)]}"
+        assert client._response_pending, "the next read is the response's first"
+        for s in (client, server):
+            s.close()

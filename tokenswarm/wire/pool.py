@@ -83,7 +83,16 @@ class StampedSocket(gevent.socket.socket):  # type: ignore[misc]  # gevent ships
     kernel_stamped = False
 
     def sendall(self, data: bytes, flags: int = 0) -> None:
-        super().sendall(data, flags)
+        # A request is far smaller than the send buffer, so one send on the non-blocking socket
+        # usually takes all of it. gevent's sendall would first ask the kernel for SO_SNDBUF (a
+        # system call per request, to size chunks for PyPy) and loop in Python; it only gets
+        # what one send left over, with its waiting and deadline.
+        try:
+            sent = self._sock.send(data, flags)
+        except BlockingIOError:
+            sent = 0
+        if sent < len(data):
+            super().sendall(memoryview(data)[sent:], flags)
         self._response_pending = True
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
