@@ -66,3 +66,34 @@ def test_bytes_already_waiting_when_the_handler_is_added_count_as_one_arrival():
     with _watched_pair(on_arrival=True, send_first=b"early") as (poller, _sender, calls):
         _sweeps(poller, 3)
         assert len(calls) == 1
+
+
+
+def test_a_busy_poller_goes_back_to_waking_on_arrivals_only_after_sweeps_in_a_row_find_nothing():
+    if reader.READ_BATCH_S <= 0 or not reader.kstamp.maps_onto(time.perf_counter):
+        pytest.skip("timed sweeps need kernel stamps and a read batch")
+    poller = reader.StreamPoller(time.perf_counter)
+    a, b = raw_socketpair()
+    a.setblocking(False)
+    poller.add(a.fileno(), lambda now, off: a.recv(64))  # a reading handler: drains what came
+    try:
+        def busy():
+            return poller.timer.active and not poller.watcher.active
+
+        b.send(b"data")
+        poller._ready()
+        assert busy(), "a sweep that found data: sweeps on the timer"
+        for _ in range(reader.QUIET_SWEEPS - 1):
+            poller._ready()
+            assert busy(), "a quiet sweep or two at a dozen streams is not the traffic stopping"
+        b.send(b"more")
+        poller._ready()  # data again: the count of quiet sweeps starts over
+        for _ in range(reader.QUIET_SWEEPS - 1):
+            poller._ready()
+        assert busy()
+        poller._ready()
+        assert poller.watcher.active and not poller.timer.active, "quiet in a row: wakes on arrivals"
+    finally:
+        poller.remove(a.fileno())
+        a.close()
+        b.close()

@@ -75,6 +75,11 @@ MAX_READY = 1024
 #: on every arrival: one sweep reads many sockets (fewer wake-ups and system calls per event)
 #: and the timestamps do not move. TOKENSWARM_READ_BATCH_MS=0 reads on every arrival.
 READ_BATCH_S = float(os.environ.get("TOKENSWARM_READ_BATCH_MS", "1")) / 1000.0
+#: Timed sweeps in a row that find nothing before a busy poller goes back to waking on arrivals.
+#: One was enough to switch, but at a dozen active streams one sweep in ten finds nothing, and
+#: each switch there and back costs the event loop three or four epoll_ctl calls (libev's lazy
+#: removal: ADD, EEXIST, DEL, ADD seen in strace) for no wake-up saved: the next arrival wakes it.
+QUIET_SWEEPS = 3
 
 
 def _between_chunks(resp: Any) -> bool:
@@ -96,10 +101,10 @@ class StreamPoller:
 
     Idle, it wakes on the first arrival. Busy (it found sockets ready) and with kernel
     timestamps, it stops listening and sweeps again after ``READ_BATCH_S``, going back to
-    listening when a sweep finds nothing.
+    listening when ``QUIET_SWEEPS`` sweeps in a row find nothing.
     """
 
-    __slots__ = ("clock", "ep", "handlers", "watcher", "timer", "kernel_stamps", "last_sweep_s")
+    __slots__ = ("clock", "ep", "handlers", "watcher", "timer", "kernel_stamps", "last_sweep_s", "empty_sweeps")
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
@@ -112,6 +117,7 @@ class StreamPoller:
         sweep = self.kernel_stamps and READ_BATCH_S > 0  # without kernel stamps, reading late is stamping late
         self.timer = loop.timer(READ_BATCH_S, READ_BATCH_S) if sweep else None
         self.last_sweep_s = 0.0
+        self.empty_sweeps = 0  # timed sweeps in a row that found nothing
 
     def add(self, fd: int, handler: Callable[[float, float], None], *, on_arrival: bool = False) -> None:
         """Call ``handler(now_s, real_minus_mono_s)`` from the hub whenever ``fd`` is readable.
@@ -170,12 +176,15 @@ class StreamPoller:
         if timer is None or not self.handlers:
             return
         if ready:
+            self.empty_sweeps = 0
             if not timer.active:  # busy: sweep on the timer from now on
                 self.watcher.stop()
                 timer.start(self._ready)
-        elif timer.active:  # quiet again: wake on the next arrival
-            timer.stop()
-            self.watcher.start(self._ready)
+        elif timer.active:
+            self.empty_sweeps += 1
+            if self.empty_sweeps >= QUIET_SWEEPS:  # quiet again: wake on the next arrival
+                timer.stop()
+                self.watcher.start(self._ready)
 
 
 _pollers: dict[tuple[Any, ...], StreamPoller] = {}
