@@ -209,6 +209,9 @@ def timing_summary(manifest: RunManifest) -> dict[str, Any]:
         parts.append("native fast path" if t.get("native_fast_path") else "Python parsers")
         parts.append("kernel stamps" if t.get("kernel_stamps") else "no kernel stamps")
         parts.append("arrival watcher" if t.get("arrival_watcher") else "no arrival watcher")
+        lo, hi = t.get("read_batch_ms"), t.get("read_batch_max_ms")
+        if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and hi > lo:  # older manifests: no range
+            parts.append(f"sweeps every {lo:g}-{hi:g} ms as the streams' gaps allow")
         if t.get("overrides"):
             parts.append("overrides " + ", ".join(f"{k}={v}" for k, v in sorted(t["overrides"].items())))
         desc = ", ".join(parts)

@@ -87,6 +87,11 @@ def _worker(wid: str, **timing) -> dict:
 def test_generator_health_names_the_timing_paths_and_every_fallback_that_happened():
     quiet = generator_health(RunManifest(run_id="run", workers=(_worker("w0"), _worker("w1"))))
     assert quiet["timing_paths"] == ["hub reader, native fast path, kernel stamps, arrival watcher"]
+    ranged = generator_health(RunManifest(run_id="run", workers=(_worker("w0", read_batch_ms=1.0, read_batch_max_ms=4.0),
+                                                                 _worker("w1", read_batch_ms=1.0, read_batch_max_ms=1.0))))
+    assert ranged["timing_paths"] == [
+        "hub reader, native fast path, kernel stamps, arrival watcher, sweeps every 1-4 ms as the streams' gaps allow",
+        "hub reader, native fast path, kernel stamps, arrival watcher"], "a fixed period is the path as before"
     assert quiet["timing_counters"]["reads_count"] == 200 and quiet["messages"] == []
     counters = {"reads_count": 5, "one_stamp_many_chunks_reads_count": 2, "notes_dropped_count": 3}
     noisy = generator_health(RunManifest(run_id="run", workers=(

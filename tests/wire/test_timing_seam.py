@@ -73,11 +73,13 @@ def test_provenance_names_every_path_and_the_overrides_in_effect(monkeypatch):
     monkeypatch.setenv("TOKENSWARM_READ_BATCH_MS", "1")
     p = timing.provenance()
     assert set(p) == {"reader", "native_fast_path", "native_built", "native_chunks", "kernel_stamps",
-                      "arrival_watcher", "read_batch_ms", "head_reader", "overrides", "counters"}
+                      "arrival_watcher", "read_batch_ms", "read_batch_max_ms", "head_reader", "overrides", "counters"}
     assert p["overrides"] == {"TOKENSWARM_READ_BATCH_MS": "1"}
     assert p["native_built"] is True and p["reader"] in ("hub", "greenlet")
     assert p["head_reader"] in ("hub", "library")
     assert all(k.endswith("_count") and isinstance(v, int) for k, v in p["counters"].items())
+    assert {"sweeps_count", "sweep_crowded_reads_count", "sweep_period_changes_count"} <= set(p["counters"])
+    assert p["read_batch_max_ms"] >= p["read_batch_ms"]
 
 
 def test_the_read_counters_count_the_native_reads_of_a_stream():

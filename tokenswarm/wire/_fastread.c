@@ -784,7 +784,7 @@ static PyMethodDef methods[] = {
     {"watch", watch_py_watch, METH_O, "watch(fd) -> rx offset of the next byte, or None: note arrivals while the loop stalls"},
     {"unwatch", watch_py_unwatch, METH_O, "unwatch(fd): stop noting arrivals on fd"},
     {"take_notes", watch_py_take_notes, METH_O, "take_notes(fd) -> [(rx, realtime stamp), ...] (forgets them)"},
-    {"alive", watch_py_alive, METH_NOARGS, "alive(): the event loop swept its sockets just now"},
+    {"alive", watch_py_alive, METH_VARARGS, "alive(period_s=0.001): the event loop swept its sockets just now and sweeps again within period_s"},
     {"watch_stats", watch_py_stats, METH_NOARGS, "watch_stats() -> dict of the watcher thread's counters"},
     {"split", split, METH_VARARGS, "split(data, chunked, allow_tail=False) -> events, (events, tail) or None"},
     {"note_date", py_note_date, METH_VARARGS, "note_date(stamp, arrival_s, real_minus_mono_s, now_s, max_age_s) -> date"},

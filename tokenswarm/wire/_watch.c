@@ -6,8 +6,8 @@
  * a stream is dated by the last, and the gaps between them read as zero. Nothing the loop
  * does afterwards can recover those times: they are gone from the kernel.
  *
- * This thread does not need the GIL. Every STALL_S it checks whether the loop has swept its
- * sockets recently (``alive()``); when it has not, it takes the watched sockets that received
+ * This thread does not need the GIL. Each sweep of the loop tells it when the next is due
+ * (``alive(period_s)``); when the loop is STALL_NS past that, the thread takes the watched sockets that received
  * data since its last look (edge-triggered epoll) and notes, per socket, how many bytes the
  * connection has received in total (TCP_INFO's tcpi_bytes_received) and the kernel stamp of
  * the newest queued segment (a MSG_PEEK|MSG_TRUNC read: nothing is copied or consumed). A
@@ -20,12 +20,12 @@
  *
  * While the loop keeps up (the usual case) the thread does not run at all: it blocks on a
  * timerfd that every sweep re-arms (``alive()``: one timerfd_settime, no context switch), so it
- * expires only when the loop has not swept for STALL_NS. The thread used to wake when the loop
+ * expires only when the loop is STALL_NS late for a sweep. The thread used to wake when the loop
  * would count as stalled, compare two clocks and sleep again: five hundred to a thousand
  * wake-ups a second for a loop sweeping every millisecond, each a pair of context switches on
  * the loop's core (measured: 9.6 % of the process's CPU at 12 streams of 5 ms chunks, where
- * the loop itself is light). When the loop has not swept for a while and nothing has arrived since the thread's
- * last look (a quiet loop: every stream waiting for its server), the thread blocks until
+ * the loop itself is light). When the loop has not swept for a while and nothing has arrived
+ * since the thread's last look (a quiet loop: every stream waiting for its server), the thread blocks until
  * something does, on a second epoll set that holds the first (readable when the first has
  * events, which it leaves pending): an idle process does not pay two thousand sweeps a second
  * (measured: 4.6 % of a core with 96 streams waiting), and an arrival during a stall is noted
@@ -52,7 +52,7 @@
 #include <unistd.h>
 
 #define NOTE_MAX 64               /* notes kept per socket; when full the newest is overwritten */
-#define STALL_NS 2000000LL        /* the loop counts as stalled when it has not swept for this long */
+#define STALL_NS 1000000LL        /* the loop counts as stalled this long after its next sweep was due */
 #define NAP_PAST_NS 50000L        /* while the loop keeps up: look this long after it would count as stalled */
 #define NAP_MIN_NS 50000L         /* the shortest nap */
 #define NAP_STALLED_NS 500000L    /* and while it is stalled: the notes' resolution */
@@ -76,11 +76,13 @@ static int n_watched;
 static unsigned int next_gen = 1;
 static int epfd = -1;
 static int outer_epfd = -1; /* holds epfd alone: readable while epfd has pending events */
-static int stall_tfd = -1;   /* timerfd: every sweep re-arms it STALL_NS + NAP_PAST_NS ahead */
+static int stall_tfd = -1;   /* timerfd: every sweep re-arms it to expire NAP_PAST_NS after stall_at_ns */
 static pid_t owner_pid;
 /* Shared between the interpreter's thread and the watcher's: atomics (relaxed order is
  * enough -- each is one independent number; the slots are guarded by ``lock``). */
-static atomic_llong last_alive_ns; /* CLOCK_MONOTONIC of the loop's latest sweep */
+/* CLOCK_MONOTONIC after which the loop counts as stalled: its latest sweep, plus the period to its
+ * next (the loop says it: alive(period)), plus STALL_NS */
+static atomic_llong stall_at_ns;
 static atomic_ullong n_notes_total, n_stalled_sweeps, n_wakeups;
 static atomic_ullong n_notes_dropped;  /* a socket's notes were full: the newest was overwritten */
 static atomic_ullong n_notes_over_cap; /* a read covered more notes than read_events takes: the rest unused */
@@ -190,8 +192,8 @@ static void *watch_main(void *arg)
         pthread_mutex_unlock(&lock);
         atomic_fetch_add_explicit(&n_wakeups, 1, memory_order_relaxed);
         long long now = mono_ns();
-        long long alive_at = atomic_load_explicit(&last_alive_ns, memory_order_relaxed);
-        int stalled = now - alive_at > STALL_NS;
+        long long stall_at = atomic_load_explicit(&stall_at_ns, memory_order_relaxed);
+        int stalled = now > stall_at;
         if (stalled && sweep(evs) == 0 && outer_epfd >= 0) {
             /* Nothing arrived since the last look: wait for an arrival instead of polling. The
              * timeout only bounds how long a thread whose sockets all went away stays here. */
@@ -200,15 +202,15 @@ static void *watch_main(void *arg)
             continue; /* an arrival: swept at once if the loop is still not sweeping */
         }
         if (!stalled && stall_tfd >= 0) {
-            /* The loop keeps up: sleep until it has not swept for STALL_NS (its sweeps push the
-             * expiry on). A stale expiry read here costs one look, no harm. */
+            /* The loop keeps up: sleep until it is STALL_NS late for a sweep (its sweeps push
+             * the expiry on). A stale expiry read here costs one look, no harm. */
             unsigned long long expiries;
             if (read(stall_tfd, &expiries, sizeof expiries) >= 0 || errno == EINTR)
                 continue;
         }
         /* Without the timerfd: look again just when the loop would count as stalled if it did
          * not sweep meanwhile (a loop sweeping every millisecond: one wake-up per one or two). */
-        long long nap_ns = stalled ? NAP_STALLED_NS : alive_at + STALL_NS - now + NAP_PAST_NS;
+        long long nap_ns = stalled ? NAP_STALLED_NS : stall_at - now + NAP_PAST_NS;
         if (nap_ns < NAP_MIN_NS)
             nap_ns = NAP_MIN_NS;
         struct timespec nap = {0, (long)nap_ns};
@@ -237,7 +239,7 @@ static int ensure_thread(void)
     outer_epfd = -1;
     if (stall_tfd >= 0)
         close(stall_tfd); /* a forked child's copy of its parent's timer: re-arming it would wake the parent's thread */
-    /* Optional: without it the thread wakes every STALL_NS or so to compare clocks. */
+    /* Optional: without it the thread wakes about once per sweep period to compare clocks. */
     stall_tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
     epfd = epoll_create1(EPOLL_CLOEXEC);
     if (epfd < 0)
@@ -426,15 +428,24 @@ PyObject *watch_py_take_notes(PyObject *self, PyObject *arg)
     return out;
 }
 
-/* alive(): the event loop swept its sockets just now (the thread stays idle while it does) */
-PyObject *watch_py_alive(PyObject *self, PyObject *unused)
+/* alive(period_s=0.001): the event loop swept its sockets just now and sweeps again within
+ * period_s (the thread stays idle while it does) */
+PyObject *watch_py_alive(PyObject *self, PyObject *args)
 {
     (void)self;
-    (void)unused;
-    atomic_store_explicit(&last_alive_ns, mono_ns(), memory_order_relaxed);
+    double period_s = 0.001;
+    if (!PyArg_ParseTuple(args, "|d:alive", &period_s))
+        return NULL;
+    if (!(period_s >= 0.0 && period_s <= 1.0)) {
+        PyErr_SetString(PyExc_ValueError, "alive(period_s): period_s must be within 0..1 s");
+        return NULL;
+    }
+    long long ahead_ns = (long long)(period_s * 1e9) + STALL_NS;
+    atomic_store_explicit(&stall_at_ns, mono_ns() + ahead_ns, memory_order_relaxed);
     if (stall_tfd >= 0 && owner_pid == my_pid()) { /* the thread sleeps until this loop stalls */
-        static const struct itimerspec ahead = {{0, 0}, {0, STALL_NS + NAP_PAST_NS}};
-        timerfd_settime(stall_tfd, 0, &ahead, NULL);
+        long long at = ahead_ns + NAP_PAST_NS;
+        struct itimerspec timer = {{0, 0}, {(time_t)(at / 1000000000LL), (long)(at % 1000000000LL)}};
+        timerfd_settime(stall_tfd, 0, &timer, NULL);
     }
     Py_RETURN_NONE;
 }
@@ -482,9 +493,9 @@ PyObject *watch_py_take_notes(PyObject *self, PyObject *arg)
     return PyList_New(0);
 }
 
-PyObject *watch_py_alive(PyObject *self, PyObject *unused)
+PyObject *watch_py_alive(PyObject *self, PyObject *args)
 {
-    (void)self, (void)unused;
+    (void)self, (void)args;
     Py_RETURN_NONE;
 }
 

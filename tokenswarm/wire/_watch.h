@@ -66,7 +66,7 @@ int watch_after_read(int fd, Py_ssize_t n, unsigned long long *before, watch_not
 PyObject *watch_py_watch(PyObject *self, PyObject *arg);
 PyObject *watch_py_unwatch(PyObject *self, PyObject *arg);
 PyObject *watch_py_take_notes(PyObject *self, PyObject *arg);
-PyObject *watch_py_alive(PyObject *self, PyObject *unused);
+PyObject *watch_py_alive(PyObject *self, PyObject *args);
 PyObject *watch_py_stats(PyObject *self, PyObject *unused);
 
 #endif

@@ -48,6 +48,7 @@ from tokenswarm.wire.dechunk import ChunkedDecoder, ChunkedError
 from tokenswarm.wire.native import native_function
 from tokenswarm.wire.pool import library_read_pieces, library_response
 from tokenswarm.wire.sse import SSEParser
+from tokenswarm.wire.sweep import SweepPeriod
 
 #: The C fast path (whole chunks of whole events per read), when built and not turned off with
 #: TOKENSWARM_NATIVE=0 (the pure-Python path does the same work; for comparison and tests).
@@ -75,6 +76,10 @@ MAX_READY = 1024
 #: on every arrival: one sweep reads many sockets (fewer wake-ups and system calls per event)
 #: and the timestamps do not move. TOKENSWARM_READ_BATCH_MS=0 reads on every arrival.
 READ_BATCH_S = float(os.environ.get("TOKENSWARM_READ_BATCH_MS", "1")) / 1000.0
+#: ...and up to this many while every stream's events come further apart than twice the period
+#: (:mod:`tokenswarm.wire.sweep`): a dozen streams of 5 ms chunks cannot fill a 1 ms sweep, and
+#: each wake-up costs far more than the sweep. TOKENSWARM_READ_BATCH_MAX_MS=1 keeps it at 1 ms.
+READ_BATCH_MAX_S = max(READ_BATCH_S, float(os.environ.get("TOKENSWARM_READ_BATCH_MAX_MS", "4")) / 1000.0)
 #: Timed sweeps in a row that find nothing before a busy poller goes back to waking on arrivals.
 #: One was enough to switch, but at a dozen active streams one sweep in ten finds nothing, and
 #: each switch there and back costs the event loop three or four epoll_ctl calls (libev's lazy
@@ -100,11 +105,13 @@ class StreamPoller:
     """All hub-read sockets of one process in one ``epoll`` set behind one libev watcher.
 
     Idle, it wakes on the first arrival. Busy (it found sockets ready) and with kernel
-    timestamps, it stops listening and sweeps again after ``READ_BATCH_S``, going back to
-    listening when ``QUIET_SWEEPS`` sweeps in a row find nothing.
+    timestamps, it stops listening and sweeps again every ``period.period_s`` (``READ_BATCH_S``
+    up to ``READ_BATCH_MAX_S``, as the streams' gaps allow), going back to listening when
+    ``QUIET_SWEEPS`` sweeps in a row find nothing.
     """
 
-    __slots__ = ("clock", "ep", "handlers", "watcher", "timer", "kernel_stamps", "last_sweep_s", "empty_sweeps")
+    __slots__ = ("clock", "ep", "handlers", "watcher", "timer", "kernel_stamps", "last_sweep_s", "empty_sweeps",
+                 "period", "sweeps_count")
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
@@ -116,8 +123,11 @@ class StreamPoller:
         self.kernel_stamps = kstamp.maps_onto(clock)
         sweep = self.kernel_stamps and READ_BATCH_S > 0  # without kernel stamps, reading late is stamping late
         self.timer = loop.timer(READ_BATCH_S, READ_BATCH_S) if sweep else None
+        #: the sweep period and the evidence for it (the readers report gaps and crowded reads)
+        self.period = SweepPeriod(READ_BATCH_S, READ_BATCH_MAX_S) if sweep else None
         self.last_sweep_s = 0.0
         self.empty_sweeps = 0  # timed sweeps in a row that found nothing
+        self.sweeps_count = 0
 
     def add(self, fd: int, handler: Callable[[float, float], None], *, on_arrival: bool = False) -> None:
         """Call ``handler(now_s, real_minus_mono_s)`` from the hub whenever ``fd`` is readable.
@@ -157,14 +167,33 @@ class StreamPoller:
         back to back for 10-30 ms with no sweep in between -- long enough for a stream's next
         event to join the previous one in the socket, and one read has one kernel stamp.
         """
-        if self.handlers and self.timer is not None and self.clock() - self.last_sweep_s >= READ_BATCH_S:
+        period = self.period
+        if self.handlers and period is not None and self.clock() - self.last_sweep_s >= period.period_s:
             self._ready()
+
+    def retime(self) -> None:
+        """The period changed: sweep on a timer of the new period from now on (if sweeping)."""
+        period, old = self.period, self.timer
+        if period is None or old is None:
+            return
+        self.timer = gevent.get_hub().loop.timer(period.period_s, period.period_s)
+        if old.active:
+            old.stop()
+            self.timer.start(self._ready)
+        old.close()
 
     def _ready(self) -> None:
         now = self.clock()  # one timestamp for everything this poll reports
         self.last_sweep_s = now
-        if self.kernel_stamps and watch.ENABLED:
-            watch.alive()  # the watcher thread stays idle while the loop sweeps
+        self.sweeps_count += 1
+        period = self.period
+        if period is not None:
+            if period.update(now):
+                self.retime()
+            if watch.ENABLED:  # the watcher thread stays idle while the loop sweeps on time
+                watch.alive(period.period_s)
+        elif self.kernel_stamps and watch.ENABLED:  # reading on every arrival: stalled 2 ms after one
+            watch.alive()
         offset = kstamp.real_minus_mono(self.clock) if self.kernel_stamps else 0.0  # realtime -> our timeline
         handlers = self.handlers
         ready = self.ep.poll(0, MAX_READY)
@@ -198,6 +227,15 @@ def _forget_pollers() -> None:
 # Forked workers get their own pollers. Cleared at the fork rather than keyed by os.getpid(),
 # which is a system call on every request (glibc does not cache it).
 os.register_at_fork(after_in_child=_forget_pollers)
+
+
+def sweep_stats() -> dict[str, int]:
+    """This process's pollers' sweeps, crowded reads (each brought the period back to its
+    floor) and period changes, summed (the manifest's timing counters)."""
+    polls = list(_pollers.values())
+    return {"sweeps_count": sum(p.sweeps_count for p in polls),
+            "sweep_crowded_reads_count": sum(p.period.crowded_count for p in polls if p.period is not None),
+            "sweep_period_changes_count": sum(p.period.changes_count for p in polls if p.period is not None)}
 
 
 def stream_poller(clock: Callable[[], float]) -> StreamPoller | None:
@@ -430,7 +468,7 @@ class HubReader:
 
     __slots__ = ("resp", "raw", "fd", "clock", "parser", "on_events", "on_eof", "done", "error", "poller",
                  "watcher", "dechunker", "trial", "takeovers", "stamped", "fast", "steady", "tail", "chunked",
-                 "watched")
+                 "watched", "last_content_s")
 
     def __init__(self, resp: Any, clock: Callable[[], float], parser: SSEParser,
                  on_events: Callable[[float, list[Any]], bool], on_eof: Callable[[], None]) -> None:
@@ -470,6 +508,7 @@ class HubReader:
         # Set by the caller once no read can make it stop (first token seen, no per-read hooks):
         # the events go straight to the stream state, one call less per read.
         self.steady: Callable[[float, list[Any]], Any] | None = None
+        self.last_content_s = -1.0  # arrival of this stream's latest read that held content (the sweep's evidence)
 
     def run(self) -> None:
         """Process what is already buffered, then read from the hub until the response ends."""
@@ -567,7 +606,9 @@ class HubReader:
                     elif events:
                         steady = self.steady
                         if steady is not None:
-                            steady(now, events)
+                            added = steady(now, events)  # content chunks: each is dated by this read
+                            if added:
+                                self._evidence(now, added)
                         elif self.on_events(now, events):
                             self._finish(None)
                     if tail is None:  # the body's terminating chunk came with them
@@ -588,6 +629,8 @@ class HubReader:
         except BaseException as exc:
             self._finish(exc)
             return
+        if data:
+            self._blind()
         try:
             if cuts:  # decode piece by piece, each at the time its last byte had arrived
                 start = 0
@@ -601,12 +644,37 @@ class HubReader:
         except BaseException as exc:
             self._finish(exc)
 
+    def _evidence(self, now: float, added: int) -> None:
+        """Tell the poller's sweep period what this read showed: one content chunk ``now - the
+        previous one's read`` after it, or ``added`` chunks one sweep caught together."""
+        last, self.last_content_s = self.last_content_s, now
+        poller = self.poller
+        if last < 0.0 or poller is None:  # the first content read: its gap is from the head, not a chunk
+            return
+        period = poller.period
+        if period is None:
+            return
+        if added == 1:
+            period.gap(now - last)
+        elif period.crowded():
+            poller.retime()
+
+    def _blind(self) -> None:
+        """A read the general parsers decode: nothing to say about its gaps, so the sweep
+        period keeps its floor a while (a stream we cannot see is not a stream we may read late)."""
+        poller = self.poller
+        if poller is not None and poller.period is not None and poller.period.crowded():
+            poller.retime()
+
     def _dated(self, groups: list[Any]) -> None:
-        """Deliver a read's events in groups, each at the time the watcher dated it."""
+        """Deliver a read's events in groups, each at the time the watcher dated it (each group
+        is an arrival of its own, and tells the sweep period what a read of it would have)."""
         steady = self.steady
         for when, events in groups:
             if steady is not None:
-                steady(when, events)
+                added = steady(when, events)
+                if added:
+                    self._evidence(when, added)
             elif self.on_events(when, events):
                 self._finish(None)
                 return

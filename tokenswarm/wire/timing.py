@@ -55,7 +55,8 @@ from tokenswarm.wire.sse import SSEParser
 RECV_BYTES = 65536
 #: The environment variables that select timing paths (each documented where it is read).
 OVERRIDES = ("TOKENSWARM_READER", "TOKENSWARM_NATIVE", "TOKENSWARM_KERNEL_TIMESTAMPS",
-             "TOKENSWARM_ARRIVAL_WATCH", "TOKENSWARM_READ_BATCH_MS", "TOKENSWARM_HEAD_READER")
+             "TOKENSWARM_ARRIVAL_WATCH", "TOKENSWARM_READ_BATCH_MS", "TOKENSWARM_READ_BATCH_MAX_MS",
+             "TOKENSWARM_HEAD_READER")
 
 
 def read_available(resp: Any) -> bytes:
@@ -174,7 +175,11 @@ def provenance() -> dict[str, Any]:
     ``notes_dropped_count`` (a stream's notes were full) and ``notes_over_cap_count`` (a read
     covered more notes than are used); ``native_chunk_events_count`` / ``python_chunk_events_count``
     (SSE events the C path read into the stream state / handed to the Python loop, ``native_chunks``:
-    :func:`tokenswarm.wire.stream.StreamState.on_events`); ``stale_connection_retries_count`` (requests sent again
+    :func:`tokenswarm.wire.stream.StreamState.on_events`); ``sweeps_count``, ``sweep_crowded_reads_count``
+    and ``sweep_period_changes_count`` (the stream poller's sweeps; reads of two or more content
+    chunks in mid-stream, or of bytes only the general parsers decode, each of which set the sweep
+    period back to ``read_batch_ms``; and how often the period changed, :mod:`tokenswarm.wire.sweep`);
+    ``stale_connection_retries_count`` (requests sent again
     because their kept-alive connection had been closed by the server, see
     :func:`tokenswarm.wire.pool.send_request`); ``kernel_dated_sends_count`` (sends held up
     past ``pool.SEND_STALL_S``, dated by the kernel: :func:`tokenswarm.wire.pool.kernel_sent_time`).
@@ -207,7 +212,8 @@ def provenance() -> dict[str, Any]:
         "kernel_stamps": kstamp.ENABLED and kstamp.maps_onto(time.perf_counter),
         "arrival_watcher": watch.ENABLED and kstamp.ENABLED,
         "read_batch_ms": reader.READ_BATCH_S * 1000.0,
+        "read_batch_max_ms": reader.READ_BATCH_MAX_S * 1000.0,
         "head_reader": "hub" if reader.HUB_HEAD else "library",
         "overrides": {name: os.environ[name] for name in OVERRIDES if name in os.environ},
-        "counters": {**counters, **pool.stats},
+        "counters": {**counters, **reader.sweep_stats(), **pool.stats},
     }
