@@ -7,10 +7,11 @@
  * does afterwards can recover those times: they are gone from the kernel.
  *
  * This thread does not need the GIL. Each sweep of the loop tells it when the next is due
- * (``alive(period_s)``); when the loop is STALL_NS past that, the thread takes the watched sockets that received
- * data since its last look (edge-triggered epoll) and notes, per socket, how many bytes the
- * connection has received in total (TCP_INFO's tcpi_bytes_received) and the kernel stamp of
- * the newest queued segment (a MSG_PEEK|MSG_TRUNC read: nothing is copied or consumed). A
+ * (``alive(period_s)``); when the loop is STALL_NS past that, the thread takes the watched
+ * sockets that received data since its last look (edge-triggered epoll) and notes, per
+ * socket, how many bytes the connection has received in total (TCP_INFO's
+ * tcpi_bytes_received) and the kernel stamp of the newest queued segment (a MSG_PEEK|MSG_TRUNC
+ * read: nothing is copied or consumed). A
  * note says "the first rx bytes had all arrived by this stamp". When the loop reads again,
  * read_events cuts the read at its chunk boundaries and dates each chunk by the first note
  * that covers its last byte (never later than the read's own stamp).
@@ -25,8 +26,8 @@
  * wake-ups a second for a loop sweeping every millisecond, each a pair of context switches on
  * the loop's core (measured: 9.6 % of the process's CPU at 12 streams of 5 ms chunks, where
  * the loop itself is light). When the loop has not swept for a while and nothing has arrived
- * since the thread's last look (a quiet loop: every stream waiting for its server), the thread blocks until
- * something does, on a second epoll set that holds the first (readable when the first has
+ * since the thread's last look (a quiet loop: every stream waiting for its server), the thread
+ * blocks until something does, on a second epoll set that holds the first (readable when the first has
  * events, which it leaves pending): an idle process does not pay two thousand sweeps a second
  * (measured: 4.6 % of a core with 96 streams waiting), and an arrival during a stall is noted
  * at once.

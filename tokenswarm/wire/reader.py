@@ -76,7 +76,7 @@ MAX_READY = 1024
 #: on every arrival: one sweep reads many sockets (fewer wake-ups and system calls per event)
 #: and the timestamps do not move. TOKENSWARM_READ_BATCH_MS=0 reads on every arrival.
 READ_BATCH_S = float(os.environ.get("TOKENSWARM_READ_BATCH_MS", "1")) / 1000.0
-#: ...and up to this many while every stream's events come further apart than twice the period
+#: ...and up to this many while every stream's events come at least 4/3 of the period apart
 #: (:mod:`tokenswarm.wire.sweep`): a dozen streams of 5 ms chunks cannot fill a 1 ms sweep, and
 #: each wake-up costs far more than the sweep. TOKENSWARM_READ_BATCH_MAX_MS=1 keeps it at 1 ms.
 READ_BATCH_MAX_S = max(READ_BATCH_S, float(os.environ.get("TOKENSWARM_READ_BATCH_MAX_MS", "4")) / 1000.0)
@@ -170,6 +170,13 @@ class StreamPoller:
         period = self.period
         if self.handlers and period is not None and self.clock() - self.last_sweep_s >= period.period_s:
             self._ready()
+
+    def crowded(self) -> None:
+        """A reader saw two or more content chunks in one mid-stream read, or bytes only the
+        general parsers decode: the period goes back to its floor now."""
+        period = self.period
+        if period is not None and period.crowded():
+            self.retime()
 
     def retime(self) -> None:
         """The period changed: sweep on a timer of the new period from now on (if sweeping)."""
@@ -629,8 +636,10 @@ class HubReader:
         except BaseException as exc:
             self._finish(exc)
             return
-        if data:
-            self._blind()
+        # The general parsers say nothing about this stream's gaps, and a stream whose gaps
+        # cannot be seen is not one that may be read late: the sweep period's floor.
+        if data and self.poller is not None:
+            self.poller.crowded()
         try:
             if cuts:  # decode piece by piece, each at the time its last byte had arrived
                 start = 0
@@ -656,15 +665,8 @@ class HubReader:
             return
         if added == 1:
             period.gap(now - last)
-        elif period.crowded():
-            poller.retime()
-
-    def _blind(self) -> None:
-        """A read the general parsers decode: nothing to say about its gaps, so the sweep
-        period keeps its floor a while (a stream we cannot see is not a stream we may read late)."""
-        poller = self.poller
-        if poller is not None and poller.period is not None and poller.period.crowded():
-            poller.retime()
+        else:
+            poller.crowded()
 
     def _dated(self, groups: list[Any]) -> None:
         """Deliver a read's events in groups, each at the time the watcher dated it (each group

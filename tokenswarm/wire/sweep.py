@@ -70,8 +70,8 @@ class SweepPeriod:
             self.window_min_s = gap_s
 
     def crowded(self) -> bool:
-        """A read in the middle of a stream held two or more events. True if the period changed
-        (the caller re-arms its timer)."""
+        """A read in the middle of a stream held two or more events (or bytes whose events the
+        reader cannot date apart). True if the period changed (the caller re-arms its timer)."""
         self.crowded_count += 1
         self.window_min_s = 0.0  # this window and the next keep the floor
         return self._set(self.floor_s)
