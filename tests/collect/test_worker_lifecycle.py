@@ -99,6 +99,93 @@ def test_a_busy_master_port_is_an_error_that_names_the_port_and_the_way_out():
     assert "Traceback" not in out.stderr + out.stdout
 
 
+# A worker that queues its last message for a master that is not listening yet, then exits the
+# way Locust's workers do (sys.exit from the main greenlet, its RPC socket left open).
+_WORKER_EXIT = """
+import sys
+from locust.rpc import Message, zmqrpc
+from tokenswarm.load.lifecycle import ExitFlush
+
+class Runner:
+    client = zmqrpc.Client("127.0.0.1", int(sys.argv[1]), "worker-1")
+
+flush = ExitFlush(Runner(), linger_s=float(sys.argv[2])).install()
+if sys.argv[3] == "gone":
+    flush.master_gone()
+Runner.client.send(Message("tokenswarm_final", {"records_sent": 10}, "worker-1"))
+print("queued", flush=True)
+sys.exit(0)
+"""
+
+
+def _exiting_worker(port: int, linger_s: float, master: str) -> subprocess.Popen:
+    child = subprocess.Popen([sys.executable, "-c", _WORKER_EXIT, str(port), str(linger_s), master],
+                             stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert child.stdout is not None and child.stdout.readline().strip() == "queued"
+    return child
+
+
+def test_a_worker_exit_waits_to_deliver_what_it_queued_for_its_master():
+    import zmq
+    from locust.rpc import Message
+
+    port = free_port()
+    child = _exiting_worker(port, linger_s=10.0, master="alive")
+    time.sleep(0.5)  # the worker has called sys.exit; a plain exit would have dropped the message by now
+    assert child.poll() is None, "the exit waits for the master"
+    with zmq.Context() as ctx, ctx.socket(zmq.ROUTER) as master:
+        master.bind(f"tcp://127.0.0.1:{port}")
+        assert master.poll(10_000), "the queued message never arrived"
+        identity, payload = master.recv_multipart()
+    msg = Message.unserialize(payload)
+    assert (identity, msg.type, msg.data) == (b"worker-1", "tokenswarm_final", {"records_sent": 10})
+    assert child.wait(timeout=10) == 0, "delivered, the worker exits without waiting out the linger"
+
+
+def test_a_worker_whose_master_is_gone_exits_at_once():
+    started = time.monotonic()
+    child = _exiting_worker(free_port(), linger_s=30.0, master="gone")
+    assert child.wait(timeout=20) == 0
+    assert time.monotonic() - started < 15, "nothing listens; the exit must not wait out the 30 s linger"
+
+
+def test_the_exit_flush_runs_once_and_tolerates_a_worker_without_a_socket():
+    from tokenswarm.load.lifecycle import ExitFlush
+
+    class Socket:
+        closed = False
+
+        def __init__(self) -> None:
+            self.context = self
+            self.lingers: list[int] = []
+
+        def destroy(self, linger: int) -> None:
+            self.lingers.append(linger)
+
+    class Runner:
+        client = type("Client", (), {"socket": Socket()})()
+
+    flush = ExitFlush(Runner(), linger_s=2.5)
+    flush.flush()
+    flush.flush()
+    assert Runner.client.socket.lingers == [2500]
+    ExitFlush(object()).flush()  # a runner that never connected: nothing to flush, no error
+
+
+def test_a_local_worker_whose_parent_ended_before_its_exit_does_not_wait():
+    from tokenswarm.load.lifecycle import ExitFlush, parent_unchanged
+
+    ppids = iter([100, 100, 1])  # the parent at install, still there, then re-parented at exit
+    alive = parent_unchanged(lambda: next(ppids))
+    assert alive()
+    lingers: list[int] = []
+    socket = type("Socket", (), {"closed": False, "destroy": lambda self, linger: lingers.append(linger)})()
+    socket.context = socket
+    runner = type("Runner", (), {"client": type("Client", (), {"socket": socket})()})()
+    ExitFlush(runner, linger_s=5.0, master_alive=alive).flush()
+    assert lingers == [0]
+
+
 # -- real processes ----------------------------------------------------------------------------
 
 def _read_until_eof(stream, done: dict) -> None:

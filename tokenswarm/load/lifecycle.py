@@ -6,13 +6,20 @@ late), Locust's workers wait 60 s for a heartbeat, re-parented to PID 1, holding
 terminal's pipe open: a piped CI step took 84 s for a 6 s load. Watching the parent's PID
 ends them within a poll interval instead. Remote workers (``--worker`` on other hosts) are
 told to quit by the master and otherwise fall back to Locust's heartbeat timeout.
+
+A worker's last messages (its final records, its count, Locust's "quit") are sent without
+blocking and queued for libzmq's I/O thread; at interpreter exit pyzmq does not terminate its
+contexts, so a worker that exits milliseconds after sending can drop them when that thread was
+not scheduled in time (seen on a loaded CI machine: 10 records lost, the run failed).
+:class:`ExitFlush` closes the worker's socket with a bounded linger at exit instead.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
-from typing import Callable
+from typing import Any, Callable
 
 import gevent
 
@@ -20,6 +27,15 @@ log = logging.getLogger("tokenswarm")
 
 #: How often a local worker looks at its parent's PID (seconds).
 PARENT_POLL_S = 0.5
+
+#: How long a worker's exit waits, at most, for its queued messages to reach the master (seconds).
+EXIT_FLUSH_LINGER_S = 5.0
+
+
+def parent_unchanged(getppid: Callable[[], int] = os.getppid) -> Callable[[], bool]:
+    """A check that is true while the process that is our parent now is still our parent."""
+    parent = getppid()
+    return lambda: getppid() == parent
 
 
 def watch_parent(on_gone: Callable[[], None], *, getppid: Callable[[], int] = os.getppid,
@@ -39,3 +55,48 @@ def watch_parent(on_gone: Callable[[], None], *, getppid: Callable[[], int] = os
 def is_local_worker(options: object) -> bool:
     """True for a worker that Locust forked from the master (``--processes``)."""
     return bool(getattr(options, "worker", False) and getattr(options, "processes", None))
+
+
+class ExitFlush:
+    """At exit, deliver what a worker queued for its master, waiting at most ``linger_s``.
+
+    ``runner`` is Locust's worker runner; its ``client`` (an RPC socket with its own zmq
+    context) is read at exit, since a reconnect replaces it. Destroying that context with a
+    linger closes the socket once its queue is sent (or the linger ends) and terminates the
+    context, which joins libzmq's I/O thread: nothing queued is dropped by the exit itself.
+    When the master is known to be gone there is no one to deliver to: :meth:`master_gone`
+    makes the exit immediate.
+    """
+
+    def __init__(self, runner: Any, linger_s: float = EXIT_FLUSH_LINGER_S,
+                 master_alive: Callable[[], bool] | None = None) -> None:
+        """``master_alive``, where the worker can tell (a local worker: its parent's PID), is asked
+        at exit: a master that ended while the worker was stopping gets no wait either."""
+        self.runner = runner
+        self.linger_s = linger_s
+        self.master_alive = master_alive
+        self.done = False
+
+    def install(self) -> "ExitFlush":
+        """Register :meth:`flush` to run at interpreter exit; returns ``self``."""
+        atexit.register(self.flush)
+        return self
+
+    def master_gone(self) -> None:
+        """The master has ended: drop what is queued at exit instead of waiting for it."""
+        self.linger_s = 0.0
+
+    def flush(self) -> None:
+        """Close the worker's socket with the linger and terminate its context (once)."""
+        if self.done:
+            return
+        self.done = True
+        socket = getattr(getattr(self.runner, "client", None), "socket", None)
+        if socket is None or socket.closed:
+            return
+        if self.master_alive is not None and not self.master_alive():
+            self.master_gone()
+        try:
+            socket.context.destroy(linger=int(self.linger_s * 1000))
+        except Exception as exc:  # at exit nothing can be retried; say what happened, exit anyway
+            log.warning("tokenswarm: the worker's last messages may not have reached the master: %s", exc)

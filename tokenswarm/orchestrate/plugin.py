@@ -31,7 +31,7 @@ from tokenswarm.collect.relay import MSG_FINAL, MSG_RECORDS, RelaySink, spool_di
 from tokenswarm.load import runtime
 from tokenswarm.load.context import make_worker_id
 from tokenswarm.load.health import HealthMonitor
-from tokenswarm.load.lifecycle import is_local_worker, watch_parent
+from tokenswarm.load.lifecycle import ExitFlush, is_local_worker, parent_unchanged, watch_parent
 from tokenswarm.load.preflight import PreflightError, PromptTooLongError, check_prompt_lengths, preflight
 from tokenswarm.load.setup import (  # noqa: F401  (planned_duration_s, scenario_slos: part of this module's API)
     apply_user_settings,
@@ -228,8 +228,16 @@ def _init_worker(environment: Any, token: str | None) -> None:
     runner.register_message(MSG_STEP, worker.on_step)
     # the master's hard stop: read before its stop/quit message, so users are killed, not waited for
     runner.register_message(MSG_HARD_STOP, lambda environment, msg, **kw: setattr(environment, "stop_timeout", 0))
-    if is_local_worker(environment.parsed_options):
-        gevent.spawn(watch_parent, runner.quit)
+    local = is_local_worker(environment.parsed_options)
+    # the last records and counts reach the master before exit (a local worker knows when it is gone)
+    flush = ExitFlush(runner, master_alive=parent_unchanged() if local else None).install()
+
+    def master_ended() -> None:
+        flush.master_gone()
+        runner.quit()
+
+    if local:
+        gevent.spawn(watch_parent, master_ended)
     environment.events.test_start.add_listener(worker.on_start)
     environment.events.test_stopping.add_listener(worker.on_stopping)
     environment.events.test_stop.add_listener(worker.on_stop)
