@@ -207,3 +207,34 @@ def test_without_a_token_every_connection_is_admitted_as_in_locust():
     runner.handle_message("w1", msg(MSG_HELLO, {"token": ""}, "w1"))
     runner.handle_message("w1", msg("stats", {}, "w1"))
     assert runner.handled == [("w1", "client_ready"), ("w1", "stats")] and gate.refusals() == []
+
+
+def test_a_message_the_master_cannot_handle_is_dropped_and_counted_and_the_master_keeps_listening(caplog):
+    from tokenswarm.collect.relay import Collector
+    from tokenswarm.orchestrate.admission import WorkerGate
+
+    class Writer:
+        lines = 0
+
+        def write_lines(self, data: bytes, count: int) -> None:
+            Writer.lines += count
+
+    collector = Collector(Writer())
+    runner = FakeRunner()
+    handled = runner.handle_message
+
+    def handle(client_id, message):  # Locust's handler, as it dispatches tokenswarm's records to the collector
+        handled(client_id, message)
+        if message.type == "tokenswarm_records":
+            collector.on_batch(message.data, client_id=client_id)
+
+    runner.handle_message = handle
+    gate = WorkerGate(runner, None).install()
+    runner.handle_message("w1", msg("client_ready", "2.0", "w1"))
+    good = {"worker_id": "w1", "first_seq": 0, "last_seq": 1, "count": 2, "data": b"a\nb\n"}
+    runner.handle_message("w1", msg("tokenswarm_records", {"worker_id": "w1", "data": b"x\n"}, "w1"))  # no seqs
+    runner.handle_message("w1", msg("tokenswarm_records", good, "w1"))
+    assert Writer.lines == 2, "the next batch is still read"
+    assert gate.refusals() == [{"worker": "w1", "reason": "messages the master could not handle",
+                                "messages_dropped": 1, "record_batches_dropped": 1}]
+    assert "dropped tokenswarm_records from worker w1" in caplog.text and "KeyError" in caplog.text

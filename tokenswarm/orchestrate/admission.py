@@ -16,8 +16,10 @@ front of Locust's message handler on the master:
 
 Every other message of a connection that was not admitted -- records, final batches, stats,
 heartbeats -- is dropped and counted, and so is any message whose ``node_id`` is not the
-connection it came on (a forged sender). The refused connections and what was dropped from
-them are written to the manifest (``workers_refused``). Without a token (a master bound to
+connection it came on (a forged sender). An admitted worker's message that the master cannot
+handle (malformed, or a handler that raised) is dropped and counted too, rather than ending
+Locust's one listener. The refused connections and what was dropped from them are written to
+the manifest (``workers_refused``). Without a token (a master bound to
 127.0.0.1, see :mod:`tokenswarm.orchestrate.exposure`) every connection is admitted, as in Locust.
 
 The token is compared in constant time and never logged; it travels in clear text (ZeroMQ
@@ -70,6 +72,7 @@ class WorkerGate:
         self.refused: dict[str, str] = {}  # connection -> reason
         self.dropped: dict[str, dict[str, int]] = {}  # connection -> {"messages": n, "record_batches": k}
         self.forged: dict[str, dict[str, int]] = {}  # admitted connection -> its messages with another id
+        self.unreadable: dict[str, dict[str, int]] = {}  # admitted connection -> messages its handler failed on
         self._locust_handler: Callable[[str, Any], None] | None = None
 
     def install(self) -> WorkerGate:
@@ -89,7 +92,7 @@ class WorkerGate:
         if client_id in self.admitted:
             if msg.type == MSG_HELLO:
                 return  # a worker's hello after a reconnect: nothing for Locust
-            self._locust_handler(client_id, msg)
+            self._handle_admitted(client_id, msg)
             return
         if msg.type == "client_ready":
             if client_id in self.refused:
@@ -112,6 +115,22 @@ class WorkerGate:
             self._locust_handler(client_id, msg)  # `--worker -f -` asks before client_ready; open master only
             return
         self._drop(client_id, msg, "not admitted")
+
+    def _handle_admitted(self, client_id: str, msg: Any) -> None:
+        """Locust's handler (and tokenswarm's, registered with it) for an admitted worker's message.
+
+        Locust calls the handler from its one listener greenlet, which dies at the first exception:
+        the master would then hear no worker again, and every record still to come would be lost.
+        A message that cannot be handled (malformed, or a handler's bug) is dropped, logged with
+        its sender and type, and counted in the manifest instead.
+        """
+        assert self._locust_handler is not None
+        try:
+            self._locust_handler(client_id, msg)
+        except Exception as exc:
+            self._drop(client_id, msg, f"the master could not handle it: {type(exc).__name__}: {exc}",
+                       into=self.unreadable)
+            log.debug("tokenswarm: %s from worker %s", msg.type, client_id, exc_info=True)
 
     def _hello(self, client_id: str, msg: Any) -> None:
         if self.token is None:
@@ -146,7 +165,7 @@ class WorkerGate:
         counts["messages"] += 1
         if msg.type in RECORD_TYPES:
             counts["record_batches"] += 1
-        if counts["messages"] == 1:
+        if counts["messages"] == 1 or into is self.unreadable:
             log.warning("tokenswarm: dropped %s from worker %s (%s)", msg.type, client_id, why)
 
     def _send(self, msg_type: str, data: Any, client_id: str) -> None:
@@ -170,6 +189,9 @@ class WorkerGate:
                         "record_batches_dropped": counts["record_batches"]})
         for c, counts in self.forged.items():  # an admitted connection that also sent forged messages
             out.append({"worker": c, "reason": "messages with another worker's id", "messages_dropped":
+                        counts["messages"], "record_batches_dropped": counts["record_batches"]})
+        for c, counts in self.unreadable.items():  # an admitted connection whose messages could not be handled
+            out.append({"worker": c, "reason": "messages the master could not handle", "messages_dropped":
                         counts["messages"], "record_batches_dropped": counts["record_batches"]})
         return out
 
