@@ -109,9 +109,8 @@ from tokenswarm.load.lifecycle import ExitFlush
 class Runner:
     client = zmqrpc.Client("127.0.0.1", int(sys.argv[1]), "worker-1")
 
-flush = ExitFlush(Runner(), linger_s=float(sys.argv[2])).install()
-if sys.argv[3] == "gone":
-    flush.master_gone()
+ExitFlush(Runner(), linger_s=float(sys.argv[2]),
+          master_alive=(lambda: False) if sys.argv[3] == "gone" else None).install()
 Runner.client.send(Message("tokenswarm_final", {"records_sent": 10}, "worker-1"))
 print("queued", flush=True)
 sys.exit(0)

@@ -64,8 +64,8 @@ class ExitFlush:
     context) is read at exit, since a reconnect replaces it. Destroying that context with a
     linger closes the socket once its queue is sent (or the linger ends) and terminates the
     context, which joins libzmq's I/O thread: nothing queued is dropped by the exit itself.
-    When the master is known to be gone there is no one to deliver to: :meth:`master_gone`
-    makes the exit immediate.
+    When the master is known to be gone (``master_alive`` says so at exit) there is no one to
+    deliver to, and the exit is immediate.
     """
 
     def __init__(self, runner: Any, linger_s: float = EXIT_FLUSH_LINGER_S,
@@ -82,10 +82,6 @@ class ExitFlush:
         atexit.register(self.flush)
         return self
 
-    def master_gone(self) -> None:
-        """The master has ended: drop what is queued at exit instead of waiting for it."""
-        self.linger_s = 0.0
-
     def flush(self) -> None:
         """Close the worker's socket with the linger and terminate its context (once)."""
         if self.done:
@@ -94,9 +90,8 @@ class ExitFlush:
         socket = getattr(getattr(self.runner, "client", None), "socket", None)
         if socket is None or socket.closed:
             return
-        if self.master_alive is not None and not self.master_alive():
-            self.master_gone()
+        gone = self.master_alive is not None and not self.master_alive()
         try:
-            socket.context.destroy(linger=int(self.linger_s * 1000))
+            socket.context.destroy(linger=0 if gone else int(self.linger_s * 1000))
         except Exception as exc:  # at exit nothing can be retried; say what happened, exit anyway
             log.warning("tokenswarm: the worker's last messages may not have reached the master: %s", exc)

@@ -230,14 +230,9 @@ def _init_worker(environment: Any, token: str | None) -> None:
     runner.register_message(MSG_HARD_STOP, lambda environment, msg, **kw: setattr(environment, "stop_timeout", 0))
     local = is_local_worker(environment.parsed_options)
     # the last records and counts reach the master before exit (a local worker knows when it is gone)
-    flush = ExitFlush(runner, master_alive=parent_unchanged() if local else None).install()
-
-    def master_ended() -> None:
-        flush.master_gone()
-        runner.quit()
-
+    ExitFlush(runner, master_alive=parent_unchanged() if local else None).install()
     if local:
-        gevent.spawn(watch_parent, master_ended)
+        gevent.spawn(watch_parent, runner.quit)
     environment.events.test_start.add_listener(worker.on_start)
     environment.events.test_stopping.add_listener(worker.on_stopping)
     environment.events.test_stop.add_listener(worker.on_stop)
