@@ -96,6 +96,17 @@ def steady_ok(records: list[dict], step: int) -> list[dict]:
     return [r for r in records if r["step"] == step and r["phase"] == "steady" and r["outcome"] == "ok"]
 
 
+def step_throughput(run_dir: Path, step: int) -> dict[str, float]:
+    """A step's aggregate output tokens/s (its successful steady requests' tokens over the
+    manifest's steady window) and median per-request output tokens/s (tokens / e2e), from the
+    run directory alone."""
+    (window,) = [s for s in read_manifest(run_dir)["steps"] if s["index"] == step]
+    ok = steady_ok(read_records(run_dir), step)
+    assert ok, f"{run_dir}: no successful steady request in step {step}"
+    return {"output_tokens_per_s": sum(r["output_tokens"] for r in ok) / (window["ended_at"] - window["steady_at"]),
+            "request_output_tps_p50": statistics.median(r["output_tokens"] / (r["e2e_ms"] / 1000.0) for r in ok)}
+
+
 def tokenswarm_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tokenswarm", *args], capture_output=True, text=True,
                           timeout=180, cwd=ROOT)
@@ -252,7 +263,8 @@ def test_chunk_estimate_of_acceptance_agrees_with_the_counters_at_concurrency_1(
     assert row["chunks_over_k_plus_1_share"] < 0.05, row["tokens_per_chunk_histogram"]
 
 
-def test_compare_finds_identical_greedy_outputs_a_speedup_and_acceptance(comparison):
+def test_compare_finds_identical_greedy_outputs_the_records_speedups_and_acceptance(
+        comparison, baseline_engine, ngram_engine):
     res, summary = comparison
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     c = summary["consistency"]
@@ -262,11 +274,23 @@ def test_compare_finds_identical_greedy_outputs_a_speedup_and_acceptance(compari
     assert "100.00% exact match" in res.stdout
     rows = {r["step_name"]: r for r in summary["rows"] if r["task"] == "all"}
     assert set(rows) == {"c1", "c4"}
+    # The speedups are the records' own figures, recomputed here from the two run directories.
+    # Their direction (about 2x, docs/vllm-example-report.md) is a ratio of two runs made one
+    # after the other, which holds only while the machine's load is the same for both: it is
+    # asserted in the timing stage (test_vllm_speedup.py). Beside the other workers this
+    # engine runs at nice 19 and once measured 0.87x at c1 (project CI, 2026-12-06).
+    base_dir, cand_dir = ran(baseline_engine, "compare"), ran(ngram_engine, "compare")
+    for step, name in enumerate(("c1", "c4")):
+        row = rows[name]
+        base, cand = step_throughput(base_dir, step), step_throughput(cand_dir, step)
+        assert row["baseline_output_tokens_per_s"] == pytest.approx(base["output_tokens_per_s"], rel=1e-9), row
+        assert row["candidate_output_tokens_per_s"] == pytest.approx(cand["output_tokens_per_s"], rel=1e-9), row
+        assert row["output_tokens_per_s_speedup_ratio"] == pytest.approx(
+            cand["output_tokens_per_s"] / base["output_tokens_per_s"], rel=1e-9), row
+        assert row["request_output_tps_p50_speedup_ratio"] == pytest.approx(
+            cand["request_output_tps_p50"] / base["request_output_tps_p50"], rel=1e-9), row
+        assert row["request_output_tps_p50_speedup_ci_low_ratio"] is not None, row  # 20+ requests a side
     c1 = rows["c1"]
-    # Measured about 2x at concurrency 1 on 2 CPU cores (docs/vllm-example-report.md); only the
-    # direction is asserted, the machine is shared.
-    assert c1["request_output_tps_p50_speedup_ratio"] > 1.0, c1
-    assert c1["output_tokens_per_s_speedup_ratio"] > 1.0, c1
     assert c1["acceptance_source"] == "server counters"
     assert c1["candidate_mean_acceptance_length_tokens"] >= 3.5
     assert c1["baseline_mean_acceptance_length_tokens"] < 1.5  # the baseline's chunk sizes
