@@ -10,9 +10,12 @@ The CLI turns a ``ScenarioError`` into exit status 2 before any traffic is sent.
 is documented field by field in docs/scenarios.md and docs/reference/scenario-schema.md.
 
 Layout: ``model`` (the frozen config dataclasses and allowed values), ``parse`` (file,
-overrides, validation), ``sections`` (one parser per YAML section), ``fields`` (the typed
-field reader), ``credentials`` (literal-key rejection, header masking), ``errors``
-(:class:`ScenarioError`) and ``paths`` (finding scenario files). Import from this package.
+overrides, validation), one parser per YAML section: ``target``, ``traffic`` (the classes;
+``specbench`` splits a Spec-Bench class by category), ``load`` and ``slo``, with ``body``
+(model, sampling and extra_body, read at several levels); ``fields`` (the typed field
+reader), ``credentials`` (literal-key rejection, header masking), ``errors``
+(:class:`ScenarioError`) and ``paths`` (finding scenario files and the files they name).
+Import from this package.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from tokenswarm.workload.scenario.model import (
 )
 from tokenswarm.workload.scenario.parse import apply_overrides, load_scenario, parse_override, parse_scenario
 from tokenswarm.workload.scenario.paths import resolve_scenario_path, shipped_scenarios_dir
-from tokenswarm.workload.scenario.sections import DEFAULTS
+from tokenswarm.workload.scenario.traffic import DEFAULTS
 
 __all__ = [
     "ABNORMAL_CASES",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,8 @@ from tokenswarm.workload.distributions import Dist
 from tokenswarm.workload.scenario.credentials import mask_headers
 
 KINDS = ("qa", "summarization", "code", "multi_turn", "abnormal", "extraction")
+#: a traffic class name (a Spec-Bench category names a class too)
+_CLASS_NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
 APIS = ("chat", "completions")
 TASK_DRAWS = ("per_user", "per_request", "stratified")
 #: what ``load.until.precision`` measures: the median of this per-request quantity

@@ -3,8 +3,10 @@
 :func:`load_scenario` reads a file (a YAML error names its line), applies dotted-path
 overrides (:func:`parse_override`, :func:`apply_overrides`), validates with
 :func:`parse_scenario` and checks that the named datasets load. :func:`parse_scenario`
-rejects literal secrets first, then hands each section to its parser in
-:mod:`tokenswarm.workload.scenario.sections`.
+rejects literal secrets first, then hands each section to its parser: ``target``, ``traffic``
+(with ``specbench``), ``load`` and ``slo``, each a module of this package that reads its section
+through a :class:`~tokenswarm.workload.scenario.fields._Section` knowing the section's field
+names and returns the frozen config of :mod:`tokenswarm.workload.scenario.model`.
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ import yaml
 from tokenswarm.workload.scenario.credentials import _reject_literal_secrets
 from tokenswarm.workload.scenario.errors import ScenarioError, ScenarioErrors
 from tokenswarm.workload.scenario.fields import _Section, collecting_unknown_fields
+from tokenswarm.workload.scenario.load import _parse_load
 from tokenswarm.workload.scenario.model import CostConfig, Scenario
-from tokenswarm.workload.scenario.sections import _parse_load, _parse_slo, _parse_target, _parse_traffic
+from tokenswarm.workload.scenario.slo import _parse_slo
+from tokenswarm.workload.scenario.target import _parse_target
+from tokenswarm.workload.scenario.traffic import _parse_traffic
 from tokenswarm.workload.scenario.yamlsafe import MAX_EXPANDED_NODES, YamlTooLarge, load_bounded
 
 _TOP = ("name", "description", "target", "traffic", "load", "slo", "cost")

@@ -1,6 +1,8 @@
 """Where scenario files are found: a path as given, ``scenarios/`` in the working directory, or
 the scenarios shipped with tokenswarm (the checkout's top-level folder, or the installed copy,
-which pyproject.toml's package-dir mapping puts at ``tokenswarm/scenarios``).
+which pyproject.toml's package-dir mapping puts at ``tokenswarm/scenarios``). A file that a
+scenario names (tokenizer, dataset, trace) is found by :func:`_resolve_file`: relative to the
+scenario's folder, then to the working directory.
 """
 
 from __future__ import annotations
@@ -32,3 +34,11 @@ def resolve_scenario_path(name_or_path: str) -> str:
             if (folder / stem).is_file():
                 return str(folder / stem)
     return name_or_path
+
+
+def _resolve_file(raw: str, base_dir: Path) -> str | None:
+    p = Path(os.path.expanduser(raw))
+    for cand in [p] if p.is_absolute() else [base_dir / p, Path.cwd() / p]:
+        if cand.is_file():
+            return str(cand.resolve())
+    return None
