@@ -13,8 +13,8 @@ from tests.analysis.runfactory import T0, failed, record, step, write_run
 from tokenswarm import metrics, names
 from tokenswarm.analysis import analyse, load_run
 from tokenswarm.analysis.stats import describe
+from tokenswarm.workload.errors import ScenarioError
 from tokenswarm.workload.scenario import parse
-from tokenswarm.workload.scenario.errors import ScenarioError
 
 STEPS = [step(0, "concurrency", 2, T0, T0 + 1, T0 + 30)]
 

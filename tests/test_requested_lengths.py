@@ -15,8 +15,8 @@ from tokenswarm.analysis import analyse, load_run
 from tokenswarm.analysis.sent import requested_prompt_mean
 from tokenswarm.manifest import RunManifest
 from tokenswarm.record import FORMAT_VERSION, READABLE_FORMAT_VERSIONS
+from tokenswarm.workload.errors import ScenarioError
 from tokenswarm.workload.scenario import parse
-from tokenswarm.workload.scenario.errors import ScenarioError
 
 ROOT = Path(__file__).resolve().parents[1]
 _FIXED = {"dist": "fixed", "value": 24}

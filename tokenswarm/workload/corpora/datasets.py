@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from tokenswarm.workload.scenario.errors import ScenarioError
+from tokenswarm.workload.errors import ScenarioError
 
 log = logging.getLogger(__name__)
 

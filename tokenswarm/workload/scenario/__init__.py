@@ -13,15 +13,15 @@ Layout: ``model`` (the frozen config dataclasses and allowed values), ``parse`` 
 overrides, validation), one parser per YAML section: ``target``, ``traffic`` (the classes;
 ``specbench`` splits a Spec-Bench class by category), ``load`` and ``slo``, with ``body``
 (model, sampling and extra_body, read at several levels); ``fields`` (the typed field
-reader), ``credentials`` (literal-key rejection, header masking), ``errors``
-(:class:`ScenarioError`) and ``paths`` (finding scenario files and the files they name).
-Import from this package.
+reader), ``credentials`` (literal-key rejection, header masking) and ``paths`` (finding
+scenario files and the files they name). :class:`ScenarioError` is defined in
+:mod:`tokenswarm.workload.errors`, shared with the dataset reader. Import from this package.
 """
 
 from __future__ import annotations
 
+from tokenswarm.workload.errors import ScenarioError, ScenarioErrors
 from tokenswarm.workload.scenario.credentials import mask_headers
-from tokenswarm.workload.scenario.errors import ScenarioError, ScenarioErrors
 from tokenswarm.workload.scenario.model import (
     ABNORMAL_CASES,
     APIS,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tokenswarm.workload.scenario.errors import ScenarioError
+from tokenswarm.workload.errors import ScenarioError
 from tokenswarm.workload.scenario.fields import _Section
 from tokenswarm.workload.scenario.model import RESERVED_BODY_FIELDS, Sampling
 

@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from tokenswarm.redact import SECRET_HEADER as _SECRET_HEADER  # one definition of a secret header
-from tokenswarm.workload.scenario.errors import ScenarioError
+from tokenswarm.workload.errors import ScenarioError
 
 #: field names that would hold a literal secret; the key must come from ``api_key_env``
 _SECRET_FIELDS = (

@@ -2,7 +2,7 @@
 
 :class:`_Section` rejects unknown keys and reads strings, booleans, bounded numbers,
 durations (``"30s"``, ``"10m"``, ``"4h"``) and length/time distributions; every problem is a
-:class:`~tokenswarm.workload.scenario.errors.ScenarioError` naming the dotted path of the field.
+:class:`~tokenswarm.workload.errors.ScenarioError` naming the dotted path of the field.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any, Callable
 
 from tokenswarm.workload.distributions import Dist, DistSpecError, make_dist
-from tokenswarm.workload.scenario.errors import _MISSING, ScenarioError
+from tokenswarm.workload.errors import _MISSING, ScenarioError
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from tokenswarm.workload.scenario.errors import ScenarioError
+from tokenswarm.workload.errors import ScenarioError
 from tokenswarm.workload.scenario.fields import _Section
 from tokenswarm.workload.scenario.model import (
     ARRIVALS,

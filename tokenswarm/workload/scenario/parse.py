@@ -19,8 +19,9 @@ from typing import Any
 
 import yaml
 
+from tokenswarm.workload.corpora.datasets import load_dataset
+from tokenswarm.workload.errors import ScenarioError, ScenarioErrors
 from tokenswarm.workload.scenario.credentials import _reject_literal_secrets
-from tokenswarm.workload.scenario.errors import ScenarioError, ScenarioErrors
 from tokenswarm.workload.scenario.fields import _Section, collecting_unknown_fields
 from tokenswarm.workload.scenario.load import _parse_load
 from tokenswarm.workload.scenario.model import CostConfig, Scenario
@@ -98,9 +99,6 @@ def load_scenario(path: str | os.PathLike[str], overrides: dict[str, Any] | None
 
 
 def _check_datasets(scenario: Scenario) -> None:
-    # breaks a cycle: the datasets raise ScenarioError
-    from tokenswarm.workload.corpora.datasets import load_dataset  # here: corpora imports this package
-
     for task in scenario.traffic.classes:
         if task.dataset is not None:
             load_dataset(task.dataset.path, task.dataset.format, task.dataset.category)

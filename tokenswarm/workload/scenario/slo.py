@@ -7,7 +7,7 @@ A deprecated SLO name still works, with a warning naming the file, the field and
 from __future__ import annotations
 
 from tokenswarm.metrics import DEPRECATED_SLO_NAMES, slo_name
-from tokenswarm.workload.scenario.errors import ScenarioError
+from tokenswarm.workload.errors import ScenarioError
 from tokenswarm.workload.scenario.fields import _Section
 from tokenswarm.workload.scenario.model import SLO_NAMES, SloConfig
 

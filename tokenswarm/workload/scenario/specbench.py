@@ -11,6 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from tokenswarm.workload.corpora.datasets import DatasetError, category_counts, file_format, load_dataset
 from tokenswarm.workload.scenario.fields import _Section
 from tokenswarm.workload.scenario.model import _CLASS_NAME, TaskConfig
 from tokenswarm.workload.scenario.paths import _resolve_file
@@ -18,8 +19,6 @@ from tokenswarm.workload.scenario.paths import _resolve_file
 
 def _spec_bench_source(cfg: dict[str, Any], path: str, file: str, base_dir: Path) -> bool:
     """Whether the class reads a Spec-Bench question file (``format: spec_bench``, or detected by ``auto``)."""
-    from tokenswarm.workload.corpora.datasets import file_format  # here: corpora imports this package
-
     ds = cfg.get("dataset")
     if not isinstance(ds, dict) or not isinstance(ds.get("path"), str):
         return False
@@ -50,8 +49,6 @@ def _spec_bench_split(task: TaskConfig, categories: tuple[str, ...] | None, s: _
     The class's weight is shared out in proportion to the questions of each category, so the mix
     is the file's (a uniform draw over its questions); ``categories`` keeps only those named.
     """
-    from tokenswarm.workload.corpora.datasets import DatasetError, category_counts, load_dataset
-
     assert task.dataset is not None
     try:
         counts = category_counts(load_dataset(task.dataset.path, "spec_bench"))

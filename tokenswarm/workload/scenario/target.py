@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 
 from tokenswarm.redact import SECRET_HEADER as _SECRET_HEADER
+from tokenswarm.workload.errors import ScenarioError
 from tokenswarm.workload.scenario.body import _parse_extra_body, _parse_models
 from tokenswarm.workload.scenario.credentials import _ENV_NAME, _KEY_LIKE
-from tokenswarm.workload.scenario.errors import ScenarioError
 from tokenswarm.workload.scenario.fields import _Section
 from tokenswarm.workload.scenario.model import (
     APIS,

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from tokenswarm.manifest import V2_RENAMED_CLASS_FIELDS
+from tokenswarm.workload.errors import ScenarioError
 from tokenswarm.workload.scenario.body import _SAMPLING, _parse_extra_body, _parse_models, _parse_sampling
-from tokenswarm.workload.scenario.errors import ScenarioError
 from tokenswarm.workload.scenario.fields import _Section
 from tokenswarm.workload.scenario.model import (
     _CLASS_NAME,

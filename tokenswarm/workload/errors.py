@@ -1,5 +1,10 @@
 """The scenario error type: every validation problem is raised as a :class:`ScenarioError`.
 
+It sits at the root of the workload, below the scenario parser and the user datasets it reads:
+a dataset error (:class:`tokenswarm.workload.corpora.DatasetError`) is a ``ScenarioError``, so
+a bad dataset named by a scenario fails like any other field, while the scenario reads the
+datasets; with the type in either package, the two would import each other.
+
 ``_MISSING`` marks "no value given" (distinct from ``None``, which YAML can hold) for the
 error message and for the field reader (:mod:`tokenswarm.workload.scenario.fields`).
 """
