@@ -4,9 +4,10 @@ import dataclasses
 
 import pytest
 
-from tokenswarm.sim.engine import Scheduler, Sequence, SpecConfig
+from tokenswarm.sim.engine import Scheduler, SpecConfig
 from tokenswarm.sim.profiles import load_profile
 from tokenswarm.sim.samples import chat_messages
+from tokenswarm.sim.sequence import Sequence
 from tokenswarm.sim.virtual import closed_loop, make_sequence
 
 P27 = load_profile("27b-1gpu")

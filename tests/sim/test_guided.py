@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tokenswarm.sim.api import HttpError, parse_completion
-from tokenswarm.sim.engine import Sequence
+from tokenswarm.sim.sequence import Sequence
 from tokenswarm.sim.tokenizer import tokenize
 from tokenswarm.workload.corpora.extraction import SCHEMAS
 from tokenswarm.workload.quality import check_json

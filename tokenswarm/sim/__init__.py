@@ -3,6 +3,7 @@ time-injected engine model (continuous batching, prefill, KV capacity, speculati
 
 Modules: :mod:`.tokenizer` (word/punctuation tokenizer), :mod:`.profiles` (YAML cost
 profiles), :mod:`.textgen` (deterministic "target"/"draft" models), :mod:`.engine` (the pure
-scheduler), :mod:`.faults`, :mod:`.simmetrics` (Prometheus text), :mod:`.truth` (ground-truth
-log), :mod:`.server` (gevent HTTP/1.1), :mod:`.cli`, :mod:`.testing` (start a simulator in tests).
+scheduler), :mod:`.sequence` (one request inside it), :mod:`.faults`, :mod:`.simmetrics`
+(Prometheus text), :mod:`.truth` (ground-truth log), :mod:`.server` (gevent HTTP/1.1),
+:mod:`.cli`, :mod:`.testing` (start a simulator in tests).
 """

@@ -30,12 +30,13 @@ from gevent.server import StreamServer
 
 from tokenswarm.sim import api
 from tokenswarm.sim.api import HttpError
-from tokenswarm.sim.engine import Scheduler, Sequence, SpecConfig
+from tokenswarm.sim.engine import Scheduler, SpecConfig
 from tokenswarm.sim.faults import FaultConfig
 from tokenswarm.sim.gpu import GpuModel
 from tokenswarm.sim.http import SERVER_HEADER, BadRequest, Conn, error_response, read_request, respond
 from tokenswarm.sim.prefixcache import PrefixCache
 from tokenswarm.sim.profiles import Profile
+from tokenswarm.sim.sequence import Sequence
 from tokenswarm.sim.simmetrics import SimMetrics, render
 from tokenswarm.sim.streaming import Stream
 from tokenswarm.sim.truth import TruthLog

@@ -15,9 +15,10 @@ from typing import Any, Protocol
 import orjson
 
 from tokenswarm.sim import api
-from tokenswarm.sim.engine import Emission, Scheduler, Sequence, SpecConfig
+from tokenswarm.sim.engine import Scheduler, SpecConfig
 from tokenswarm.sim.faults import FaultConfig
 from tokenswarm.sim.http import Conn
+from tokenswarm.sim.sequence import Emission, Sequence
 from tokenswarm.sim.simmetrics import SimMetrics
 
 monotonic = time.monotonic

@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tokenswarm.sim.engine import Scheduler, Sequence, SpecConfig
+from tokenswarm.sim.engine import Scheduler, SpecConfig
 from tokenswarm.sim.profiles import Profile
+from tokenswarm.sim.sequence import Sequence
 from tokenswarm.sim.tokenizer import chat_prompt, tokenize
 
 
