@@ -1,8 +1,9 @@
 """Analysis of tokenswarm run directories: tables, curves, comparisons and reports.
 
-Reads only run directories (docs/running-load.md). The computing core (``loader``, ``tables``,
-``slo``, ``curves``, ``specdecode``, ``compare``, ``cost``, ``soak``, ``summary``) does no printing;
-reporters (``report``, ``render_*``, ``plots``) turn a summary into files.
+Reads only run directories (docs/running-load.md). The computing core (``loader``, ``per_request``,
+``step_windows``, ``tables``, ``slo``, ``curves``, ``specdecode``, ``compare``, ``cost``, ``soak``,
+``summary``) does no printing; reporters (``report``, ``render_*``, ``plots``) turn a summary into
+files.
 
 Notebook use::
 
@@ -27,11 +28,13 @@ if TYPE_CHECKING:  # the names below are imported on first use (see __getattr__)
     from tokenswarm.analysis.curves import curves
     from tokenswarm.analysis.errors import AnalysisError, NoSuccessError, NotComparableError, RunInputError
     from tokenswarm.analysis.loader import Run, load_run
+    from tokenswarm.analysis.per_request import derived
     from tokenswarm.analysis.slo import SloResult, SloSpec, parse_slos
     from tokenswarm.analysis.soak import soak
     from tokenswarm.analysis.specdecode import spec_decode_tables
+    from tokenswarm.analysis.step_windows import windows
     from tokenswarm.analysis.summary import analyse, compare_summary
-    from tokenswarm.analysis.tables import StepTables, derived, evaluate, step_table, windows
+    from tokenswarm.analysis.tables import StepTables, evaluate, step_table
 
 #: Where each public name lives. Importing the package imports none of them: the generator's
 #: end-of-run verdict needs the loader and the SLO tables, not compare, curves or reports.
@@ -42,11 +45,13 @@ _HOMES = {
     "curves": "curves",
     "AnalysisError": "errors", "NoSuccessError": "errors", "NotComparableError": "errors", "RunInputError": "errors",
     "Run": "loader", "load_run": "loader",
+    "derived": "per_request",
     "SloResult": "slo", "SloSpec": "slo", "parse_slos": "slo",
     "soak": "soak",
     "spec_decode_tables": "specdecode",
+    "windows": "step_windows",
     "analyse": "summary", "compare_summary": "summary",
-    "StepTables": "tables", "derived": "tables", "evaluate": "tables", "step_table": "tables", "windows": "tables",
+    "StepTables": "tables", "evaluate": "tables", "step_table": "tables",
 }
 
 

@@ -35,11 +35,13 @@ import numpy as np
 from tokenswarm import names
 from tokenswarm.analysis.errors import NotComparableError
 from tokenswarm.analysis.loader import Run
+from tokenswarm.analysis.per_request import derived
 from tokenswarm.analysis.samples import MEDIAN_NEED
 from tokenswarm.analysis.slo import ALL_TASKS
 from tokenswarm.analysis.specdecode import mean_acceptance, spec_decode_tables
 from tokenswarm.analysis.stats import bootstrap_percentiles, min_samples_for, percentiles_sorted, ratio_ci
-from tokenswarm.analysis.tables import Window, derived, quality_shares, windows
+from tokenswarm.analysis.step_windows import Window, windows
+from tokenswarm.analysis.tables import quality_shares
 from tokenswarm.names import PERCENTILE_KEY, SummaryMetric
 
 RATIO_PERCENTILES: tuple[float, ...] = (50.0, 95.0, 99.0)

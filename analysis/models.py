@@ -19,18 +19,12 @@ from typing import Any
 
 import numpy as np
 
+from tokenswarm.analysis.chunks import chunk_parts, chunk_subset
 from tokenswarm.analysis.loader import Run
+from tokenswarm.analysis.per_request import derived, good_mask
 from tokenswarm.analysis.slo import ALL_TASKS, evaluate_rows
 from tokenswarm.analysis.stats import SortedParts
-from tokenswarm.analysis.tables import (
-    StepTables,
-    _counts_block,
-    _latency_block,
-    chunk_parts,
-    chunk_subset,
-    derived,
-    good_mask,
-)
+from tokenswarm.analysis.tables import StepTables, _counts_block, _latency_block
 
 #: Why per-model ITL is missing from a run analysed from chunk histograms.
 NO_MODEL_ITL_NOTE = ("Per-model ITL and inter-chunk percentiles: not available, the chunk histograms of this run "

@@ -29,7 +29,7 @@ import numpy as np
 
 from tokenswarm import names
 from tokenswarm.analysis.loader import ServerMetrics
-from tokenswarm.analysis.tables import Window
+from tokenswarm.analysis.step_windows import Window
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ import numpy as np
 
 from tokenswarm import names
 from tokenswarm.analysis.loader import Run
-from tokenswarm.analysis.tables import Window, derived
+from tokenswarm.analysis.per_request import derived
+from tokenswarm.analysis.step_windows import Window
 
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 

@@ -12,7 +12,7 @@ from tokenswarm.analysis.loader import Run
 from tokenswarm.analysis.render_doc import compare_doc, report_doc
 from tokenswarm.analysis.render_html import to_html
 from tokenswarm.analysis.render_md import to_markdown
-from tokenswarm.analysis.tables import windows
+from tokenswarm.analysis.step_windows import windows
 from tokenswarm.redact import redact
 
 

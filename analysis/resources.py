@@ -26,8 +26,9 @@ import numpy as np
 
 from tokenswarm import names
 from tokenswarm.analysis.gpu import GpuMetrics, window_stats
+from tokenswarm.analysis.per_request import derived
 from tokenswarm.analysis.stats import theil_sen
-from tokenswarm.analysis.tables import Window, derived
+from tokenswarm.analysis.step_windows import Window
 
 
 def _mean(vals: list[float | None]) -> float | None:

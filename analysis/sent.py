@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from tokenswarm.analysis.per_request import derived
 from tokenswarm.analysis.stats import percentiles_sorted
-from tokenswarm.analysis.tables import Window, derived
+from tokenswarm.analysis.step_windows import Window
 from tokenswarm.manifest import RunManifest
 
 #: Relative and absolute mismatch beyond which prompt sizing is called wrong.

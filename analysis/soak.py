@@ -27,8 +27,8 @@ import numpy as np
 
 from tokenswarm import names
 from tokenswarm.analysis.loader import Run
+from tokenswarm.analysis.per_request import derived
 from tokenswarm.analysis.stats import mann_kendall, min_samples_for, theil_sen
-from tokenswarm.analysis.tables import derived
 
 DRIFT_SERIES: tuple[str, ...] = (
     names.TTFT_P50_MS,

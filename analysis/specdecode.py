@@ -28,9 +28,11 @@ from typing import Any
 
 import numpy as np
 
+from tokenswarm.analysis.chunks import chunk_subset, token_histogram
 from tokenswarm.analysis.loader import Run, ServerMetrics
+from tokenswarm.analysis.per_request import derived
 from tokenswarm.analysis.slo import ALL_TASKS
-from tokenswarm.analysis.tables import Window, chunk_subset, derived, token_histogram
+from tokenswarm.analysis.step_windows import Window
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"

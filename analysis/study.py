@@ -44,13 +44,14 @@ from tokenswarm.analysis.compare import _binned_throughput_reps, consistency
 from tokenswarm.analysis.errors import RunInputError
 from tokenswarm.analysis.findings import goodput_fields, latency_regressions
 from tokenswarm.analysis.loader import Run, load_run
+from tokenswarm.analysis.per_request import derived, good_mask
 from tokenswarm.analysis.slo import ALL_TASKS, SloSpec, scenario_slos
 from tokenswarm.analysis.specdecode import mean_acceptance, spec_decode_tables
 from tokenswarm.analysis.stats import bootstrap_percentiles, min_samples_for, percentiles_sorted
+from tokenswarm.analysis.step_windows import Window, windows
 from tokenswarm.analysis.study_capacity import study_capacity
 from tokenswarm.analysis.study_runs import RunExtras, arm_observability, cell_resources, run_extras
 from tokenswarm.analysis.summary import clean
-from tokenswarm.analysis.tables import Window, derived, good_mask, windows
 from tokenswarm.analysis.verdict_table import report_markdown, speedup_curves_png, verdict_text
 from tokenswarm.names import PERCENTILE_KEY
 from tokenswarm.redact import redact

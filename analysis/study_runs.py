@@ -27,9 +27,10 @@ from tokenswarm.analysis import cost as cost_mod
 from tokenswarm.analysis.health import generator_health
 from tokenswarm.analysis.loader import Run
 from tokenswarm.analysis.observability import SPEC_SIGNALS, audit
+from tokenswarm.analysis.per_request import good_mask
 from tokenswarm.analysis.resources import resource_sentence, resources
 from tokenswarm.analysis.specdecode import spec_decode_tables
-from tokenswarm.analysis.tables import good_mask, step_table
+from tokenswarm.analysis.tables import step_table
 
 #: The per-step resource figures a study cell carries (candidate, baseline and their ratio).
 RESOURCE_FIGURES: tuple[str, ...] = ("gpu_memory_used_mib_max", "gpu_power_w_mean", "output_tokens_per_joule",

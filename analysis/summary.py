@@ -21,13 +21,14 @@ from tokenswarm.analysis.health import generator_health
 from tokenswarm.analysis.loader import Run
 from tokenswarm.analysis.models import model_tables
 from tokenswarm.analysis.observability import audit, server_view, ttft_breakdown
+from tokenswarm.analysis.per_request import derived, good_mask, require_success_in
 from tokenswarm.analysis.prefixcache import prefix_cache_rows
 from tokenswarm.analysis.resources import compare_resources, resources
 from tokenswarm.analysis.sent import what_was_sent
 from tokenswarm.analysis.soak import soak
 from tokenswarm.analysis.specdecode import spec_decode_tables
 from tokenswarm.analysis.stats import PERCENTILE_METHOD
-from tokenswarm.analysis.tables import FAILURE_TREATMENT, derived, good_mask, require_success_in, step_table
+from tokenswarm.analysis.tables import FAILURE_TREATMENT, step_table
 
 SUMMARY_VERSION = 1
 

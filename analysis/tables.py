@@ -1,11 +1,8 @@
 """Per-step, per-task tables: throughput, goodput, errors and latency distributions.
 
-Windows
-    A load step's *steady window* is ``steps[i].steady_at .. steps[i].ended_at`` of the
-    manifest, and its requests are the records with ``step == i`` and ``phase == "steady"``
-    (warm-up and transitions excluded). Without steps the whole run is one window (a note
-    says warm-up was not excluded) whose duration is the span from the first ``sent_at_s`` to
-    the last end of a request.
+Each row covers one window (:mod:`analysis.step_windows`: a load step's steady phase) and one
+task, plus ``task == "all"``; the per-request arrays it reads are :mod:`analysis.per_request`'s.
+
 Throughput
     ``requests_per_s`` = successful requests / window duration; ``output_tokens_per_s`` =
     their ``output_tokens`` / window duration. Goodput counts successful requests that meet
@@ -18,8 +15,6 @@ Failures
     (``None`` = unbounded, the failures reach into that percentile). ``cancelled`` requests were
     stopped by the generator (end of step/run): they are counted (``cancelled_count``) but are
     neither errors nor latency samples. Schedule lag covers every request.
-Metric definitions are those of :mod:`tokenswarm.metrics`; the vectorised versions here are
-tested against it.
 """
 
 from __future__ import annotations
@@ -32,16 +27,16 @@ import numpy as np
 from tokenswarm import names
 from tokenswarm.analysis.chunkhist import METHOD as CHUNK_HIST_METHOD
 from tokenswarm.analysis.chunkhist import HistogramParts, window_hist_parts
-from tokenswarm.analysis.errors import NoSuccessError
+from tokenswarm.analysis.chunks import chunk_parts, chunk_subset, token_histogram
 from tokenswarm.analysis.loader import Run
+from tokenswarm.analysis.per_request import FAILED_OUTCOMES, derived, good_mask
 from tokenswarm.analysis.prefixcache import prefix_cache_rows
+from tokenswarm.analysis.reasoning import has_reasoning, reasoning_block
 from tokenswarm.analysis.slo import ALL_TASKS, SloResult, SloSpec, evaluate_rows, parse_slos, scenario_slos
 from tokenswarm.analysis.stats import SortedParts, describe, describe_parts
-from tokenswarm.metrics import itl_samples
+from tokenswarm.analysis.step_windows import Window, windows
 from tokenswarm.names import SummaryMetric
 from tokenswarm.record import OUTCOMES
-
-FAILED_OUTCOMES: tuple[str, ...] = ("http_error", "stream_error", "timeout")
 
 #: The metrics of each row's latency block (their keys: the table of names, tokenswarm.names).
 LATENCY_METRICS: tuple[SummaryMetric, ...] = (
@@ -56,32 +51,6 @@ FAILURE_TREATMENT = (
     "counted as infinitely slow (null = unbounded). Cancelled requests (stopped by the generator) are "
     "counted separately and excluded from latencies and error rates. Schedule lag covers all requests."
 )
-
-
-@dataclass
-class Window:
-    """The requests and time span one row of the tables is computed over."""
-
-    index: int | None
-    name: str
-    kind: str | None
-    target: float | None
-    start_s: float | None
-    end_s: float | None
-    duration_s: float | None
-    duration_source: str
-    mask: np.ndarray
-    note: str | None = None
-
-    def header(self) -> dict[str, Any]:
-        """Identifying columns shared by all rows of this window."""
-        return {
-            "step_index": self.index,
-            "step_name": self.name,
-            "step_kind": self.kind,
-            "step_concurrency_users": self.target if self.kind == "concurrency" else None,
-            "step_rate_rps": self.target if self.kind == "rate" else None,
-        }
 
 
 @dataclass
@@ -109,178 +78,8 @@ class StepTables:
         return pd.DataFrame(self.rows)
 
 
-# --------------------------------------------------------------------------- derived columns
-
-
-def require_success_in(run: Run) -> None:
-    """Raise :class:`NoSuccessError` (with the outcome counts) unless some request succeeded."""
-    if not derived(run)["ok"].any():
-        counts = {o: int((run["outcome"] == c).sum()) for c, o in enumerate(run.categories["outcome"])}
-        raise NoSuccessError.among(run.path, counts, len(run))
-
-
-def derived(run: Run) -> dict[str, np.ndarray]:
-    """Per-request arrays derived once per run (glossary definitions, vectorised).
-
-    ``tpot_ms`` = (e2e - ttft) / (output_tokens - 1) for >= 2 tokens; ``request_output_tps``
-    = output_tokens / (e2e / 1000) for e2e > 0; ``*_from_schedule_ms`` = value + lag (a
-    missing lag counts as none, as in :func:`tokenswarm.metrics.with_schedule`).
-    """
-    cached: dict[str, np.ndarray] | None = run.cache.get("derived")
-    if cached is not None:
-        return cached
-    c = run.columns
-    outcome = c["outcome"]
-    ok = outcome == run.code("outcome", "ok")
-    failed = np.isin(outcome, [run.code("outcome", o) for o in FAILED_OUTCOMES])
-    cancelled = outcome == run.code("outcome", "cancelled")
-    ttft, e2e, out_tok = c["ttft_ms"], c["e2e_ms"], c["output_tokens"]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(out_tok >= 2, (e2e - ttft) / (out_tok - 1), np.nan)
-        tps = np.where(e2e > 0, out_tok / (e2e / 1000.0), np.nan)
-    lag = c["schedule_lag_ms"]
-    lag = np.where(np.isnan(lag), (c["sent_at_s"] - c["scheduled_at_s"]) * 1000.0, lag)
-    lag0 = np.nan_to_num(lag, nan=0.0)
-    end_s = c["sent_at_s"] + np.nan_to_num(e2e, nan=0.0) / 1000.0
-    out = {
-        "ok": ok,
-        "failed": failed,
-        "cancelled": cancelled,
-        "tpot_ms": tpot,
-        "request_output_tps": tps,
-        "schedule_lag_ms": lag,
-        "ttft_from_schedule_ms": ttft + lag0,
-        "e2e_from_schedule_ms": e2e + lag0,
-        "end_s": end_s,
-    }
-    run.cache["derived"] = out
-    return out
-
-
-# --------------------------------------------------------------------------- windows
-
-
-def _span(run: Run, mask: np.ndarray) -> tuple[float | None, float | None]:
-    if not mask.any():
-        return None, None
-    d = derived(run)
-    return float(run["sent_at_s"][mask].min()), float(d["end_s"][mask].max())
-
-
-def windows(run: Run) -> tuple[list[Window], list[str]]:
-    """Steady windows of every load step (see module docstring) and notes about fallbacks."""
-    notes: list[str] = []
-    steps = run.manifest.steps
-    step_col = run["step"]
-    phase = run["phase"]
-    steady = phase == run.code("phase", "steady")
-    if not steps or not (step_col >= 0).any():
-        mask = np.ones(len(run), dtype=bool)
-        start, end = _span(run, mask)
-        notes.append(
-            "The run has no load steps: all records are used as one window, warm-up is NOT excluded; "
-            "duration = first sent_at_s .. last request end."
-        )
-        return [
-            Window(None, "all", "rate" if run.manifest.load_mode in ("open", "replay") else None, None, start, end,
-                   None if start is None or end is None else end - start, "span of requests (sent_at_s .. end)", mask,
-                   "no steps: warm-up not excluded")
-        ], notes
-    out: list[Window] = []
-    for s in steps:
-        index = s.index
-        in_step = step_col == index
-        has_phase = (phase[in_step] >= 0).any()
-        note = None
-        if has_phase:
-            mask = in_step & steady
-            start, end = s.steady_at, s.ended_at
-            source = "manifest steps steady_at..ended_at"
-        else:
-            mask = in_step
-            start, end = s.started_at, s.ended_at
-            source = "manifest steps started_at..ended_at"
-            note = "records carry no phase: warm-up could not be excluded"
-            notes.append(f"step {index}: {note}")
-        if start is None or end is None or end <= start:
-            start, end = _span(run, mask)
-            source = "span of requests (sent_at_s .. end)"
-            notes.append(f"step {index}: manifest lacks a valid steady window; duration from the span of its requests")
-        if s.partial:  # the run stopped while it ran: shorter than planned, its figures say so by name
-            why = run.manifest.stop_reason or "the run stopped"
-            notes.append(f"step {s.name} is partial: the run stopped ({why}) before the step's planned end; "
-                         "its requests in flight were cancelled")
-        out.append(
-            Window(
-                index=index,
-                name=f"{s.name} (partial)" if s.partial else s.name,
-                kind=s.kind,
-                target=s.target,
-                start_s=start,
-                end_s=end,
-                duration_s=None if start is None or end is None else float(end - start),
-                duration_source=source,
-                mask=mask,
-                note=note,
-            )
-        )
-    notes.append("Per step only steady-phase records are used: warm-up and transitions are excluded.")
-    return out, notes
-
-
-# --------------------------------------------------------------------------- rows
-
-
 def _rate(num: float, den: float | None) -> float | None:
     return None if not den else num / den
-
-
-def chunk_subset(run: Run, req_mask: np.ndarray, with_gaps: bool = True) -> dict[str, np.ndarray]:
-    """Chunk gaps of the selected requests: gaps, tokens, exact-count flag, owning task code."""
-    n_gaps = run.n_gaps
-    cm = np.repeat(req_mask, n_gaps)
-    ng = n_gaps[req_mask]
-    task = run["task"][req_mask]
-    small = np.int8 if len(run.categories["task"]) < 127 else np.int32  # 4x less memory per chunk
-    exact = run["has_chunk_tokens"][req_mask]
-    out = {
-        "gap_tokens": run.gap_tokens[cm],
-        "exact": np.ones(int(ng.sum()), dtype=bool) if exact.all() else np.repeat(exact, ng),
-        "task": np.repeat(task.astype(small), ng),
-    }
-    if with_gaps:
-        out["gap_ms"] = run.gap_ms[cm]
-        first = np.zeros(run.gap_ms.size, dtype=bool)
-        first[run.gap_ptr[:-1][n_gaps > 0]] = True  # each request's first gap: deliveries start anew
-        out["first_gap"] = first[cm]
-    return out
-
-
-def token_histogram(chunks: dict[str, np.ndarray]) -> np.ndarray:
-    """Counts of chunks by token count (exact counts only; first chunks excluded by construction)."""
-    tok = chunks["gap_tokens"][chunks["exact"]]
-    return np.bincount(np.maximum(tok, 0).astype(np.intp)) if tok.size else np.zeros(0, dtype=np.int64)
-
-
-def chunk_parts(chunks: dict[str, np.ndarray]) -> tuple[SortedParts, SortedParts, float | None]:
-    """Sorted ITL and inter-chunk samples of a chunk subset, plus the per-chunk (inexact) share.
-
-    ITL per token and per delivery (metrics.itl_samples): a delivery -- the chunks read
-    together -- of n tokens after gap g gives n samples of g/n; chunks of requests without
-    exact counts count as one token each; zero-token chunks give none.
-    """
-    gaps = chunks["gap_ms"]
-    tok = chunks["gap_tokens"]
-    exact = chunks["exact"]
-    inter = SortedParts.from_values(gaps)
-    n = tok if exact.all() else np.where(exact, tok, 1)
-    if n.size == 0 or (n.min() == 1 and n.max() == 1 and gaps.min() > 0):
-        itl = inter  # one token per delivery: per-token ITL is the inter-chunk gap
-    else:
-        values, weights = itl_samples(gaps, n, chunks["first_gap"])
-        itl = SortedParts.from_values(values, weights)
-    inexact = None if exact.size == 0 else float(1.0 - exact.mean())
-    return itl, inter, inexact
 
 
 def _chunk_stats(parts: tuple[Any, Any, float | None], failed_share: float | None) -> dict[str, Any]:
@@ -410,39 +209,6 @@ def quality_shares(run: Run, ok: np.ndarray) -> dict[str, Any]:
     return out
 
 
-def good_mask(run: Run, spec: SloSpec) -> np.ndarray | None:
-    """Requests that succeeded and meet their task's per-request thresholds; ``None`` if none set.
-
-    A missing TTFT or E2E fails the criterion it is checked against; a missing TPOT (fewer
-    than two output tokens) passes, as the metric does not exist for such a request.
-    """
-    d = derived(run)
-    tasks = run.categories["task"]
-    thresholds = {t: spec.request_thresholds(t) for t in tasks}
-    if not any(thresholds.values()):
-        return None
-    good = d["ok"].copy()
-    task = run["task"]
-    for metric, values in (("ttft_ms", run["ttft_ms"]), ("e2e_ms", run["e2e_ms"]), ("tpot_ms", d["tpot_ms"])):
-        limit = _per_task(tasks, thresholds, metric)
-        if limit is None:
-            continue
-        # one vectorised pass per metric (per-task boolean selections cost seconds at 10M requests);
-        # requests of tasks without this threshold have limit NaN and are left as they are
-        lim = limit[task]
-        passes = np.isnan(lim) | (values <= lim)
-        if metric == "tpot_ms":
-            passes |= np.isnan(values)
-        good &= passes
-    return good
-
-
-def _per_task(tasks: list[str], thresholds: dict[str, dict[str, float]], metric: str) -> np.ndarray | None:
-    """Threshold of ``metric`` by task code (NaN: none for that task; the last entry is for code -1)."""
-    limit = np.array([thresholds[t].get(metric, np.nan) for t in tasks] + [np.nan], dtype=np.float64)
-    return None if np.isnan(limit).all() else limit
-
-
 def _error_rows(run: Run, w: Window, task_name: str, req: np.ndarray, denom: int) -> list[dict[str, Any]]:
     d = derived(run)
     bad = req & (d["failed"])
@@ -465,50 +231,6 @@ def _error_rows(run: Run, w: Window, task_name: str, req: np.ndarray, denom: int
         })
     rows.sort(key=lambda r: -r["requests_count"])
     return rows
-
-
-# --------------------------------------------------------------------------- reasoning phases
-# Two-phase statistics of reasoning streams: time to first reasoning/answer token, ITL per phase.
-#
-# Only requests whose record has ``reasoning_chunks`` (a reasoning stream) take part. Chunk ``i``
-# of such a request is reasoning iff ``i < reasoning_chunks`` (reasoning precedes the answer in
-# every API that streams it); the gap from the last reasoning chunk to the first answer chunk
-# belongs to neither phase (it is the switch, seen in ``first_answer_token_ms``). Per-phase ITL
-# follows the glossary's ITL definition (a chunk of ``n`` tokens after gap ``g``: ``n`` samples
-# of ``g / n``).
-
-
-def has_reasoning(run: Run) -> bool:
-    """Whether any record of the run is a reasoning stream."""
-    col = run.columns.get("reasoning_chunks")
-    return col is not None and bool((~np.isnan(col)).any())
-
-
-def reasoning_block(run: Run, ok: np.ndarray) -> dict[str, Any]:
-    """Row keys of the successful reasoning streams in ``ok`` (see the module docstring)."""
-    rc_all = run.columns["reasoning_chunks"]
-    sel = ok & ~np.isnan(rc_all)
-    out: dict[str, Any] = {"reasoning_streams_count": int(sel.sum())}
-    for metric in (names.FIRST_REASONING_TOKEN, names.FIRST_ANSWER_TOKEN):
-        v = run[metric.term][sel]  # the record field of the same name
-        out.update(describe(v[~np.isnan(v)], metric))
-    r_tok = run["reasoning_tokens"][sel]
-    out["reasoning_tokens_count"] = float(np.nansum(r_tok)) if sel.any() else None
-    # Position of every gap within its request, and the request's reasoning chunk count.
-    n_gaps = run.n_gaps
-    gm = np.repeat(sel, n_gaps)
-    ng = n_gaps[sel]
-    starts = np.repeat(np.cumsum(ng) - ng, ng)
-    pos = np.arange(int(ng.sum())) - starts  # gap j lies between chunks j and j + 1
-    rc = np.repeat(rc_all[sel], ng)
-    exact = np.repeat(run["has_chunk_tokens"][sel], ng)
-    gaps, toks = run.gap_ms[gm], run.gap_tokens[gm]
-    # a phase's first gap starts its deliveries anew (metrics.itl_samples)
-    for phase, keep, first in ((names.REASONING_ITL, pos + 1 < rc, pos == 0), (names.ANSWER_ITL, pos >= rc, pos == rc)):
-        itl, _, _ = chunk_parts({"gap_ms": gaps[keep], "gap_tokens": toks[keep], "exact": exact[keep],
-                                 "first_gap": first[keep]})
-        out.update(describe_parts(itl, phase))
-    return out
 
 
 def step_table(run: Run, slo: Any = None, use_scenario_slo: bool = True) -> StepTables:

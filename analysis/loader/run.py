@@ -47,7 +47,7 @@ class Run:
     texts: list[str | None] | None = None
     warnings: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
-    #: derived per-request arrays computed once (see analysis.tables.derived)
+    #: derived per-request arrays computed once (see analysis.per_request.derived)
     cache: dict[str, Any] = field(default_factory=dict, repr=False)
     #: GPU exporter series from ``server_metrics.jsonl`` (any source), see :mod:`analysis.gpu`
     gpu_metrics: Any = None

@@ -9,7 +9,7 @@ from tests.analysis.runfactory import T0, record, step, write_run
 from tokenswarm.analysis import analyse
 from tokenswarm.analysis.loader import load_run
 from tokenswarm.analysis.observability import SIGNALS, audit
-from tokenswarm.analysis.tables import windows
+from tokenswarm.analysis.step_windows import windows
 from tokenswarm.collect.scrape import parse_metrics
 
 

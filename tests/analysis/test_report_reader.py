@@ -12,7 +12,7 @@ from tokenswarm.analysis.loader import load_run
 from tokenswarm.analysis.render_doc import report_doc, slo_matrix_blocks
 from tokenswarm.analysis.sent import what_was_sent
 from tokenswarm.analysis.soak import soak
-from tokenswarm.analysis.tables import windows
+from tokenswarm.analysis.step_windows import windows
 
 
 def _row(i, users, tps, e2e, ttft, tpot):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tests.analysis.runfactory import T0, record, step, write_run
 from tokenswarm.analysis.loader import load_run
 from tokenswarm.analysis.sent import requested_prompt_mean, what_was_sent
-from tokenswarm.analysis.tables import windows
+from tokenswarm.analysis.step_windows import windows
 
 # What Scenario.resolved() writes for a dataset class: the kind's default prompt_tokens is
 # listed though nothing drew from it (the prompts come from the file), and no requested mean.

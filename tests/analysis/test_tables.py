@@ -7,8 +7,8 @@ import pytest
 from tests.analysis.runfactory import T0, failed, record, step, write_run
 from tests.helpers import reference as ref
 from tokenswarm.analysis import load_run, step_table
+from tokenswarm.analysis.per_request import derived
 from tokenswarm.analysis.stats import PERCENTILE_KEYS, PERCENTILES
-from tokenswarm.analysis.tables import derived
 
 
 def _random_records(rng, n, step_index=None, phase=None, t0=T0):

@@ -103,9 +103,8 @@ def evaluate_run(run_dir: str | Path, slos: dict[str, Any], *,
         # the analysis (numpy): only when a run is judged
         from tokenswarm.analysis.errors import AnalysisError, NoSuccessError
         from tokenswarm.analysis.loader import load_run  # the analysis (numpy): only when a run is judged
-
-        # the analysis (numpy): only when a run is judged
-        from tokenswarm.analysis.tables import evaluate, require_success_in
+        from tokenswarm.analysis.per_request import require_success_in
+        from tokenswarm.analysis.tables import evaluate
 
         try:
             run = load_run(run_dir)
