@@ -13,7 +13,7 @@ Per run of a study (one arm, one round), from the same computations as ``tokensw
   server exposes;
 * whether the run speculated at all (any spec-decode signal).
 
-No I/O here; :mod:`analysis.study` calls :func:`run_extras` once per loaded run.
+No I/O here; :mod:`analysis.study_load` calls :func:`run_extras` once per loaded run.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from tokenswarm.analysis.stats import min_samples_for, percentile_supported
-from tokenswarm.analysis.study import combine_rounds, crossovers, cv, verdict_of
+from tokenswarm.analysis.study_rounds import combine_rounds, cv, verdict_of
+from tokenswarm.analysis.study_verdict import crossovers
 from tokenswarm.study.order import interleaved_order
 from tokenswarm.study.server import ArmServer, ServerNotReady, substitute
 from tokenswarm.study.spec import Arm, StudyError, load_study_file, mask_command, parse_arm_flag, study_from_args

@@ -9,7 +9,8 @@ import pytest
 
 from tests.analysis.runfactory import T0
 from tests.study.studyfactory import write_study
-from tokenswarm.analysis.study import SUSPECT, analyse_study, write_study_report
+from tokenswarm.analysis.study import analyse_study, write_study_report
+from tokenswarm.analysis.study_rounds import SUSPECT
 from tokenswarm.analysis.verdict_table import verdict_table
 
 N_BOOT = 200
