@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import html
 
-from tokenswarm.analysis.render_doc import Block
+from tokenswarm.analysis.render_format import Block
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1500px}

@@ -1,8 +1,8 @@
-"""Markdown writer for report blocks (:mod:`analysis.render_doc`); images are linked PNG files."""
+"""Markdown writer for report blocks (:mod:`analysis.render_format`); images are linked PNG files."""
 
 from __future__ import annotations
 
-from tokenswarm.analysis.render_doc import Block
+from tokenswarm.analysis.render_format import Block
 
 
 def _cell(text: str) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from tokenswarm import names
-from tokenswarm.analysis.render_doc import fmt, guarded, pct, ratio_cell, slo_counts_text, slo_label
+from tokenswarm.analysis.render_format import fmt, guarded, pct, ratio_cell
+from tokenswarm.analysis.render_slo import slo_counts_text, slo_label
 from tokenswarm.analysis.samples import prune_short_columns, short_text
 
 

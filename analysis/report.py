@@ -9,7 +9,8 @@ import orjson
 
 from tokenswarm.analysis import plots, render_csv
 from tokenswarm.analysis.loader import Run
-from tokenswarm.analysis.render_doc import compare_doc, report_doc
+from tokenswarm.analysis.render_compare import compare_doc
+from tokenswarm.analysis.render_doc import report_doc
 from tokenswarm.analysis.render_html import to_html
 from tokenswarm.analysis.render_md import to_markdown
 from tokenswarm.analysis.step_windows import windows

@@ -9,7 +9,8 @@ from tests.analysis.runfactory import T0, record, step, write_run
 from tokenswarm.analysis import analyse
 from tokenswarm.analysis.curves import curves
 from tokenswarm.analysis.loader import load_run
-from tokenswarm.analysis.render_doc import report_doc, slo_matrix_blocks
+from tokenswarm.analysis.render_doc import report_doc
+from tokenswarm.analysis.render_slo import slo_matrix_blocks
 from tokenswarm.analysis.sent import what_was_sent
 from tokenswarm.analysis.soak import soak
 from tokenswarm.analysis.step_windows import windows

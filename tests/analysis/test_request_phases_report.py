@@ -109,6 +109,6 @@ def test_generator_health_names_the_timing_paths_and_every_fallback_that_happene
 
 
 def report_doc_health(h):
-    from tokenswarm.analysis.render_doc import _health_blocks
+    from tokenswarm.analysis.render_sections import health_blocks
 
-    return _health_blocks(h)
+    return health_blocks(h)

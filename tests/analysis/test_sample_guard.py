@@ -8,9 +8,12 @@ from tests.analysis.runfactory import T0, record, step, write_run
 from tokenswarm.analysis import load_run
 from tokenswarm.analysis.compare import compare_runs
 from tokenswarm.analysis.curves import curves
-from tokenswarm.analysis.render_doc import compare_doc, guarded, report_doc, slo_matrix_blocks
+from tokenswarm.analysis.render_compare import compare_doc
+from tokenswarm.analysis.render_doc import report_doc
+from tokenswarm.analysis.render_format import guarded
 from tokenswarm.analysis.render_html import to_html
 from tokenswarm.analysis.render_md import to_markdown
+from tokenswarm.analysis.render_slo import slo_matrix_blocks
 from tokenswarm.analysis.render_terminal import report_text
 from tokenswarm.analysis.samples import guard_values, need_of, prune_short_columns
 from tokenswarm.analysis.summary import analyse
