@@ -32,7 +32,7 @@ from geventhttpclient import HTTPClient  # noqa: E402
 from tokenswarm import redact  # noqa: E402
 from tokenswarm.load.context import RunContext, request_key  # noqa: E402
 from tokenswarm.record import UNNUMBERED  # noqa: E402
-from tokenswarm.wire.pool import request_head  # noqa: E402
+from tokenswarm.wire.send import request_head  # noqa: E402
 from tokenswarm.wire.stream import StreamState  # noqa: E402
 from tokenswarm.workload.prompts import PromptSource  # noqa: E402
 from tokenswarm.workload.scenario import load_scenario  # noqa: E402

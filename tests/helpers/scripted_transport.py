@@ -27,7 +27,7 @@ from typing import Any, Callable
 import gevent.event
 
 from tests.helpers import scripted_server
-from tokenswarm.wire.pool import RequestTiming
+from tokenswarm.wire.send import RequestTiming
 from tokenswarm.wire.sse import SSEParser
 
 #: A delivery's data that blocks the stream until the greenlet is killed (a test's "kill here").

@@ -15,6 +15,7 @@ from gevent.monkey import get_original
 
 from tests.helpers.waiting import wait_until
 from tokenswarm.wire import kstamp, reader, watch
+from tokenswarm.wire.poller import stream_poller
 from tokenswarm.wire.sse import SSEParser
 
 blocking_sleep = get_original("time", "sleep")  # holds the whole event loop, like a busy client
@@ -93,7 +94,7 @@ def test_without_kernel_timestamps_the_read_time_is_recorded(fast_path):
     def test_clock():
         return time.perf_counter() - offset
 
-    assert reader.stream_poller(test_clock).kernel_stamps is False
+    assert stream_poller(test_clock).kernel_stamps is False
     delay_ms = _read_second_chunk_after_a_busy_loop(test_clock)
     assert delay_ms >= 55.0
 
@@ -203,7 +204,7 @@ def test_a_late_header_read_dates_each_event_by_the_sweep_that_saw_it_arrive(mar
                                anchor=WallAnchor(0.0, 0.0), first_token_timeout_s=5, total_timeout_s=10)[0]
 
         assert call("/normal/v1/chat/completions?n=1&gap_ms=1").outcome == "ok"  # connected, poller made
-        poller = reader.stream_poller(time.perf_counter)
+        poller = stream_poller(time.perf_counter)
 
         def busy():
             end = time.perf_counter() + 0.12
@@ -229,7 +230,7 @@ def test_a_late_header_read_dates_each_event_by_the_sweep_that_saw_it_arrive(mar
 
 
 def test_body_cuts_map_raw_arrival_offsets_onto_the_dechunked_body():
-    from tokenswarm.wire.pool import _body_cuts
+    from tokenswarm.wire.libread import _body_cuts
 
     one, two = b"a" * 10, b"b" * 6
     raw = b"a\r\n" + one + b"\r\n" + b"6\r\n" + two + b"\r\n"  # 15 bytes, then 11 bytes
@@ -242,7 +243,7 @@ def test_body_cuts_map_raw_arrival_offsets_onto_the_dechunked_body():
 
 
 def test_plain_cuts_map_arrival_offsets_onto_an_unframed_body():
-    from tokenswarm.wire.pool import _plain_cuts
+    from tokenswarm.wire.libread import _plain_cuts
 
     marks = [(50, ["t1"]), (50, ["dup"]), (57, ["t2"]), (70, ["t3"])]  # body starts at stream offset 40
     assert _plain_cuts(25, 40, marks) == [(10, ["t1"]), (17, ["t2"]), (25, ["t3"])]

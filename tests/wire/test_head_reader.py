@@ -1,4 +1,4 @@
-"""The event loop reads a response's head (``reader.HeadReader``): on a stamped pool socket the
+"""The event loop reads a response's head (``head.HeadReader``): on a stamped pool socket the
 request's greenlet sends, sleeps once and is woken when the whole response has been read; the
 head is parsed without the HTTP library unless it is anything but a ``200`` chunked head, which
 the library then parses from the bytes already read. What the loop read keeps its dates."""
@@ -10,11 +10,12 @@ from geventhttpclient import HTTPClient
 
 from tests.helpers.procs import scripted_server
 from tokenswarm.record import RecordIdentity
-from tokenswarm.wire import pool, reader
+from tokenswarm.wire import libread, send
 from tokenswarm.wire.client import StreamHooks, stream_call
 from tokenswarm.wire.clock import WallAnchor
+from tokenswarm.wire.head import HEAD_MAX_BYTES, HUB_HEAD, HeadReader, simple_head
+from tokenswarm.wire.poller import StreamPoller, stream_poller
 from tokenswarm.wire.pool import tune_pool
-from tokenswarm.wire.reader import HeadReader, simple_head
 from tokenswarm.wire.transport import PoolTransport
 
 IDENTITY = RecordIdentity(run_id="r", worker_id="w", seq=0, task="qa", user_class="QAUser", request_key="k",
@@ -103,7 +104,7 @@ def test_eof_and_errors_end_the_head_read_and_its_registration():
 
 def test_a_head_that_never_ends_is_handed_to_the_library_past_its_limit():
     head = HeadReader(7, _Poller())
-    head.take(1.0, b"HTTP/1.1 200 OK\r\nX: " + b"a" * reader.HEAD_MAX_BYTES, None)
+    head.take(1.0, b"HTTP/1.1 200 OK\r\nX: " + b"a" * HEAD_MAX_BYTES, None)
     assert head.done.is_set() and head.head_end == -1
 
 
@@ -117,7 +118,7 @@ def server():
 
 @pytest.fixture(autouse=True)
 def hub_head():
-    if not reader.HUB_HEAD:
+    if not HUB_HEAD:
         pytest.skip("the C extension tokenswarm.wire._fastread is not built")
     from tokenswarm.wire import kstamp
 
@@ -141,15 +142,17 @@ def call(client, script, query="", first_token_s=5.0, hooks=None, stream=True):
 
 @pytest.fixture
 def library_heads(monkeypatch):
-    """Counts the responses whose head the HTTP library parsed."""
+    """Counts the responses whose head the HTTP library parsed (made where the request was sent,
+    or from the bytes the event loop read)."""
     made = []
-    real = pool.HTTPSocketPoolResponse
+    real = send.HTTPSocketPoolResponse
 
     def counted(*args, **kw):
         made.append(kw.get("pre_buffered", b""))
         return real(*args, **kw)
 
-    monkeypatch.setattr(pool, "HTTPSocketPoolResponse", counted)
+    monkeypatch.setattr(send, "HTTPSocketPoolResponse", counted)
+    monkeypatch.setattr(libread, "HTTPSocketPoolResponse", counted)
     return made
 
 
@@ -159,8 +162,8 @@ def test_a_stream_is_read_with_one_registration_and_no_library_parse(server, lib
     client = stamped_client(server)
     assert call(client, "normal", "n=2")[0].outcome == "ok"  # connected, poller made
     adds = []
-    real_add = reader.StreamPoller.add
-    monkeypatch.setattr(reader.StreamPoller, "add", lambda self, fd, h, **kw: adds.append(fd) or real_add(self, fd, h, **kw))
+    real_add = StreamPoller.add
+    monkeypatch.setattr(StreamPoller, "add", lambda self, fd, h, **kw: adds.append(fd) or real_add(self, fd, h, **kw))
     before = _fastread.read_stats()
     rec, text = call(client, "normal", "n=6&gap_ms=5")
     after = _fastread.read_stats()
@@ -220,14 +223,14 @@ def test_a_deadline_while_the_loop_waits_for_the_head_frees_the_connection(serve
     client = stamped_client(server, concurrency=1)
     rec, _ = call(client, "slow_headers", "delay_s=3", first_token_s=0.3)
     assert rec.outcome == "timeout" and rec.error == "first_token timeout" and rec.ttft_ms is None
-    assert reader.stream_poller(time.perf_counter).handlers == {}  # nothing left registered
+    assert stream_poller(time.perf_counter).handlers == {}  # nothing left registered
     rec, _ = call(client, "normal", "n=2")  # the only slot of the pool was freed
     assert rec.outcome == "ok" and not rec.conn_reused
 
 
 def test_a_kept_alive_connection_the_server_closed_is_retried_on_a_fresh_one(server):
     client = stamped_client(server)
-    retries = pool.stats["stale_connection_retries_count"]
+    retries = send.stats["stale_connection_retries_count"]
     records = [call(client, "closes_kept_alive", "n=3&gap_ms=1")[0] for _ in range(3)]
     assert [r.outcome for r in records] == ["ok"] * 3 and [r.conn_reused for r in records] == [False] * 3
-    assert pool.stats["stale_connection_retries_count"] - retries == 2
+    assert send.stats["stale_connection_retries_count"] - retries == 2

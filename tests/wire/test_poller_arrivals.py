@@ -12,11 +12,12 @@ import time
 import pytest
 from gevent.monkey import get_original
 
-from tokenswarm.wire import reader
+from tokenswarm.wire import kstamp
+from tokenswarm.wire.poller import QUIET_SWEEPS, READ_BATCH_S, StreamPoller, _epoll
 
 raw_socketpair = get_original("socket", "socketpair")
 
-pytestmark = pytest.mark.skipif(reader._epoll is None, reason="needs epoll (Linux)")
+pytestmark = pytest.mark.skipif(_epoll is None, reason="needs epoll (Linux)")
 
 
 def _sweeps(poller, n):
@@ -29,7 +30,7 @@ def _watched_pair(on_arrival: bool, send_first: bytes = b""):
     """A poller watching one end of a local socket pair: yields (poller, sending end, handler calls).
 
     ``send_first`` is written before the handler is added (bytes already waiting)."""
-    poller = reader.StreamPoller(time.perf_counter)
+    poller = StreamPoller(time.perf_counter)
     a, b = raw_socketpair()
     calls: list[float] = []
     try:
@@ -70,9 +71,9 @@ def test_bytes_already_waiting_when_the_handler_is_added_count_as_one_arrival():
 
 
 def test_a_busy_poller_goes_back_to_waking_on_arrivals_only_after_sweeps_in_a_row_find_nothing():
-    if reader.READ_BATCH_S <= 0 or not reader.kstamp.maps_onto(time.perf_counter):
+    if READ_BATCH_S <= 0 or not kstamp.maps_onto(time.perf_counter):
         pytest.skip("timed sweeps need kernel stamps and a read batch")
-    poller = reader.StreamPoller(time.perf_counter)
+    poller = StreamPoller(time.perf_counter)
     a, b = raw_socketpair()
     a.setblocking(False)
     poller.add(a.fileno(), lambda now, off: a.recv(64))  # a reading handler: drains what came
@@ -83,12 +84,12 @@ def test_a_busy_poller_goes_back_to_waking_on_arrivals_only_after_sweeps_in_a_ro
         b.send(b"data")
         poller._ready()
         assert busy(), "a sweep that found data: sweeps on the timer"
-        for _ in range(reader.QUIET_SWEEPS - 1):
+        for _ in range(QUIET_SWEEPS - 1):
             poller._ready()
             assert busy(), "a quiet sweep or two at a dozen streams is not the traffic stopping"
         b.send(b"more")
         poller._ready()  # data again: the count of quiet sweeps starts over
-        for _ in range(reader.QUIET_SWEEPS - 1):
+        for _ in range(QUIET_SWEEPS - 1):
             poller._ready()
         assert busy()
         poller._ready()

@@ -82,7 +82,7 @@ def test_a_tuned_pool_hands_out_a_kept_alive_socket_without_yielding():
 
 
 def test_the_cached_request_head_is_the_bytes_the_library_builds_for_every_body_and_header_set():
-    from tokenswarm.wire.pool import request_head
+    from tokenswarm.wire.send import request_head
 
     bodies = [b"", b"x", b"{}" * 300, b"y" * 70000]
     header_sets = [

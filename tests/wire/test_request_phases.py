@@ -1,5 +1,5 @@
 """A request's phases are timed apart: connect, the generator's own delay, the send (its last
-byte handed to the kernel), the response headers, then the tokens (tokenswarm/wire/pool.py,
+byte handed to the kernel), the response headers, then the tokens (tokenswarm/wire/send.py,
 client.py).
 
 The clock here is scripted: every read advances it by exactly one tick (1 ms), and the
@@ -13,7 +13,7 @@ from geventhttpclient import HTTPClient
 
 from tests.helpers.procs import scripted_server
 from tokenswarm.record import RecordIdentity
-from tokenswarm.wire import pool
+from tokenswarm.wire import pool, send
 from tokenswarm.wire.client import stream_call
 from tokenswarm.wire.clock import WallAnchor
 from tokenswarm.wire.transport import PoolTransport
@@ -157,7 +157,7 @@ def test_a_kept_alive_connection_closed_before_any_answer_is_retried_on_a_fresh_
     clock = ScriptedClock()
     anchor = WallAnchor(1_700_000_000.0, clock())
     client = _client(server)
-    retries_before = pool.stats["stale_connection_retries_count"]
+    retries_before = send.stats["stale_connection_retries_count"]
     records = [_call_path(client, clock, anchor, "/closes_kept_alive/v1/chat/completions?n=3&gap_ms=1")
                for _ in range(3)]
     # Every request was answered: none charged the server for the connection it had closed.
@@ -166,7 +166,7 @@ def test_a_kept_alive_connection_closed_before_any_answer_is_retried_on_a_fresh_
     # whose phases (a connect, then the send) are the ones recorded.
     assert [r.conn_reused for r in records] == [False] * 3
     assert all(r.connect_ms is not None for r in records)
-    assert pool.stats["stale_connection_retries_count"] - retries_before == 2
+    assert send.stats["stale_connection_retries_count"] - retries_before == 2
     for rec in records:
         assert rec.schedule_lag_ms == pytest.approx((rec.sent_at_s - rec.scheduled_at_s) * 1000.0, abs=ROUNDING_MS)
 
@@ -190,11 +190,11 @@ def test_a_connection_closed_before_any_answer_is_an_error_when_it_was_new():
     clock = ScriptedClock()
     anchor = WallAnchor(1_700_000_000.0, clock())
     client = HTTPClient("127.0.0.1", port, connection_timeout=2, network_timeout=5, concurrency=1)
-    retries_before = pool.stats["stale_connection_retries_count"]
+    retries_before = send.stats["stale_connection_retries_count"]
     rec = _call(client, clock, anchor, clock())
     listener.close()
     assert rec.outcome == "http_error" and rec.conn_reused is False
-    assert pool.stats["stale_connection_retries_count"] == retries_before
+    assert send.stats["stale_connection_retries_count"] == retries_before
 
 
 def test_a_refused_connection_is_a_record_with_what_was_observed():

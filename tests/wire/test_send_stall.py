@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from tokenswarm.wire import pool
-from tokenswarm.wire.pool import kernel_sent_time, sent_time
+from tokenswarm.wire import send
+from tokenswarm.wire.send import kernel_sent_time, sent_time
 
 pytestmark = pytest.mark.skipif(getattr(socket, "TCP_INFO", None) is None, reason="needs Linux TCP_INFO")
 JIFFY_S = 0.005  # the kernel counts tcpi_last_data_sent in jiffies (1-4 ms); a margin above that
@@ -47,14 +47,14 @@ def test_a_stall_before_the_write_stays_in_the_send_time(connection):
 
 
 def test_kernel_dated_sends_are_counted_for_the_manifest(connection):
-    n = pool.stats["kernel_dated_sends_count"]
+    n = send.stats["kernel_dated_sends_count"]
     connection.sendall(b"x")
     kernel_sent_time(connection, time.perf_counter() - 0.01, time.perf_counter(), time.perf_counter)
-    assert pool.stats["kernel_dated_sends_count"] == n + 1
+    assert send.stats["kernel_dated_sends_count"] == n + 1
 
 
 def test_without_tcp_info_the_reading_after_the_write_stands(monkeypatch, connection):
-    monkeypatch.setattr(pool, "_TCP_INFO", None)
+    monkeypatch.setattr(send, "_TCP_INFO", None)
     assert kernel_sent_time(connection, 1.0, 2.0, time.perf_counter) == 2.0
 
 
@@ -85,14 +85,14 @@ def test_a_long_hold_up_is_dated_by_the_kernel(connection):
 def test_a_send_dated_after_the_answer_came_is_moved_back_to_the_answer():
     # a jiffy-counted kernel date can fall after the headers' exact kernel stamp (seen: 1.9 ms);
     # the server cannot answer a request before it left
-    timing = pool.RequestTiming(time.perf_counter)
+    timing = send.RequestTiming(time.perf_counter)
     timing.sent_s = 10.0019
-    pool.note_headers(timing, 10.0)
+    send.note_headers(timing, 10.0)
     assert timing.sent_s == timing.headers_s == 10.0
 
 
 def test_a_send_before_the_answer_keeps_its_date():
-    timing = pool.RequestTiming(time.perf_counter)
+    timing = send.RequestTiming(time.perf_counter)
     timing.sent_s = 10.0
-    pool.note_headers(timing, 10.003)
+    send.note_headers(timing, 10.003)
     assert (timing.sent_s, timing.headers_s) == (10.0, 10.003)

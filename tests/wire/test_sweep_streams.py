@@ -12,15 +12,16 @@ from geventhttpclient import HTTPClient
 
 from tests.helpers.procs import scripted_server
 from tokenswarm.record import RecordIdentity
-from tokenswarm.wire import reader
+from tokenswarm.wire import kstamp, reader
 from tokenswarm.wire.client import stream_call
 from tokenswarm.wire.clock import WallAnchor
+from tokenswarm.wire.poller import READ_BATCH_MAX_S, READ_BATCH_S, _epoll, stream_poller
 from tokenswarm.wire.pool import tune_pool
 from tokenswarm.wire.transport import PoolTransport
 
 pytestmark = pytest.mark.skipif(
-    not (reader.FAST and reader._epoll is not None and reader.kstamp.maps_onto(time.perf_counter)
-         and reader.READ_BATCH_MAX_S > reader.READ_BATCH_S),
+    not (reader.FAST and _epoll is not None and kstamp.maps_onto(time.perf_counter)
+         and READ_BATCH_MAX_S > READ_BATCH_S),
     reason="the adaptive sweep needs the C fast path, epoll, kernel stamps and a period range")
 
 IDENTITY = RecordIdentity(run_id="r", worker_id="w", seq=0, task="qa", user_class="QAUser", request_key="k",
@@ -46,19 +47,19 @@ def _stream(server: str, query: str):
 
 
 def test_a_stream_of_events_8_ms_apart_is_swept_less_often_and_each_event_keeps_its_own_time(server):
-    period = reader.stream_poller(time.perf_counter).period
+    period = stream_poller(time.perf_counter).period
     crowded = period.crowded_count
     rec = _stream(server, "n=150&gap_ms=8")  # 1.2 s: four windows of ~30 gaps
     assert period.crowded_count == crowded, "one event per read: nothing came together"
-    assert period.period_s > reader.READ_BATCH_S, f"still {period.period_s * 1e3} ms after 1.2 s of 8 ms gaps"
+    assert period.period_s > READ_BATCH_S, f"still {period.period_s * 1e3} ms after 1.2 s of 8 ms gaps"
     gaps = sorted(b - a for a, b in zip(rec.chunk_offsets_ms, rec.chunk_offsets_ms[1:]))
     # events that shared a read would show a 0 ms gap and a double one after it
     assert len(gaps) == 149 and gaps[0] > 2.0, f"shortest gap {gaps[0]:.2f} ms: two events shared a read"
 
 
 def test_events_that_come_together_bring_the_period_back_to_1_ms(server):
-    period = reader.stream_poller(time.perf_counter).period
+    period = stream_poller(time.perf_counter).period
     _stream(server, "n=150&gap_ms=8")
     crowded = period.crowded_count
     _stream(server, "n=30&together=3&gap_ms=8")  # three events per write, as llama.cpp can
-    assert period.crowded_count > crowded and period.period_s == reader.READ_BATCH_S
+    assert period.crowded_count > crowded and period.period_s == READ_BATCH_S

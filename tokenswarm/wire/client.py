@@ -18,7 +18,7 @@ is read through :class:`tokenswarm.wire.timing.BodyReader` (its module lists whe
 every time is taken): plain-TCP streams without per-chunk hooks from the event loop, TLS and
 hooked streams by this greenlet.
 
-The request's phases are timed apart (:func:`tokenswarm.wire.pool.send_request`): a new
+The request's phases are timed apart (:func:`tokenswarm.wire.send.send_request`): a new
 connection's ``connect_ms``, ``sent_at_s`` when the request's last byte was handed to the
 kernel (TTFT and every chunk offset count from it), ``headers_ms``, and ``schedule_lag_ms``
 and ``send_delay_ms`` from the same ``sent`` reading (see :func:`phase_fields`).
@@ -38,7 +38,7 @@ from gevent import GreenletExit
 
 from tokenswarm.record import Outcome, RecordIdentity, RequestRecord
 from tokenswarm.wire.clock import WallAnchor
-from tokenswarm.wire.pool import RequestTiming
+from tokenswarm.wire.send import RequestTiming
 from tokenswarm.wire.sse import SSEParser
 from tokenswarm.wire.stream import DEFAULT_LIMITS, StreamLimitExceeded, StreamLimits, StreamState, error_from_body
 from tokenswarm.wire.transport import Deadline, Deliveries, Response, Transport

@@ -5,7 +5,7 @@ reading of the request's clock (``perf_counter``; an injected clock in tests), t
 the moment it names; kernel receive stamps are placed on that same timeline
 (:mod:`tokenswarm.wire.kstamp`).
 
-The request (:func:`tokenswarm.wire.pool.send_request`)
+The request (:func:`tokenswarm.wire.send.send_request`)
     * due -- ``scheduled_at_s``: the caller's reading (closed loop: the user's turn began; open
       loop: the arrival's scheduled time).
     * connect -- around the pool's ``_create_socket`` (TCP connect, plus TLS), new
@@ -13,7 +13,7 @@ The request (:func:`tokenswarm.wire.pool.send_request`)
     * sent -- right after the request's last byte was handed to the kernel: ``sent_at_s``;
       ``schedule_lag_ms`` and ``send_delay_ms`` come from this same reading.
     * headers -- the arrival of the read that completed the head: on a stamped pool socket
-      the event loop reads the head (:class:`tokenswarm.wire.reader.HeadReader`), dated by that
+      the event loop reads the head (:class:`tokenswarm.wire.head.HeadReader`), dated by that
       read's kernel stamp or the watcher's earlier note; else the library's header read, dated by
       the first sweep note that covers the end of the headers, else that read's kernel stamp,
       else the time it returned: ``headers_ms``.
@@ -21,7 +21,7 @@ The request (:func:`tokenswarm.wire.pool.send_request`)
 The body (:class:`BodyReader`, the only way body bytes reach the stream state)
     * Body bytes that came with the headers keep the dates of the reads that brought them:
       the event loop's head reads, piece by piece (``HeadReader.body_pieces``), or the HTTP
-      library's own header read, through :func:`tokenswarm.wire.pool.library_read_pieces`: cut
+      library's own header read, through :func:`tokenswarm.wire.libread.library_read_pieces`: cut
       where arrival notes (below) saw them arrive apart, else the read's kernel stamp.
     * Plain-TCP streams without per-chunk hooks are read from the event loop
       (:class:`tokenswarm.wire.reader.HubReader`): each read is dated by its kernel stamp (its
@@ -48,8 +48,8 @@ import os
 import time
 from typing import Any, Callable
 
-from tokenswarm.wire import kstamp, pool, reader, stream, watch
-from tokenswarm.wire.pool import library_read_time
+from tokenswarm.wire import head, kstamp, poller, reader, send, stream, watch
+from tokenswarm.wire.libread import library_read_time
 from tokenswarm.wire.sse import SSEParser
 
 RECV_BYTES = 65536
@@ -108,7 +108,7 @@ class BodyReader:
     def __init__(self, resp: Any, clock: Callable[[], float], parser: SSEParser,
                  on_events: Callable[[float, list[Any]], bool], *, hub: bool) -> None:
         self.use_hub = hub and reader.can_watch(resp)
-        if not self.use_hub and isinstance(resp, reader.HubResponse):  # read here: the library's response
+        if not self.use_hub and isinstance(resp, head.HubResponse):  # read here: the library's response
             resp = resp.library()
         self.resp = resp
         self.clock = clock
@@ -168,7 +168,7 @@ def provenance() -> dict[str, Any]:
 
     ``counters``: ``reads_count`` (reads of the C fast path), ``general_parser_reads_count``
     (handed to the Python parsers), ``head_reads_count`` (reads of response heads by the event
-    loop, :class:`tokenswarm.wire.reader.HeadReader`), ``watcher_dated_reads_count`` (reads cut by arrival notes),
+    loop, :class:`tokenswarm.wire.head.HeadReader`), ``watcher_dated_reads_count`` (reads cut by arrival notes),
     ``one_stamp_many_chunks_reads_count`` (noted reads of more chunks than the fast path
     dates: one stamp kept), ``notes_count`` / ``stalled_sweeps_count`` / ``watcher_wakeups_count``
     (the watcher's work, and how often its thread ran at all: near zero while the loop keeps up),
@@ -181,8 +181,8 @@ def provenance() -> dict[str, Any]:
     period back to ``read_batch_ms``; and how often the period changed, :mod:`tokenswarm.wire.sweep`);
     ``stale_connection_retries_count`` (requests sent again
     because their kept-alive connection had been closed by the server, see
-    :func:`tokenswarm.wire.pool.send_request`); ``kernel_dated_sends_count`` (sends held up
-    past ``pool.SEND_STALL_S``, dated by the kernel: :func:`tokenswarm.wire.pool.kernel_sent_time`).
+    :func:`tokenswarm.wire.send.send_request`); ``kernel_dated_sends_count`` (sends held up
+    past ``send.SEND_STALL_S``, dated by the kernel: :func:`tokenswarm.wire.send.kernel_sent_time`).
     """
     counters: dict[str, int] = {}
     native = reader._read_events is not None
@@ -211,9 +211,9 @@ def provenance() -> dict[str, Any]:
         "native_chunks": stream._feed_chunks is not None,
         "kernel_stamps": kstamp.ENABLED and kstamp.maps_onto(time.perf_counter),
         "arrival_watcher": watch.ENABLED and kstamp.ENABLED,
-        "read_batch_ms": reader.READ_BATCH_S * 1000.0,
-        "read_batch_max_ms": reader.READ_BATCH_MAX_S * 1000.0,
-        "head_reader": "hub" if reader.HUB_HEAD else "library",
+        "read_batch_ms": poller.READ_BATCH_S * 1000.0,
+        "read_batch_max_ms": poller.READ_BATCH_MAX_S * 1000.0,
+        "head_reader": "hub" if head.HUB_HEAD else "library",
         "overrides": {name: os.environ[name] for name in OVERRIDES if name in os.environ},
-        "counters": {**counters, **reader.sweep_stats(), **pool.stats},
+        "counters": {**counters, **poller.sweep_stats(), **send.stats},
     }

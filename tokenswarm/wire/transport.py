@@ -8,17 +8,17 @@ on the same timeline. The client is written against :class:`Transport` only; it 
 a socket or the HTTP library.
 
 :class:`PoolTransport` is the production transport: a geventhttpclient client from Locust's
-pool, sent through :func:`tokenswarm.wire.pool.send_request`, read through
+pool, sent through :func:`tokenswarm.wire.send.send_request`, read through
 :class:`tokenswarm.wire.timing.BodyReader` and discarded by
 :func:`tokenswarm.wire.pool.discard_connection` -- the same calls, in the same order, as
-before the seam existed (private HTTP-library access stays in ``pool`` and ``timing``). The
-tests' scripted in-memory transport (``tests/helpers/scripted_transport.py``) plays scripted deliveries on an
-injected clock, deadlines included.
+before the seam existed (private HTTP-library access stays in ``pool``, ``send``, ``libread``
+and ``timing``). The tests' scripted in-memory transport (``tests/helpers/scripted_transport.py``)
+plays scripted deliveries on an injected clock, deadlines included.
 
 What a transport promises (the client maps each to a record's outcome):
 
 * :meth:`Transport.send` returns a :class:`Response` once its headers arrived, having filled
-  the :class:`~tokenswarm.wire.pool.RequestTiming` it was handed (``sent_s`` once the request
+  the :class:`~tokenswarm.wire.send.RequestTiming` it was handed (``sent_s`` once the request
   left, ``headers_s``...). It raises ``ConnectionRefusedError``/``OSError``/``ConnectionError``
   when no response came (an ``http_error`` without a status).
 * :meth:`Transport.body_reader` gives a :class:`Deliveries` whose :meth:`Deliveries.run` calls
@@ -41,9 +41,11 @@ from typing import Any, Callable, Protocol
 
 import gevent
 
-from tokenswarm.wire import pool, reader
-from tokenswarm.wire.pool import RequestTiming, discard_connection, send_request
-from tokenswarm.wire.reader import StreamPoller, hub_read_head, stream_poller
+from tokenswarm.wire import head, pool
+from tokenswarm.wire.head import hub_read_head
+from tokenswarm.wire.poller import StreamPoller, stream_poller
+from tokenswarm.wire.pool import discard_connection
+from tokenswarm.wire.send import RequestTiming, send_request
 from tokenswarm.wire.sse import SSEParser
 from tokenswarm.wire.timing import BodyReader
 
@@ -138,7 +140,7 @@ class PoolTransport:
         return self._poller
 
     def send(self, path: str, body: bytes, headers: dict[str, str], timing: RequestTiming) -> Any:
-        """Send on a pooled connection (:func:`~tokenswarm.wire.pool.send_request`)."""
+        """Send on a pooled connection (:func:`~tokenswarm.wire.send.send_request`)."""
         poller = self._stream_poller() if USE_HUB_READER else None
         if poller is not None:
             poller.sweep_if_due()  # between greenlets: see StreamPoller.sweep_if_due
@@ -146,8 +148,8 @@ class PoolTransport:
         # Its sweeps note arrivals while a late header read waits (they need kernel stamps).
         pool.arrival_poller = poller if stamps else None
         # With stamps (and the C reader) the loop reads the head too: one registration and one
-        # wake-up of this greenlet per response (reader.HeadReader).
-        read_head = hub_read_head if stamps and reader.HUB_HEAD else None
+        # wake-up of this greenlet per response (head.HeadReader).
+        read_head = hub_read_head if stamps and head.HUB_HEAD else None
         return send_request(self.http_client, path, body, headers, timing, read_head)
 
     def body_reader(self, response: Any, parser: SSEParser, on_events: OnEvents, *, hooked: bool) -> BodyReader:
