@@ -1,8 +1,11 @@
 """The timing seam (tokenswarm/wire/timing.py): which paths timed a run, their fallback
 counters, the C dating functions table by table, and the C code's warnings-as-errors build."""
 
+import json
+import os
 import shutil
 import subprocess
+import sys
 import sysconfig
 import time
 from pathlib import Path
@@ -70,6 +73,8 @@ def test_undecoded_bytes_are_cut_where_notes_saw_them_arrive(notes, total, expec
 
 
 def test_provenance_names_every_path_and_the_overrides_in_effect(monkeypatch):
+    for name in timing.OVERRIDES:  # whatever switches this test process was started with
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("TOKENSWARM_READ_BATCH_MS", "1")
     p = timing.provenance()
     assert set(p) == {"reader", "native_fast_path", "native_built", "native_chunks", "kernel_stamps",
@@ -151,3 +156,16 @@ def test_the_narrowest_bracket_wins_when_every_reading_was_preempted():
     mono = _Readings([1.0, 1.004, 2.0, 2.001, 3.0, 3.003])
     real = _Readings([101.0035, 102.0005, 103.0025])
     assert kstamp.real_minus_mono(mono, real) == pytest.approx(100.0, abs=1e-9)
+
+
+def test_provenance_with_the_c_paths_switched_off_says_they_were_built_but_not_used():
+    # TOKENSWARM_NATIVE is read at import: a fresh process shows what its manifest would say
+    out = subprocess.run([sys.executable, "-c", "import json; from tokenswarm.wire import timing; "
+                          "print(json.dumps(timing.provenance()))"],
+                         env={**os.environ, "TOKENSWARM_NATIVE": "0"}, capture_output=True, text=True, timeout=60,
+                         check=True).stdout
+    p = json.loads(out)
+    assert p["native_built"] is True  # the extension is there ...
+    assert p["native_fast_path"] is False and p["native_chunks"] is False  # ... and its paths are off
+    assert p["overrides"] == {"TOKENSWARM_NATIVE": "0"}
+    assert "reads_count" in p["counters"]  # its counters are still read (the watcher has its own switch)

@@ -27,6 +27,11 @@ except ImportError:  # no compiler at install time: the Python paths do the same
 ENABLED = _fastread is not None and os.environ.get("TOKENSWARM_NATIVE", "1") != "0"
 
 
+def extension() -> Any:
+    """The built extension, used or not (its counters count the watcher too), or None."""
+    return _fastread
+
+
 def native_function(name: str) -> Any:
     """The extension's ``name``, or None when the C paths are not used."""
     return getattr(_fastread, name, None) if ENABLED else None

@@ -48,7 +48,7 @@ import os
 import time
 from typing import Any, Callable
 
-from tokenswarm.wire import head, kstamp, poller, reader, send, stream, watch
+from tokenswarm.wire import head, kstamp, native, poller, reader, send, stream, watch
 from tokenswarm.wire.libread import library_read_time
 from tokenswarm.wire.sse import SSEParser
 
@@ -185,11 +185,9 @@ def provenance() -> dict[str, Any]:
     past ``send.SEND_STALL_S``, dated by the kernel: :func:`tokenswarm.wire.send.kernel_sent_time`).
     """
     counters: dict[str, int] = {}
-    native = reader._read_events is not None
-    if native:
-        from tokenswarm.wire import _fastread
-
-        rs, ws, cs = _fastread.read_stats(), _fastread.watch_stats(), _fastread.chunk_stats()
+    fastread = native.extension()  # built, whether or not TOKENSWARM_NATIVE=0 keeps it unused
+    if fastread is not None:
+        rs, ws, cs = fastread.read_stats(), fastread.watch_stats(), fastread.chunk_stats()
         counters = {
             "reads_count": rs["reads"],
             "general_parser_reads_count": rs["general_reads"],
@@ -207,7 +205,7 @@ def provenance() -> dict[str, Any]:
     return {
         "reader": "greenlet" if os.environ.get("TOKENSWARM_READER", "hub") == "greenlet" else "hub",
         "native_fast_path": reader.FAST,
-        "native_built": native,
+        "native_built": fastread is not None,
         "native_chunks": stream._feed_chunks is not None,
         "kernel_stamps": kstamp.ENABLED and kstamp.maps_onto(time.perf_counter),
         "arrival_watcher": watch.ENABLED and kstamp.ENABLED,
