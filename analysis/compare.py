@@ -115,8 +115,8 @@ def _clean(v: np.ndarray) -> np.ndarray:
     return np.sort(v[~np.isnan(v)])
 
 
-def _binned_throughput_reps(run: Run, mask: np.ndarray, tokens: np.ndarray, duration_s: float, n_boot: int,
-                            rng: np.random.Generator) -> np.ndarray:
+def binned_throughput_reps(run: Run, mask: np.ndarray, tokens: np.ndarray, duration_s: float, n_boot: int,
+                           rng: np.random.Generator) -> np.ndarray:
     """Bootstrap replicates of tokens/s: 1-second bins of tokens by completion time, resampled."""
     end = run["sent_at_s"][mask] + np.nan_to_num(run["e2e_ms"][mask], nan=0.0) / 1000.0
     n_bins = max(5, int(round(duration_s)))
@@ -157,8 +157,8 @@ def _group_compare(
         tput_a, tput_b = toka.sum() / dur_a, tokb.sum() / dur_b
         # Resample time bins of completed tokens (not requests at a fixed count): throughput
         # varies with how many requests finish in the window as much as with their lengths.
-        reps_a = _binned_throughput_reps(ra, oka, toka, dur_a, n_boot, rng)
-        reps_b = _binned_throughput_reps(rb, okb, tokb, dur_b, n_boot, rng)
+        reps_a = binned_throughput_reps(ra, oka, toka, dur_a, n_boot, rng)
+        reps_b = binned_throughput_reps(rb, okb, tokb, dur_b, n_boot, rng)
         out.update(_ci_keys("output_tokens_per_s_speedup", tput_b / tput_a if tput_a else None,
                             ratio_ci(reps_b, reps_a, CONFIDENCE)))
         out["baseline_output_tokens_per_s"] = float(tput_a)

@@ -24,7 +24,7 @@ from tokenswarm.analysis.loader import Run
 from tokenswarm.analysis.per_request import derived, good_mask
 from tokenswarm.analysis.slo import ALL_TASKS, evaluate_rows
 from tokenswarm.analysis.stats import SortedParts
-from tokenswarm.analysis.tables import StepTables, _counts_block, _latency_block
+from tokenswarm.analysis.tables import StepTables, counts_block, latency_block
 
 #: Why per-model ITL is missing from a run analysed from chunk histograms.
 NO_MODEL_ITL_NOTE = ("Per-model ITL and inter-chunk percentiles: not available, the chunk histograms of this run "
@@ -58,8 +58,8 @@ def model_tables(run: Run, tables: StepTables) -> dict[str, Any] | None:
             parts = (empty, empty, None) if hist_run else chunk_parts(chunk_subset(run, req & d["ok"]))
             row: dict[str, Any] = {**w.header(), "task": ALL_TASKS, "model": name,
                                    "window_start_s": w.start_s, "window_end_s": w.end_s}
-            row.update(_counts_block(run, d, req, w.duration_s, good))
-            row.update(_latency_block(run, d, req, parts, w.kind == "rate"))
+            row.update(counts_block(run, d, req, w.duration_s, good))
+            row.update(latency_block(run, d, req, parts, w.kind == "rate"))
             if hist_run:
                 for key in [k for k in row if k.startswith(("itl_", "inter_chunk_"))]:
                     row[key] = None

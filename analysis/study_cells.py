@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from tokenswarm.analysis.compare import _binned_throughput_reps
+from tokenswarm.analysis.compare import binned_throughput_reps
 from tokenswarm.analysis.loader import Run
 from tokenswarm.analysis.per_request import derived, good_mask
 from tokenswarm.analysis.slo import ALL_TASKS, scenario_slos
@@ -92,7 +92,7 @@ def _cell(run: Run, d: dict[str, np.ndarray], w: Window, m: np.ndarray, good: np
     agg = agg_reps = None
     if tokens.size and w.duration_s:
         agg = float(tokens.sum() / w.duration_s)
-        agg_reps = _binned_throughput_reps(run, ok, tokens, w.duration_s, n_boot, rng)
+        agg_reps = binned_throughput_reps(run, ok, tokens, w.duration_s, n_boot, rng)
     lat = {}
     for name, col in LATENCY.items():
         v = sorted_values((d[col] if col == "tpot_ms" else run[col])[ok])
@@ -103,7 +103,7 @@ def _cell(run: Run, d: dict[str, np.ndarray], w: Window, m: np.ndarray, good: np
         g = good & ok
         n_good = int(g.sum())
         if n_good and w.duration_s:
-            good_reps = _binned_throughput_reps(run, g, np.ones(n_good), w.duration_s, n_boot, rng)
+            good_reps = binned_throughput_reps(run, g, np.ones(n_good), w.duration_s, n_boot, rng)
     acc, src = mean_acceptance(spec, mark_unreliable=True)
     return Cell(n_ok, int(m.sum()), tps_med, tps_reps, agg, agg_reps, lat, goodput, acc, src,
                 None if spec is None else spec.get("request_acceptance_rate"),

@@ -94,10 +94,13 @@ def _chunk_stats(parts: tuple[Any, Any, float | None], failed_share: float | Non
     return out
 
 
-def _latency_block(
+def latency_block(
     run: Run, d: dict[str, np.ndarray], req: np.ndarray,
     parts: tuple[Any, Any, float | None], open_loop: bool,
 ) -> dict[str, Any]:
+    """A step row's latency columns (TTFT, TPOT, ITL, e2e... percentiles) over the requests in
+    ``req``; the latencies from the scheduled time only with ``open_loop`` (None otherwise).
+    Also the per-model rows' (models.py)."""
     # index arrays, built once: a row selects a small share of the requests, and gathering by
     # index is several times cheaper than a boolean mask over every request, column after column
     req_idx = np.flatnonzero(req)
@@ -153,8 +156,10 @@ def phase_block(run: Run, req: np.ndarray) -> dict[str, Any]:
     return out
 
 
-def _counts_block(run: Run, d: dict[str, np.ndarray], req: np.ndarray, duration: float | None,
-                  good: np.ndarray | None) -> dict[str, Any]:
+def counts_block(run: Run, d: dict[str, np.ndarray], req: np.ndarray, duration: float | None,
+                 good: np.ndarray | None) -> dict[str, Any]:
+    """A step row's counts and rates (requests, outcomes, tokens/s, goodput) over the requests in
+    ``req`` and ``duration`` seconds. Also the per-model rows' (models.py)."""
     outcome = run["outcome"][req]
     total = int(req.sum())
     out: dict[str, Any] = {"requests_count": total}
@@ -299,8 +304,8 @@ def step_table(run: Run, slo: Any = None, use_scenario_slo: bool = True) -> Step
             row["window_start_s"] = w.start_s
             row["window_end_s"] = w.end_s
             row["duration_source"] = w.duration_source
-            row.update(_counts_block(run, d, req, w.duration_s, good))
-            row.update(_latency_block(run, d, req, parts, open_loop))
+            row.update(counts_block(run, d, req, w.duration_s, good))
+            row.update(latency_block(run, d, req, parts, open_loop))
             row.update(phase_block(run, req))
             if reasoning:
                 row.update(reasoning_block(run, req & d["ok"]))
