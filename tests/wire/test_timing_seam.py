@@ -162,8 +162,8 @@ def test_provenance_with_the_c_paths_switched_off_says_they_were_built_but_not_u
     # TOKENSWARM_NATIVE is read at import: a fresh process shows what its manifest would say
     out = subprocess.run([sys.executable, "-c", "import json; from tokenswarm.wire import timing; "
                           "print(json.dumps(timing.provenance()))"],
-                         env={**os.environ, "TOKENSWARM_NATIVE": "0"}, capture_output=True, text=True, timeout=60,
-                         check=True).stdout
+                         env={**{k: v for k, v in os.environ.items() if k not in timing.OVERRIDES},
+                              "TOKENSWARM_NATIVE": "0"}, capture_output=True, text=True, timeout=60, check=True).stdout
     p = json.loads(out)
     assert p["native_built"] is True  # the extension is there ...
     assert p["native_fast_path"] is False and p["native_chunks"] is False  # ... and its paths are off
