@@ -171,6 +171,7 @@ def test_a_first_chunk_read_with_the_headers_keeps_its_arrival_time(stamped, hoo
 @pytest.mark.timing  # a scripted server's 20 ms gaps dated within a few ms (failed once beside six busy workers: 59.5 ms)
 @pytest.mark.parametrize("marked,watched", [(True, False), (False, True), (False, False)],
                          ids=["swept", "watched", "neither"])
+@pytest.mark.usefixtures("hub_reader")  # the poller's sweeps note what arrives behind the head
 def test_a_late_header_read_dates_each_event_by_the_sweep_that_saw_it_arrive(marked, watched, monkeypatch):
     # Headers 10 ms after the request, then one event every 20 ms (role 30, content 50, 70,
     # 90 ms). Another greenlet holds the loop from 5 to 125 ms -- sweeping every millisecond

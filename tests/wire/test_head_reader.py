@@ -18,6 +18,8 @@ from tokenswarm.wire.poller import StreamPoller, stream_poller
 from tokenswarm.wire.pool import tune_pool
 from tokenswarm.wire.transport import PoolTransport
 
+pytestmark = pytest.mark.usefixtures("hub_reader")  # the head read by the event loop, and when it is not
+
 IDENTITY = RecordIdentity(run_id="r", worker_id="w", seq=0, task="qa", user_class="QAUser", request_key="k",
                           scheduled_at_s=0.0)
 BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true}'

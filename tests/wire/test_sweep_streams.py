@@ -19,10 +19,11 @@ from tokenswarm.wire.poller import READ_BATCH_MAX_S, READ_BATCH_S, _epoll, strea
 from tokenswarm.wire.pool import tune_pool
 from tokenswarm.wire.transport import PoolTransport
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.skipif(
     not (reader.FAST and _epoll is not None and kstamp.maps_onto(time.perf_counter)
          and READ_BATCH_MAX_S > READ_BATCH_S),
-    reason="the adaptive sweep needs the C fast path, epoll, kernel stamps and a period range")
+    reason="the adaptive sweep needs the C fast path, epoll, kernel stamps and a period range"),
+    pytest.mark.usefixtures("hub_reader")]  # the sweeps are the event-loop reader's
 
 IDENTITY = RecordIdentity(run_id="r", worker_id="w", seq=0, task="qa", user_class="QAUser", request_key="k",
                           scheduled_at_s=0.0)

@@ -87,6 +87,7 @@ def test_provenance_names_every_path_and_the_overrides_in_effect(monkeypatch):
     assert p["read_batch_max_ms"] >= p["read_batch_ms"]
 
 
+@pytest.mark.usefixtures("hub_reader")  # the counters count the event-loop reader's reads
 def test_the_read_counters_count_the_native_reads_of_a_stream():
     from tokenswarm.record import RecordIdentity
     from tokenswarm.wire import reader
@@ -111,6 +112,7 @@ def test_the_read_counters_count_the_native_reads_of_a_stream():
     assert counted["native_chunk_events_count"] >= chunks_before + 6, (chunks_before, counted)
 
 
+@pytest.mark.usefixtures("hub_reader")  # the counters count the event-loop reader's reads
 def test_the_watcher_reports_dropped_and_over_cap_notes_as_counters_that_never_go_back():
     keys = ("notes_dropped", "notes_over_cap", "notes", "stalled_sweeps", "wakeups")
     first = fastread.watch_stats()
