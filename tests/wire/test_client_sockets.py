@@ -28,11 +28,10 @@ def reader(request, monkeypatch):
     """Every case runs with each reader: the event-loop callback with and without its C fast
     path, and the greenlet loop."""
     import tokenswarm.wire.reader as hub_reader
-    import tokenswarm.wire.transport as transport
 
     if request.param == "hub-native" and not hub_reader.FAST:
         pytest.skip("the C extension tokenswarm.wire._fastread is not built")
-    monkeypatch.setattr(transport, "USE_HUB_READER", request.param != "greenlet")
+    monkeypatch.setattr(hub_reader, "USE_HUB_READER", request.param != "greenlet")
     monkeypatch.setattr(hub_reader, "FAST", request.param == "hub-native")
     return request.param
 

@@ -171,3 +171,11 @@ def test_provenance_with_the_c_paths_switched_off_says_they_were_built_but_not_u
     assert p["native_fast_path"] is False and p["native_chunks"] is False  # ... and its paths are off
     assert p["overrides"] == {"TOKENSWARM_NATIVE": "0"}
     assert "reads_count" in p["counters"]  # its counters are still read (the watcher has its own switch)
+
+
+@pytest.mark.parametrize("hub", [True, False])
+def test_provenance_names_the_reader_the_transport_routes_streams_to(hub, monkeypatch):
+    from tokenswarm.wire import reader
+
+    monkeypatch.setattr(reader, "USE_HUB_READER", hub)
+    assert timing.provenance()["reader"] == ("hub" if hub else "greenlet")

@@ -35,6 +35,7 @@ Without ``epoll`` (non-Linux) each socket gets its own libev watcher instead.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 import gevent
@@ -52,6 +53,10 @@ from tokenswarm.wire.sse import SSEParser
 #: TOKENSWARM_NATIVE=0 (the pure-Python path does the same work; for comparison and tests).
 _read_events = native_function("read_events")
 FAST = _read_events is not None
+#: Read plain-TCP streams from an event-loop callback (:class:`HubReader`); TOKENSWARM_READER=greenlet
+#: selects the simpler one-recv-per-wake-up loop in the request's greenlet (kept for comparison
+#: and for TLS/hooks). The transport routes by it and the timing provenance reports it.
+USE_HUB_READER = os.environ.get("TOKENSWARM_READER", "hub") != "greenlet"
 
 RECV_BYTES = 65536
 #: Times per response the reader tries to take the chunked framing over from the HTTP library.

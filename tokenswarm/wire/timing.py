@@ -203,7 +203,7 @@ def provenance() -> dict[str, Any]:
             "python_chunk_events_count": cs["left"],
         }
     return {
-        "reader": "greenlet" if os.environ.get("TOKENSWARM_READER", "hub") == "greenlet" else "hub",
+        "reader": "hub" if reader.USE_HUB_READER else "greenlet",
         "native_fast_path": reader.FAST,
         "native_built": fastread is not None,
         "native_chunks": stream._feed_chunks is not None,

@@ -36,22 +36,17 @@ What a transport promises (the client maps each to a record's outcome):
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Protocol
 
 import gevent
 
-from tokenswarm.wire import head, pool
+from tokenswarm.wire import head, pool, reader
 from tokenswarm.wire.head import hub_read_head
 from tokenswarm.wire.poller import StreamPoller, stream_poller
 from tokenswarm.wire.pool import discard_connection
 from tokenswarm.wire.send import RequestTiming, send_request
 from tokenswarm.wire.sse import SSEParser
 from tokenswarm.wire.timing import BodyReader
-
-#: Read plain-TCP streams from an event-loop callback (see reader.py); TOKENSWARM_READER=greenlet
-#: selects the simpler one-recv-per-wake-up loop (kept for comparison and for TLS/hooks).
-USE_HUB_READER = os.environ.get("TOKENSWARM_READER", "hub") != "greenlet"
 
 #: ``on_events(now_s, events)``: the events of one delivery, all arrived at ``now_s``; True = stop.
 OnEvents = Callable[[float, list[Any]], bool]
@@ -141,7 +136,7 @@ class PoolTransport:
 
     def send(self, path: str, body: bytes, headers: dict[str, str], timing: RequestTiming) -> Any:
         """Send on a pooled connection (:func:`~tokenswarm.wire.send.send_request`)."""
-        poller = self._stream_poller() if USE_HUB_READER else None
+        poller = self._stream_poller() if reader.USE_HUB_READER else None
         if poller is not None:
             poller.sweep_if_due()  # between greenlets: see StreamPoller.sweep_if_due
         stamps = poller is not None and poller.kernel_stamps
@@ -155,10 +150,10 @@ class PoolTransport:
     def body_reader(self, response: Any, parser: SSEParser, on_events: OnEvents, *, hooked: bool) -> BodyReader:
         """Hooked streams are read by the request's greenlet (the hooks may block or switch);
         the others from the event loop where the socket allows it."""
-        return BodyReader(response, self.clock, parser, on_events, hub=not hooked and USE_HUB_READER)
+        return BodyReader(response, self.clock, parser, on_events, hub=not hooked and reader.USE_HUB_READER)
 
     def settle(self) -> None:
         """Before this request's record work: other streams first (bursts of ends)."""
-        poller = self._stream_poller() if USE_HUB_READER else None
+        poller = self._stream_poller() if reader.USE_HUB_READER else None
         if poller is not None:
             poller.sweep_if_due()
