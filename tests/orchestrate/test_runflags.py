@@ -45,3 +45,17 @@ def test_tokenswarm_run_checks_its_flags_without_importing_locust():
     ]))
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.strip() == "[]", res.stdout
+
+
+def test_a_scenario_already_parsed_is_not_parsed_again_unless_a_flag_changes_its_plan(monkeypatch):
+    from tokenswarm.orchestrate import runflags
+    from tokenswarm.workload.scenario import load_scenario
+
+    parsed = load_scenario("scenarios/qa.yaml")
+    loads = []
+    monkeypatch.setattr(runflags, "load_scenario", lambda *a: loads.append(a) or load_scenario(*a))
+    assert RunFlags(run_time="1m", users="4").check(parsed.path, None, parsed) is parsed and loads == []
+    planned = RunFlags(steps="1,2").check(parsed.path, None, parsed)  # --steps: parsed again, with the plan
+    assert len(loads) == 1 and planned is not parsed and list(planned.load.steps) == [1, 2]
+    with pytest.raises(RunFlagError, match="-u/--users"):  # the flags are still checked
+        RunFlags(users="many").check(parsed.path, None, parsed)

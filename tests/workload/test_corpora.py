@@ -2,6 +2,7 @@
 
 import json
 import os
+import random
 import subprocess
 import sys
 import sysconfig
@@ -40,6 +41,20 @@ def test_documented_functions_come_from_real_source():
     text = (stdlib_dir() / "json/__init__.py").read_text()
     loads = next(f for f in funcs if f.name == "loads")
     assert text[loads.offset :].startswith("def loads(")
+
+
+def test_a_code_subset_is_parsed_at_start_and_an_excerpt_only_subset_skips_the_functions():
+    from tokenswarm.workload.corpora import code_corpus
+    from tokenswarm.workload.corpora.builtin import read_source
+
+    for cached in (read_source, top_level_defs, documented_functions):
+        cached.cache_clear()
+    excerpts = code_corpus().subset(random.Random(1), 8, functions=False)
+    assert read_source.cache_info().currsize == top_level_defs.cache_info().currsize == 8
+    assert documented_functions.cache_info().currsize == 0  # nothing a prompt of this source uses
+    code = code_corpus().subset(random.Random(2), 8)
+    assert documented_functions.cache_info().currsize == 8  # code generation's functions, ready before the run
+    assert code.files != excerpts.files and len(code.files) == 8
 
 
 def test_top_level_definitions_and_documented_functions_are_numbered_by_line_feeds():

@@ -248,3 +248,17 @@ def test_build_prompt_sources_one_per_task():
 def test_unknown_api_is_rejected():
     with pytest.raises(ValueError):
         PromptSource(task("qa"), None, seed=1, api="grpc")
+
+
+def test_an_extraction_source_reads_its_code_files_at_start_without_parsing_their_functions(monkeypatch):
+    from tokenswarm.workload.corpora import builtin
+
+    parsed = []
+    real = builtin.documented_functions
+    monkeypatch.setattr(builtin, "documented_functions", lambda rel: parsed.append(rel) or real(rel))
+    src = PromptSource(task("extraction", response_format="json_schema"), None, seed=3, pool_size=8)
+    assert len(src.code.files) == 64 and not parsed  # its documents are excerpts: no function list needed
+    rng = random.Random(4)
+    assert all(content(src.next_prompt(rng)) for _ in range(30)) and not parsed
+    code = PromptSource(task("code"), None, seed=3, pool_size=8)
+    assert sorted(parsed[: len(code.code.files)]) == sorted(code.code.files)  # code generation's, parsed before the run

@@ -104,7 +104,7 @@ def _on_init(environment: Any, **_kw: Any) -> None:
     gate = _close_the_doors(environment, token)
     try:
         sc, overrides = load_scenario_from_options(opts)
-        sc = RunFlags.from_options(opts).check(sc.path, overrides)  # bad --steps/-u/-t...: exit 2 here
+        sc = RunFlags.from_options(opts).check(sc.path, overrides, sc)  # bad --steps/-u/-t...: exit 2 here
         slos = merge_slos(scenario_slos(sc), parse_slo_args(list(opts.tokenswarm_slo or [])))
     except (ScenarioError, ValueError) as exc:
         print(f"tokenswarm: {exc}", file=sys.stderr)

@@ -159,7 +159,8 @@ class PromptSource:
             self.items = load_dataset(task.dataset.path, task.dataset.format, task.dataset.category)
             self.corpus = "dataset"
         elif task.kind in ("code", "extraction"):
-            self.code = code_corpus().subset(random.Random(f"{seed}:{task.name}:files"), code_files)
+            self.code = code_corpus().subset(random.Random(f"{seed}:{task.name}:files"), code_files,
+                                             functions=task.kind == "code")  # extraction takes excerpts only
             self.corpus = "code" if task.kind == "code" else "prose"
         else:
             prose_corpus()
