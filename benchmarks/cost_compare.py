@@ -90,8 +90,8 @@ def run_compare(args: argparse.Namespace, work: Path, case: str) -> None:
     print(f"{streams} streams, one event every {step_ms:g} ms of {tokens} token(s), {args.seconds:g} s of load; "
           f"finished {stamp()}")
     print(f"{'client':<11} {'ran':>3} {'requests':>8} {'chunks':>8} {'chunks/req':>10} {'whole us/chunk':>14} "
-          f"{'whole us/req':>12} {'kernel us/chunk':>15} {'window us/chunk':>15} {'TTFT err p99':>12} {'gap p99':>8} "
-          f"{'e2e p99':>8}")
+          f"{'whole us/req':>12} {'kernel us/chunk':>15} {'window us/chunk':>15} {'start-up s':>10} {'TTFT err p99':>12} "
+          f"{'gap p99':>8} {'e2e p99':>8}")
     for r in rows:
         a = r.get("accuracy")
         errs = (f"{a['ttft_err_p99_ms']:>12.2f} {a['gap_err_p99_ms']:>8.2f} {a['e2e_err_p99_ms']:>8.2f}" if a
@@ -100,7 +100,8 @@ def run_compare(args: argparse.Namespace, work: Path, case: str) -> None:
         ran = str(r["place"]) if "place" in r else "-"  # its place among the trees of its round
         print(f"{label:<11} {ran:>3} {r['requests']:>8} {r['chunks']:>8} {r['chunks'] / max(1, r['requests']):>10.1f} "
               f"{r['us_per_chunk'] or 0:>14.1f} {r['whole_cpu_s'] / max(1, r['requests']) * 1e6:>12.0f} "
-              f"{r['system_us_per_chunk'] or 0:>15.1f} {r['window_us_per_chunk'] or 0:>15.1f} {errs}")
+              f"{r['system_us_per_chunk'] or 0:>15.1f} {r['window_us_per_chunk'] or 0:>15.1f} "
+              f"{r['startup_cpu_s']:>10.2f} {errs}")
     per_round = len(trees) + 1
     rounds = [rows[i:i + per_round] for i in range(0, len(rows), per_round)]
     for k, (tree, _src) in enumerate(trees):

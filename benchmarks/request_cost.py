@@ -40,6 +40,8 @@ tokenswarm's timing errors against the server's kernel-stamped truth over the st
 TTFT, chunk gap and e2e error p99 (goal: <= 1 ms each). Each client's kernel (system) CPU per
 chunk is printed too, and the ratio of the user-space CPU alone: reading a chunk costs every
 client a system call and, on loopback, the ACK that read sends, which no client code removes.
+So is each client's start-up: the CPU its process tree had spent when the server received its
+first request (sampled every 0.1 s), part of the whole-process figure.
 
 With ``--src DIR`` (a checkout with its C extension built in place) the comparison runs that
 tree's tokenswarm too, in every round, between this tree's and the baseline (A B C A B C), and
@@ -55,6 +57,7 @@ On a shared machine absolute figures are noisy; ratios from one run are what to 
     python benchmarks/request_cost.py --only ceiling --seconds 15
     python benchmarks/request_cost.py --only idle --seconds 10 --repeat 2 --src /tmp/before
     python benchmarks/request_cost.py --only classes --seconds 20 --classes-no-think
+    python benchmarks/request_cost.py --only startup --repeat 5 --src /tmp/before
 
 **Idle** (``--only idle``): the per-second cost of a worker whose ``--streams`` requests all wait
 for a first token (the truth server holds them for a minute): its CPU share over ``--seconds``,
@@ -65,6 +68,11 @@ run; a quiet worker should cost next to nothing.
 alone, then the scenario as shipped, one process each; with ``--classes-no-think`` a task with a
 think time runs again without it. CPU per request and per chunk, whole and steady window, and
 start-up: which task's requests cost what, and what idle streams cost (``cost_classes.py``).
+
+**Start-up** (``--only startup``): one user for ``--startup-seconds`` (2 s) on
+``--classes-scenario``, each tree and plain Locust in turn, ``--repeat`` rounds: the CPU each
+process had spent when the server received its first request, and its whole-process CPU
+(``cost_startup.py``). A short run weighs start-up most; a Locust plugin's floor is Locust's own.
 
 **Ceiling** (``--only ceiling``): a worker's load at which accuracy still holds on one core, for
 short and long answers (``--ceiling-lengths``, 12 and 192 tokens): closed-loop runs at more and
@@ -86,14 +94,17 @@ from cost_classes import run_classes
 from cost_compare import CASES, run_compare
 from cost_idle import run_idle
 from cost_split import run_split
+from cost_startup import run_startup
 from costrun import stamp
 from spec_workload import compile_trees
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", choices=("split", "compare", "ceiling", "idle", "classes"),
-                    help="one part only (default: split and compare; the ceiling, idle and classes run only when asked)")
+    ap.add_argument("--only", choices=("split", "compare", "ceiling", "idle", "classes", "startup"),
+                    help="one part only (default: split and compare; the ceiling, idle, classes and startup run only "
+                         "when asked)")
+    ap.add_argument("--startup-seconds", type=float, default=2.0, help="startup: each one-user run's length")
     ap.add_argument("--ceiling-lengths", type=int, nargs="+", default=[12, 192],
                     help="ceiling: answer lengths, short and long (tokens)")
     ap.add_argument("--ceiling-streams", type=int, nargs="+", default=[8, 16, 24, 32, 48, 64, 96, 128, 192, 256],
@@ -110,10 +121,10 @@ def main() -> int:
                     help="the baseline's requests: the scenario's own bodies, built by tokenswarm's workload code "
                          "(default), or the two-word prompt at tokenswarm's mean answer length (the earlier runs)")
     ap.add_argument("--src", action="append", metavar="DIR",
-                    help="split, compare and idle: also run the tokenswarm of this checkout (C extension built in "
+                    help="split, compare, idle and startup: also run the tokenswarm of this checkout (C extension built in "
                          "place), in the same rounds")
     ap.add_argument("--classes-scenario", default="scenarios/mix.yaml",
-                    help="classes: the mixed scenario whose tasks run one at a time")
+                    help="classes: the mixed scenario whose tasks run one at a time; startup: the scenario run")
     ap.add_argument("--classes-no-think", action="store_true",
                     help="classes: run each task that has a think time once more with it set to 0")
     ap.add_argument("--keep", type=Path, help="keep the runs and truth logs here")
@@ -131,6 +142,8 @@ def main() -> int:
         run_idle(args, work)
     if args.only == "classes":
         run_classes(args, work)
+    if args.only == "startup":
+        run_startup(args, work)
     if args.only in (None, "compare"):
         for case in args.cases:
             run_compare(args, work, case)

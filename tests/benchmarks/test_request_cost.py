@@ -87,3 +87,19 @@ def test_a_classes_row_prints_cpu_per_request_and_per_chunk_whole_and_in_the_win
     fields = classes.row_figures(row).split()
     # requests, requests/s, chunks a request, whole us/request, window us/request, us/chunk twice, start-up
     assert fields == ["1000", "50", "30.0", "1500", "800", "50.0", "26.7", "0.39"]
+
+
+def test_the_startup_table_gives_each_clients_median_its_rounds_and_its_start_up_beyond_the_baseline():
+    startup = _bench("cost_startup")
+    rows = [{"label": label, "startup_cpu_s": s, "whole_cpu_s": w}
+            for label, s, w in [("tokenswarm", 0.60, 1.1), ("before", 0.70, 1.2), ("baseline", 0.50, 0.9),
+                                ("tokenswarm", 0.62, 1.0), ("before", 0.66, 1.3), ("baseline", 0.48, 0.8),
+                                ("tokenswarm", 0.58, 1.2), ("before", 0.68, 1.25), ("baseline", 0.49, 0.85)]]
+    head, *lines = startup.table(rows, ["tokenswarm", "before", "baseline"])
+    assert "start-up" in head and "beyond baseline" in head and "whole process" in head
+    assert [line.split()[0] for line in lines] == ["tokenswarm", "before", "baseline"]
+    ts = lines[0].split()
+    assert ts[1] == "0.600" and ts[2:5] == ["(0.600,", "0.620,", "0.580)"]
+    assert ts[5] == "0.110", "0.600 against the baseline's median 0.490"
+    assert ts[6] == "1.100"
+    assert lines[2].split()[5] == "0.000"
