@@ -7,13 +7,8 @@ import statistics
 
 import pytest
 
-from tokenswarm.workload.prompts import (
-    HUGE_MAX_TOKENS,
-    PromptSource,
-    build_prompt_sources,
-    conversation_messages,
-    conversation_text,
-)
+from tokenswarm.workload.prompts import HUGE_MAX_TOKENS, PromptSource, build_prompt_sources
+from tokenswarm.workload.prompttypes import conversation_messages, conversation_text
 from tokenswarm.workload.scenario import parse_scenario
 from tokenswarm.workload.tokencount import EstimateCounter
 

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from tokenswarm.workload.prompts import ReplayPrompts
+from tokenswarm.workload.replay import ReplayPrompts
 from tokenswarm.workload.scenario import ScenarioError, parse_scenario
 from tokenswarm.workload.trace import TraceError, detect_format, load_trace
 

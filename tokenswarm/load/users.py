@@ -33,7 +33,7 @@ from tokenswarm.wire.transport import PoolTransport, Transport
 from tokenswarm.workload import quality
 from tokenswarm.workload.arrivals import ArrivalProcess, schedule
 from tokenswarm.workload.draw import StratifiedDraw
-from tokenswarm.workload.prompts import ReplayPrompts
+from tokenswarm.workload.replay import ReplayPrompts
 from tokenswarm.workload.trace import load_trace
 
 KIND_CLASSES: dict[str, str] = {

@@ -18,18 +18,20 @@ Determinism: the same task, seed, counter and RNG state give the same prompts. C
 Token targets are approximate by construction (``Calibration.median_abs_error_pct`` says how
 approximate for this corpus); requests record the server's own ``usage`` counts. The target
 counts prompt text only: a chat template adds a few tokens on the server side.
+
+The values handed out (``Prompt``, ``Conversation``, ``Calibration``) and the chat history of a
+conversation's turn are in :mod:`~tokenswarm.workload.prompttypes`; trace replay's prompts in
+:mod:`~tokenswarm.workload.replay`.
 """
 
 from __future__ import annotations
 
 import bisect
-import functools
 import itertools
 import json
 import random
 import statistics
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from tokenswarm.workload.corpora import (
@@ -40,68 +42,14 @@ from tokenswarm.workload.corpora import (
     load_dataset,
     prose_corpus,
     read_source,
-    render_messages_as_text,
 )
 from tokenswarm.workload.corpora.extraction import SCHEMAS, ExtractionSchema, contact_record
+from tokenswarm.workload.prompttypes import Calibration, Conversation, Prompt
 from tokenswarm.workload.scenario import TaskConfig
 from tokenswarm.workload.tokencount import EstimateCounter, TokenCounter
 
 #: max_tokens for the ``huge_max_tokens`` abnormal case: beyond any model's context window
 HUGE_MAX_TOKENS = 10_000_000
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """One single-shot request: ``messages`` (chat) or ``text`` (completions) is set, not both."""
-
-    messages: tuple[dict[str, Any], ...] | None
-    text: str | None
-    target_prompt_tokens: int
-    max_tokens: int
-    source: str  # provenance, e.g. "pydoc:topics/for", "stdlib:json/decoder.py:120"
-    abnormal: str | None = None  # abnormal case name (see scenario.ABNORMAL_CASES) or None
-    params: dict[str, Any] = field(default_factory=dict[str, Any], compare=False)  # request-body overrides (abnormal, extraction)
-    schema: dict[str, Any] | None = field(default=None, compare=False)  # extraction: the JSON Schema asked for
-
-
-@dataclass(frozen=True)
-class Conversation:
-    """A multi-turn conversation plan: the user side. The caller keeps the real history."""
-
-    turns: int
-    user_messages: tuple[str, ...]
-    max_tokens_per_turn: tuple[int, ...]
-    think_times_s: tuple[float, ...]  # pause before each turn; think_times_s[0] == 0
-    target_tokens_per_turn: tuple[int, ...]
-    source: str
-    system: str | None = None  # system message to put first, if the dataset had one
-
-    def user_message(self, turn: int) -> str:
-        """The user message of 0-based ``turn``."""
-        return self.user_messages[turn]
-
-    def max_tokens(self, turn: int) -> int:
-        """``max_tokens`` for the reply to ``turn``."""
-        return self.max_tokens_per_turn[turn]
-
-    def think_time_s(self, turn: int) -> float:
-        """Seconds to wait after the previous reply before sending ``turn`` (0 for turn 0)."""
-        return self.think_times_s[turn]
-
-    def target_prompt_tokens(self, turn: int) -> int:
-        """Target tokens of this turn's user message (not of the whole history)."""
-        return self.target_tokens_per_turn[turn]
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """How prompt lengths are sized for one task."""
-
-    counter: str
-    chars_per_token: float
-    samples: int
-    median_abs_error_pct: float | None  # |predicted - counted| / counted over the samples
-
 
 _QA_TEMPLATES = (
     "Can you explain {t} in Python?",
@@ -125,7 +73,8 @@ _UNICODE = (
     "Ünïcödé tëst: 你好，世界！ Привет, мир. مرحبا بالعالم 🙂🚀👩🏽‍💻 "
     "e\u0301 \u200bzero-width\u200b ｆｕｌｌｗｉｄｔｈ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 — what does this say?"
 )
-_INIT_CHARS_PER_TOKEN = {"prose": 4.0, "code": 3.5, "dataset": 4.0}
+#: characters per token of each corpus before a counted sample corrects it
+INIT_CHARS_PER_TOKEN = {"prose": 4.0, "code": 3.5, "dataset": 4.0}
 _PREFIX_HEAD = "You are a helpful assistant. Use this reference material when it helps:\n\n"
 
 
@@ -168,7 +117,7 @@ class PromptSource:
         if isinstance(self.counter, EstimateCounter):
             self.chars_per_token = self.counter.chars_per_token
         else:
-            self.chars_per_token = _INIT_CHARS_PER_TOKEN[self.corpus]
+            self.chars_per_token = INIT_CHARS_PER_TOKEN[self.corpus]
         self.followup_chars_per_token = self.chars_per_token
         self.calibration = self._calibrate()
         # Shared prefixes depend on the scenario seed only (not the worker): every worker sends
@@ -454,7 +403,7 @@ class PromptSource:
             _, text = corpus.excerpt(rng, max(8, int(sp.tokens * cpt) - len(_PREFIX_HEAD)))
             return f"{_PREFIX_HEAD}[{i}] {text}"
 
-        cpt = _INIT_CHARS_PER_TOKEN["prose"]
+        cpt = INIT_CHARS_PER_TOKEN["prose"]
         first = build(0, cpt)
         counted = self.counter.count(first)
         if counted > 0:  # one correction from a counted sample, the same on every worker
@@ -510,80 +459,8 @@ def _replace_payload(prompt: Prompt, messages: tuple[dict[str, Any], ...] | None
                   prompt.params, prompt.schema)
 
 
-def conversation_messages(conv: Conversation, turn: int, replies: list[str]) -> list[dict[str, Any]]:
-    """Chat history for ``turn``: earlier user messages with the assistant's real ``replies``, then this turn.
-
-    A convenience for user classes; ``replies[i]`` is the assistant text returned for turn ``i``.
-    """
-    if len(replies) < turn:
-        raise ValueError(f"turn {turn} needs {turn} earlier replies, got {len(replies)}")
-    out: list[dict[str, Any]] = [{"role": "system", "content": conv.system}] if conv.system else []
-    for i in range(turn):
-        out.append({"role": "user", "content": conv.user_message(i)})
-        out.append({"role": "assistant", "content": replies[i]})
-    out.append({"role": "user", "content": conv.user_message(turn)})
-    return out
-
-
-def conversation_text(conv: Conversation, turn: int, replies: list[str]) -> str:
-    """The same history rendered as one prompt for the completions API."""
-    return render_messages_as_text(conversation_messages(conv, turn, replies))
-
-
 def build_prompt_sources(
     tasks: Iterable[TaskConfig], counter: TokenCounter | None, seed: int, api: str = "chat", pool_size: int = 64
 ) -> dict[str, PromptSource]:
     """One :class:`PromptSource` per task name (tasks with weight 0 included, they are cheap)."""
     return {t.name: PromptSource(t, counter, seed, pool_size=pool_size, api=api) for t in tasks}
-
-
-class ReplayPrompts:
-    """Prompts synthesised to a trace's recorded lengths from the built-in prose corpus.
-
-    A Mooncake entry's prompt is its ``hash_ids`` blocks in order, each block's text fixed by
-    its id (the same id gives the same text on every worker and request, so a server's prefix
-    cache sees the trace's sharing); the last block is cut to the remaining length. Entries
-    without hash ids get fresh text. Sizing uses one counted sample (characters per token).
-    """
-
-    def __init__(self, counter: TokenCounter | None, seed: int, api: str = "chat", block_tokens: int = 512) -> None:
-        self.counter = counter or EstimateCounter()
-        self.api = api
-        self.seed = seed
-        self.block_tokens = block_tokens
-        corpus = prose_corpus()
-        _, sample = corpus.excerpt(random.Random(f"{seed}:replay:calibration"), 4000)
-        counted = self.counter.count(sample)
-        self.chars_per_token = len(sample) / counted if counted > 0 else _INIT_CHARS_PER_TOKEN["prose"]
-        self._block = functools.lru_cache(maxsize=8192)(self._block_text)
-
-    def _block_text(self, hash_id: int) -> str:
-        _, text = prose_corpus().excerpt(random.Random(f"{self.seed}:replay:block:{hash_id}"),
-                                         max(1, int(self.block_tokens * self.chars_per_token)))
-        return text
-
-    def text(self, input_tokens: int, hash_ids: tuple[int, ...] | None, rng: random.Random) -> str:
-        """Prompt text of about ``input_tokens`` tokens."""
-        budget = max(1, int(input_tokens * self.chars_per_token))
-        if not hash_ids:
-            return prose_corpus().excerpt(rng, budget)[1]
-        parts: list[str] = []
-        used = 0
-        for h in hash_ids:
-            block = self._block(h)
-            if used + len(block) >= budget:
-                parts.append(cut_at_space(block, max(1, budget - used)))
-                break
-            parts.append(block)
-            used += len(block) + 1
-        else:
-            if used < budget:  # more tokens than blocks: fresh text for the rest
-                parts.append(prose_corpus().excerpt(rng, budget - used)[1])
-        return "\n".join(parts)
-
-    def payload(self, input_tokens: int, hash_ids: tuple[int, ...] | None, rng: random.Random) -> tuple[str, Any]:
-        """``(body key, value)``: chat messages or a completions prompt."""
-        text = self.text(input_tokens, hash_ids, rng)
-        if self.api == "chat":
-            return "messages", [{"role": "user", "content": text}]
-        return "prompt", text
