@@ -13,7 +13,7 @@ from tests.analysis.runfactory import failed, record, write_run
 from tokenswarm import cli, redact
 from tokenswarm.load.breaker import CircuitBreaker
 from tokenswarm.load.preflight import Answer, PreflightError, preflight
-from tokenswarm.wire.stream import error_from_body
+from tokenswarm.wire.reported import error_from_body
 from tokenswarm.workload.scenario import parse_scenario
 
 CLEAR = "\x1b[2J"  # clear the screen

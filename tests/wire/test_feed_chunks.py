@@ -14,8 +14,9 @@ import pytest
 from tests.wire.test_chunk_decoding import STREAMS, chunk, ev
 from tokenswarm.wire import stream
 from tokenswarm.wire.clock import WallAnchor
+from tokenswarm.wire.limits import StreamLimits
 from tokenswarm.wire.sse import StreamLimitExceeded
-from tokenswarm.wire.stream import StreamLimits, StreamState
+from tokenswarm.wire.stream import StreamState
 
 pytestmark = pytest.mark.skipif(stream._feed_chunks is None, reason="the C extension is not built or is turned off")
 

@@ -14,7 +14,8 @@ from tests.helpers.scripted_transport import ScriptedTransport, server_reply
 from tokenswarm.record import MAX_PLAUSIBLE_TOKENS, RecordIdentity
 from tokenswarm.wire.client import stream_call
 from tokenswarm.wire.clock import WallAnchor
-from tokenswarm.wire.stream import MAX_RESPONSE_BYTES, OUTPUT_TOKENS_FACTOR, StreamLimits, StreamState
+from tokenswarm.wire.limits import MAX_RESPONSE_BYTES, OUTPUT_TOKENS_FACTOR, StreamLimits
+from tokenswarm.wire.stream import StreamState
 from tokenswarm.workload.scenario import model as scenario_model
 
 BASE = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="QAUser", request_key="k",

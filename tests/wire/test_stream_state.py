@@ -6,7 +6,8 @@ import orjson
 
 from tokenswarm.record import RequestRecord
 from tokenswarm.wire.clock import WallAnchor
-from tokenswarm.wire.stream import StreamState, error_from_body
+from tokenswarm.wire.reported import error_from_body
+from tokenswarm.wire.stream import StreamState
 
 ANCHOR = WallAnchor(wall_s=1_000_000.0, mono_s=100.0)
 BASE = dict(run_id="r", worker_id="w", seq=0, task="qa", user_class="QAUser", request_key="k",

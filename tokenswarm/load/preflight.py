@@ -85,7 +85,7 @@ def http_get(url: str, headers: dict[str, str], timeout_s: float, verify_tls: bo
 
 
 def _server_message(status: int, raw: bytes) -> str:
-    from tokenswarm.wire.stream import error_from_body
+    from tokenswarm.wire.reported import error_from_body
 
     return error_from_body(status, raw)
 

@@ -27,8 +27,8 @@ from locust.exception import StopUser
 from tokenswarm.load import runtime
 from tokenswarm.load.context import RunContext, request_key
 from tokenswarm.wire.client import StreamHooks, stream_call
+from tokenswarm.wire.limits import StreamLimits
 from tokenswarm.wire.pool import tune_pool
-from tokenswarm.wire.stream import StreamLimits
 from tokenswarm.wire.transport import PoolTransport, Transport
 from tokenswarm.workload import quality
 from tokenswarm.workload.arrivals import ArrivalProcess, schedule

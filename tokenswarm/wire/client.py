@@ -38,9 +38,11 @@ from gevent import GreenletExit
 
 from tokenswarm.record import Outcome, RecordIdentity, RequestRecord
 from tokenswarm.wire.clock import WallAnchor
+from tokenswarm.wire.limits import DEFAULT_LIMITS, StreamLimits
+from tokenswarm.wire.reported import error_from_body
 from tokenswarm.wire.send import RequestTiming
 from tokenswarm.wire.sse import SSEParser
-from tokenswarm.wire.stream import DEFAULT_LIMITS, StreamLimitExceeded, StreamLimits, StreamState, error_from_body
+from tokenswarm.wire.stream import StreamLimitExceeded, StreamState
 from tokenswarm.wire.transport import Deadline, Deliveries, Response, Transport
 
 __all__ = ["StreamHooks", "phase_fields", "stream_call"]

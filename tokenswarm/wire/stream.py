@@ -19,8 +19,9 @@ The final ``usage`` object (``include_usage``) gives ``output_tokens``; without 
 of exact per-chunk counts is used, and without those an estimate marked
 ``tokens_estimated=True`` (4 characters per token).
 
-Numbers from the server are checked where they are read, so a record always holds plausible
-values and can always be written (:class:`StreamLimits`): a count that is not an integer, is
+Numbers from the server are checked where they are read (:mod:`tokenswarm.wire.reported`), so a
+record always holds plausible values and can always be written
+(:class:`~tokenswarm.wire.limits.StreamLimits`): a count that is not an integer, is
 negative, goes backwards or exceeds what the request could carry makes the request a
 ``stream_error`` ("server reported completion_tokens=-4"), never an exception. The usage
 numbers are checked once, when the record is built; the running caps (content events, bytes,
@@ -41,52 +42,14 @@ from tokenswarm.redact import redact
 from tokenswarm.wire.chunkjson import Usage, decode_chunk
 from tokenswarm.wire.clock import WallAnchor
 from tokenswarm.wire.engine_fields import one_token_per_event, spec_decode_of
+from tokenswarm.wire.limits import DEFAULT_LIMITS, StreamLimits
 from tokenswarm.wire.native import native_function
+from tokenswarm.wire.reported import count, error_text, implausible, label, spec_decode_problem
 from tokenswarm.wire.sse import StreamLimitExceeded
 
-__all__ = ["StreamLimitExceeded", "StreamLimits", "StreamState", "error_from_body"]
+__all__ = ["StreamLimitExceeded", "StreamState"]
 
 CHARS_PER_TOKEN_ESTIMATE = 4.0
-#: The largest integer a record (JSON through orjson) and the analysis can hold.
-INT64_MAX = 2**63 - 1
-#: Defaults of the scenario's ``target.limits`` (docs/scenarios.md; the scenario model holds the
-#: same numbers, a test keeps them equal): a conforming server sends at
-#: most ``max_tokens`` tokens, so ``OUTPUT_TOKENS_FACTOR`` x ``max_tokens`` is generous slack (for
-#: servers that count differently, e.g. reasoning tokens apart), and 32 MiB is far above the
-#: largest real answer (a 32k-token answer with per-token JSON chunks is ~10 MB).
-OUTPUT_TOKENS_FACTOR = 4.0
-MAX_RESPONSE_BYTES = 32 * 1024 * 1024
-#: Content events of one request without ``max_tokens`` to scale from.
-MAX_EVENTS_UNBOUNDED = 1_000_000
-
-
-class StreamLimits:
-    """What one response may carry: content events, cumulative output tokens and bytes.
-
-    ``max_output_tokens`` bounds every token count the server reports (``usage`` values, the
-    number of content events: each carries at least one token); ``max_response_bytes`` bounds
-    the SSE payload bytes. Memory per in-flight request is proportional to both.
-    """
-
-    __slots__ = ("max_output_tokens", "max_response_bytes")
-
-    def __init__(self, max_output_tokens: int = MAX_PLAUSIBLE_TOKENS,
-                 max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
-        self.max_output_tokens = max_output_tokens
-        self.max_response_bytes = max_response_bytes
-
-    @classmethod
-    def for_request(cls, max_tokens: int | None, factor: float = OUTPUT_TOKENS_FACTOR,
-                    max_response_bytes: int = MAX_RESPONSE_BYTES) -> StreamLimits:
-        """The limits of a request asking for ``max_tokens`` (``None``: not asked, no token bound
-        but :data:`MAX_EVENTS_UNBOUNDED` events)."""
-        if max_tokens is None or max_tokens <= 0:
-            return cls(MAX_EVENTS_UNBOUNDED, max_response_bytes)
-        return cls(min(MAX_PLAUSIBLE_TOKENS, max(1, int(max_tokens * factor))), max_response_bytes)
-
-
-#: Limits for callers that give none: only the absolute bounds.
-DEFAULT_LIMITS = StreamLimits(MAX_EVENTS_UNBOUNDED)
 
 
 class StreamState:
@@ -200,7 +163,7 @@ class StreamState:
                     n = 0 if (self.last_cum is None and self.times and not text) else cum - (self.last_cum or 0)
                     if n < 0 or cum > cap:  # backwards, or more than it can carry
                         self.bytes_seen = nbytes
-                        raise StreamLimitExceeded(_implausible("completion_tokens", cum, self.last_cum, cap))
+                        raise StreamLimitExceeded(implausible("completion_tokens", cum, self.last_cum, cap))
                     self.last_cum = cum
             elif type(token_ids) is list:
                 n = len(token_ids)
@@ -269,7 +232,7 @@ class StreamState:
             return None
         choices = obj.get("choices")
         if event_type == "error" or ("error" in obj and not choices):
-            self.error = _error_text(obj)
+            self.error = error_text(obj)
             return None
         if self.response_id is None:
             self.response_id = obj.get("id")
@@ -321,7 +284,7 @@ class StreamState:
             msg = c0.get("message")
             text = (msg.get("content") or "") if isinstance(msg, dict) else (c0.get("text") or "")
             self.finish_reason = c0.get("finish_reason")
-        n, problem = _count("completion_tokens", (self.usage or {}).get("completion_tokens"),
+        n, problem = count("completion_tokens", (self.usage or {}).get("completion_tokens"),
                             self.limits.max_output_tokens)
         if problem:
             self.error = problem
@@ -348,11 +311,11 @@ class StreamState:
         """The server's numbers and labels, checked once: ``(output_tokens, prompt_tokens,
         spec_decode, text, finish_reason, response_id, problem)``; a value no stream could carry
         is left out and named in ``problem`` (the first one found), the request's error."""
-        out_tokens, problem = _count("completion_tokens", usage.get("completion_tokens"),
+        out_tokens, problem = count("completion_tokens", usage.get("completion_tokens"),
                                      self.limits.max_output_tokens)
-        prompt_tokens, p_problem = _count("prompt_tokens", usage.get("prompt_tokens"), MAX_PLAUSIBLE_TOKENS)
+        prompt_tokens, p_problem = count("prompt_tokens", usage.get("prompt_tokens"), MAX_PLAUSIBLE_TOKENS)
         spec_decode = self.spec_decode
-        s_problem = None if spec_decode is None else _spec_decode_problem(spec_decode)
+        s_problem = None if spec_decode is None else spec_decode_problem(spec_decode)
         if s_problem:
             spec_decode = None
         t_problem = None
@@ -360,8 +323,8 @@ class StreamState:
             text = "".join(self.text_parts)
         except TypeError:
             text, t_problem = self.text(), "server sent a content that is not a string"
-        finish_reason, f_problem = _label("finish_reason", self.finish_reason)
-        response_id, i_problem = _label("id", self.response_id)
+        finish_reason, f_problem = label("finish_reason", self.finish_reason)
+        response_id, i_problem = label("id", self.response_id)
         problem = problem or p_problem or s_problem or t_problem or f_problem or i_problem
         return out_tokens, prompt_tokens, spec_decode, text, finish_reason, response_id, problem
 
@@ -476,7 +439,7 @@ def _reasoning_fields(state: StreamState, usage: dict[str, Any] | Usage, chunk_t
     details = usage.get("completion_tokens_details")
     r_tokens = None
     if isinstance(details, dict):  # a bad count is not the request's error: the answer stands
-        r_tokens = _count("reasoning_tokens", details.get("reasoning_tokens"), state.limits.max_output_tokens)[0]
+        r_tokens = count("reasoning_tokens", details.get("reasoning_tokens"), state.limits.max_output_tokens)[0]
     if r_tokens is None and chunk_tokens is not None:
         r_tokens = sum(chunk_tokens[:state.reasoning_chunks])
     first_r, first_a = state.first_reasoning_s, state.first_answer_s
@@ -503,76 +466,3 @@ def _offsets_ms(times: array[float], sent: float) -> list[float]:
     a = np.frombuffer(times, dtype=np.float64)
     offsets: list[float] = ((a - sent) * 1000.0).round(3).tolist()
     return offsets  # the method: no np.round dispatch per request
-
-
-def _count(name: str, v: Any, bound: int) -> tuple[int | None, str | None]:
-    """A token count the server reported: ``(value, None)``, ``(None, None)`` when absent, or
-    ``(None, problem)`` when it is not an integer in ``0..bound``."""
-    if v is None:
-        return None, None
-    if type(v) is int and 0 <= v <= bound:
-        return v, None
-    return None, _implausible(name, v, None, bound)
-
-
-def _implausible(name: str, v: Any, previous: int | None, bound: int) -> str:
-    """The plain message for a count no stream could carry (the value shown, shortened)."""
-    shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
-    if type(v) is not int:
-        why = "not an integer"
-    elif v < 0:
-        why = "negative"
-    elif previous is not None and v < previous:
-        why = f"less than the {previous} reported before"
-    else:
-        why = f"more than this request can carry ({bound})"
-    return f"server reported {name}={shown}: {why}"
-
-
-def _label(name: str, v: Any) -> tuple[str | None, str | None]:
-    """A short text field from the server (id, finish_reason): a non-string is a problem."""
-    if v is None or type(v) is str:
-        return v, None
-    shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
-    return None, f"server reported {name}={shown}: not a string"
-
-
-def _spec_decode_problem(sd: dict[str, Any], depth: int = 0) -> str | None:
-    """A number in the server's spec-decode statistics that a record cannot hold (beyond int64,
-    negative counts), or a nesting deeper than any engine sends; None when all is well."""
-    for k, v in sd.items():
-        items = v if type(v) is list else (v,)
-        for x in items:
-            if type(x) is int and not 0 <= x <= INT64_MAX:
-                return _implausible(f"spec_decode.{k}", x, None, INT64_MAX)
-            if type(x) is dict:
-                if depth >= 3:
-                    return f"server reported spec_decode.{k} nested too deep"
-                problem = _spec_decode_problem(x, depth + 1)
-                if problem:
-                    return problem
-    return None
-
-
-def _error_text(obj: dict[str, Any]) -> str:
-    """Short text for an error object sent inside a stream or as an HTTP error body."""
-    err = obj.get("error", obj)
-    if isinstance(err, dict):
-        kind = err.get("type") or err.get("code") or "error"
-        msg = err.get("message") or ""
-        return f"{kind}: {redact(str(msg))[:160]}" if msg else str(kind)
-    return redact(str(err))[:160]
-
-
-def error_from_body(status: int, body: bytes) -> str:
-    """``HTTP <status>: <server message>`` from an OpenAI/vLLM-style JSON error body."""
-    try:
-        obj = orjson.loads(body) if body else None
-    except orjson.JSONDecodeError:
-        obj = None
-    if isinstance(obj, dict):
-        if "detail" in obj and "error" not in obj and "message" not in obj:
-            return f"HTTP {status}: {redact(str(obj['detail']))[:160]}"
-        return f"HTTP {status}: {_error_text(obj)}"
-    snippet = redact(body[:1024].decode("utf-8", "replace")).strip()[:120] if body else ""
-    return f"HTTP {status}: {snippet}" if snippet else f"HTTP {status}"

@@ -40,7 +40,7 @@ RESPONSE_FORMATS = ("json_schema", "json_object", "none")
 PREFIX_POPULARITY = ("uniform", "zipf")
 #: ``target.limits`` defaults: a stream may carry at most ``OUTPUT_TOKENS_FACTOR`` x ``max_tokens``
 #: tokens (a conforming server sends at most ``max_tokens``) and ``MAX_RESPONSE_BYTES`` of SSE
-#: payload; past either it is cut as a protocol error (tokenswarm.wire.stream.StreamLimits).
+#: payload; past either it is cut as a protocol error (tokenswarm.wire.limits.StreamLimits).
 OUTPUT_TOKENS_FACTOR = 4.0
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 #: request-body fields tokenswarm sets itself; ``extra_body`` may not set them
