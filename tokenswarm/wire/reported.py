@@ -10,13 +10,14 @@ import orjson
 
 from tokenswarm.redact import redact
 
-__all__ = ["INT64_MAX", "count", "error_from_body", "error_text", "implausible", "label", "spec_decode_problem"]
+__all__ = ["INT64_MAX", "error_from_body", "error_text", "implausible", "reported_count", "reported_label",
+           "spec_decode_problem"]
 
 #: The largest integer a record (JSON through orjson) and the analysis can hold.
 INT64_MAX = 2**63 - 1
 
 
-def count(name: str, v: Any, bound: int) -> tuple[int | None, str | None]:
+def reported_count(name: str, v: Any, bound: int) -> tuple[int | None, str | None]:
     """A token count the server reported: ``(value, None)``, ``(None, None)`` when absent, or
     ``(None, problem)`` when it is not an integer in ``0..bound``."""
     if v is None:
@@ -40,7 +41,7 @@ def implausible(name: str, v: Any, previous: int | None, bound: int) -> str:
     return f"server reported {name}={shown}: {why}"
 
 
-def label(name: str, v: Any) -> tuple[str | None, str | None]:
+def reported_label(name: str, v: Any) -> tuple[str | None, str | None]:
     """A short text field from the server (id, finish_reason): a non-string is a problem."""
     if v is None or type(v) is str:
         return v, None

@@ -44,7 +44,7 @@ from tokenswarm.wire.clock import WallAnchor
 from tokenswarm.wire.engine_fields import one_token_per_event, spec_decode_of
 from tokenswarm.wire.limits import DEFAULT_LIMITS, StreamLimits
 from tokenswarm.wire.native import native_function
-from tokenswarm.wire.reported import count, error_text, implausible, label, spec_decode_problem
+from tokenswarm.wire.reported import error_text, implausible, reported_count, reported_label, spec_decode_problem
 from tokenswarm.wire.sse import StreamLimitExceeded
 
 __all__ = ["StreamLimitExceeded", "StreamState"]
@@ -284,7 +284,7 @@ class StreamState:
             msg = c0.get("message")
             text = (msg.get("content") or "") if isinstance(msg, dict) else (c0.get("text") or "")
             self.finish_reason = c0.get("finish_reason")
-        n, problem = count("completion_tokens", (self.usage or {}).get("completion_tokens"),
+        n, problem = reported_count("completion_tokens", (self.usage or {}).get("completion_tokens"),
                             self.limits.max_output_tokens)
         if problem:
             self.error = problem
@@ -311,9 +311,9 @@ class StreamState:
         """The server's numbers and labels, checked once: ``(output_tokens, prompt_tokens,
         spec_decode, text, finish_reason, response_id, problem)``; a value no stream could carry
         is left out and named in ``problem`` (the first one found), the request's error."""
-        out_tokens, problem = count("completion_tokens", usage.get("completion_tokens"),
+        out_tokens, problem = reported_count("completion_tokens", usage.get("completion_tokens"),
                                      self.limits.max_output_tokens)
-        prompt_tokens, p_problem = count("prompt_tokens", usage.get("prompt_tokens"), MAX_PLAUSIBLE_TOKENS)
+        prompt_tokens, p_problem = reported_count("prompt_tokens", usage.get("prompt_tokens"), MAX_PLAUSIBLE_TOKENS)
         spec_decode = self.spec_decode
         s_problem = None if spec_decode is None else spec_decode_problem(spec_decode)
         if s_problem:
@@ -323,8 +323,8 @@ class StreamState:
             text = "".join(self.text_parts)
         except TypeError:
             text, t_problem = self.text(), "server sent a content that is not a string"
-        finish_reason, f_problem = label("finish_reason", self.finish_reason)
-        response_id, i_problem = label("id", self.response_id)
+        finish_reason, f_problem = reported_label("finish_reason", self.finish_reason)
+        response_id, i_problem = reported_label("id", self.response_id)
         problem = problem or p_problem or s_problem or t_problem or f_problem or i_problem
         return out_tokens, prompt_tokens, spec_decode, text, finish_reason, response_id, problem
 
@@ -439,7 +439,7 @@ def _reasoning_fields(state: StreamState, usage: dict[str, Any] | Usage, chunk_t
     details = usage.get("completion_tokens_details")
     r_tokens = None
     if isinstance(details, dict):  # a bad count is not the request's error: the answer stands
-        r_tokens = count("reasoning_tokens", details.get("reasoning_tokens"), state.limits.max_output_tokens)[0]
+        r_tokens = reported_count("reasoning_tokens", details.get("reasoning_tokens"), state.limits.max_output_tokens)[0]
     if r_tokens is None and chunk_tokens is not None:
         r_tokens = sum(chunk_tokens[:state.reasoning_chunks])
     first_r, first_a = state.first_reasoning_s, state.first_answer_s
