@@ -12,10 +12,11 @@ from typing import Any
 
 from costrun import (
     ACCURACY_GOAL_MS,
-    ROOT,
     accuracy,
+    baseline_bodies_env,
     baseline_command,
     count,
+    in_turn,
     run_process,
     stamp,
     tokenswarm_command,
@@ -50,19 +51,11 @@ def run_compare(args: argparse.Namespace, work: Path, case: str) -> None:
     print(f"\n== {case}: {scenario} as shipped vs plain Locust ({stamp()}); baseline bodies: "
           f"{args.baseline_bodies}")
     with start_truth(truth_path, "--step-ms", str(step_ms), "--tokens-per-chunk", tokens, cpus="1") as srv:
-        bodies_env: dict[str, str] = {}
-        if args.baseline_bodies == "scenario":
-            from bench_bodies import build_bodies, write_bodies
-
-            bodies_path = work / f"compare-{case}-bodies.jsonl"
-            bodies = build_bodies(ROOT / scenario, srv.base_url, streams, max(8, -(-2000 // streams)))
-            write_bodies(bodies_path, bodies)
-            bodies_env = {"BENCH_BODIES_FILE": str(bodies_path)}
-            print(f"baseline bodies: {len(bodies)} built from {scenario} ({bodies_path})")
+        bodies_env = baseline_bodies_env(args, work / f"compare-{case}-bodies.jsonl", scenario, srv.base_url,
+                                         streams, max(8, -(-2000 // streams)))
         for n in range(args.repeat):
             by_tree: dict[str, dict[str, Any]] = {}
-            turn = n % len(trees)
-            for tree, src in trees[turn:] + trees[:turn]:
+            for tree, src in in_turn(trees, n):
                 run = work / f"compare-{case}-{tree}-{n}"
                 ts = run_process(tree, tokenswarm_command(srv.base_url, scenario, streams, args.seconds, run, [], src),
                                  {}, args.seconds, src)

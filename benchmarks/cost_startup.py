@@ -18,7 +18,16 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from costrun import ROOT, baseline_command, count, run_process, stamp, tokenswarm_command, trees_of
+from costrun import (
+    baseline_bodies_env,
+    baseline_command,
+    count,
+    in_turn,
+    run_process,
+    stamp,
+    tokenswarm_command,
+    trees_of,
+)
 from truthjoin import load_truth
 from truthserver.testing import start_truth
 
@@ -33,16 +42,9 @@ def run_startup(args: argparse.Namespace, work: Path) -> None:
     print(f"\n== startup: one user for {seconds:g} s on {scenario}, {args.repeat} rounds ({stamp()})")
     with start_truth(truth_path, "--step-ms", str(args.step_ms), "--tokens-per-chunk", args.tokens_per_chunk,
                      cpus="1") as srv:
-        bodies_env: dict[str, str] = {}
-        if args.baseline_bodies == "scenario":
-            from bench_bodies import build_bodies, write_bodies
-
-            bodies_path = work / "startup-bodies.jsonl"
-            write_bodies(bodies_path, build_bodies(ROOT / scenario, srv.base_url, 1, 64))
-            bodies_env = {"BENCH_BODIES_FILE": str(bodies_path)}
+        bodies_env = baseline_bodies_env(args, work / "startup-bodies.jsonl", scenario, srv.base_url, 1, 64)
         for n in range(args.repeat):
-            turn = n % len(trees)
-            for tree, src in trees[turn:] + trees[:turn]:
+            for tree, src in in_turn(trees, n):
                 run = work / f"startup-{tree}-{n}"
                 row = run_process(tree, tokenswarm_command(srv.base_url, scenario, 1, seconds, run, [], src), {},
                                   seconds, src)

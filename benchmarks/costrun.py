@@ -67,6 +67,28 @@ def trees_of(args: argparse.Namespace, this: str = "this") -> list[tuple[str, Pa
     return [(this, ROOT), *((Path(d).resolve().name, Path(d).resolve()) for d in args.src or [])]
 
 
+def in_turn(trees: list[tuple[str, Path]], n: int) -> list[tuple[str, Path]]:
+    """The trees in round ``n``'s order: turned by one each round, so that a place in the round
+    that favours its runner favours no tree."""
+    turn = n % len(trees)
+    return trees[turn:] + trees[:turn]
+
+
+def baseline_bodies_env(args: argparse.Namespace, path: Path, scenario: str, base_url: str, users: int,
+                        per_user: int) -> dict[str, str]:
+    """The baseline's environment for its request bodies: with ``--baseline-bodies scenario`` (the
+    default) ``users x per_user`` bodies of ``scenario`` built by tokenswarm's own workload code
+    into ``path`` (``bench_bodies.py``); with ``plain``, none (its two-word prompt)."""
+    if args.baseline_bodies != "scenario":
+        return {}
+    from bench_bodies import build_bodies, write_bodies
+
+    bodies = build_bodies(ROOT / scenario, base_url, users, per_user)
+    write_bodies(path, bodies)
+    print(f"baseline bodies: {len(bodies)} built from {scenario} ({path})")
+    return {"BENCH_BODIES_FILE": str(path)}
+
+
 def start_client(cmd: list[str], env: dict[str, str], src: Path, **popen: Any) -> subprocess.Popen[Any]:
     """One client process of the tree at ``src`` on core 0 (its own sources first on the path)."""
     if shutil.which("taskset"):

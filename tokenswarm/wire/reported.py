@@ -27,9 +27,15 @@ def reported_count(name: str, v: Any, bound: int) -> tuple[int | None, str | Non
     return None, implausible(name, v, None, bound)
 
 
+def _shown(v: Any) -> str:
+    """A reported value as a problem text shows it: its repr, cut to 40 characters."""
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def implausible(name: str, v: Any, previous: int | None, bound: int) -> str:
     """The plain message for a count no stream could carry (the value shown, shortened)."""
-    shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
+    shown = _shown(v)
     if type(v) is not int:
         why = "not an integer"
     elif v < 0:
@@ -45,8 +51,7 @@ def reported_label(name: str, v: Any) -> tuple[str | None, str | None]:
     """A short text field from the server (id, finish_reason): a non-string is a problem."""
     if v is None or type(v) is str:
         return v, None
-    shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
-    return None, f"server reported {name}={shown}: not a string"
+    return None, f"server reported {name}={_shown(v)}: not a string"
 
 
 def spec_decode_problem(sd: dict[str, Any], depth: int = 0) -> str | None:
