@@ -6,7 +6,6 @@ wiring in :mod:`tokenswarm.orchestrate.plugin`.
 
 from __future__ import annotations
 
-import gc
 import inspect
 import json
 import os
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenswarm.load.context import RunContext, make_worker_id
+from tokenswarm.load.gcpolicy import paused_gc, quiet_gc
 
 
 def scenario_slos(sc: Any) -> dict[str, Any]:
@@ -94,54 +94,35 @@ def discover_model(base_url: str, target: Any) -> tuple[str | None, Any, dict[st
 # ---------------------------------------------------------------------------------------------
 def build_worker_context(env: Any, sc: Any, run_id: str, base_url: str, model: str, sink: Any, role: str,
                          index: int) -> RunContext:
-    from tokenswarm.wire.auth import split_userinfo, target_headers
-    from tokenswarm.workload.prompts import PromptSource
-    from tokenswarm.workload.tokencount import make_token_counter
+    # The heap built here lives as long as the process: no collection walks it on the way (the
+    # collector runs again, with the heap frozen out of its view, when quiet_gc is done).
+    with paused_gc():
+        from tokenswarm.wire.auth import split_userinfo, target_headers
+        from tokenswarm.workload.prompts import PromptSource
+        from tokenswarm.workload.tokencount import make_token_counter
 
-    counter = make_token_counter(split_userinfo(base_url)[0], model, sc.traffic.tokenizer,
-                                 headers=target_headers(sc.target, base_url))  # /tokenize carries the target's auth
-    worker_id = make_worker_id(index if role == "worker" else None)
-    sources = {}
-    for t in sc.traffic.classes:
-        if t.weight > 0:
-            sources[t.name] = PromptSource(t, counter, seed=sc.traffic.seed * 1000 + index, api=sc.target.api,
-                                           prefix_seed=sc.traffic.seed)
-    close = getattr(counter, "close", None)
-    if close is not None:
-        close()  # the prompts are sized: no idle connection to the target's /tokenize for the whole run
-    ctx = RunContext(scenario=sc, run_id=run_id, worker_id=worker_id, base_url=base_url, model=model, sink=sink,
-                     role=role, worker_index=index, events=env.events, request_event=env.events.request.fire,
-                     prompt_sources=sources)
-    apply_user_settings(sc, base_url)
-    if any(t.kind == "extraction" and t.weight > 0 for t in sc.traffic.classes):
-        from tokenswarm.workload import quality
+        counter = make_token_counter(split_userinfo(base_url)[0], model, sc.traffic.tokenizer,
+                                     headers=target_headers(sc.target, base_url))  # /tokenize carries the target's auth
+        worker_id = make_worker_id(index if role == "worker" else None)
+        sources = {}
+        for t in sc.traffic.classes:
+            if t.weight > 0:
+                sources[t.name] = PromptSource(t, counter, seed=sc.traffic.seed * 1000 + index, api=sc.target.api,
+                                               prefix_seed=sc.traffic.seed)
+        close = getattr(counter, "close", None)
+        if close is not None:
+            close()  # the prompts are sized: no idle connection to the target's /tokenize for the whole run
+        ctx = RunContext(scenario=sc, run_id=run_id, worker_id=worker_id, base_url=base_url, model=model, sink=sink,
+                         role=role, worker_index=index, events=env.events, request_event=env.events.request.fire,
+                         prompt_sources=sources)
+        apply_user_settings(sc, base_url)
+        if any(t.kind == "extraction" and t.weight > 0 for t in sc.traffic.classes):
+            from tokenswarm.workload import quality
 
-        quality.preload()  # answers are schema-checked: import the validator before the loop runs
-    quiet_gc()
+            quality.preload()  # answers are schema-checked: import the validator before the loop runs
+        quiet_gc()
     frame_only_stop_log()
     return ctx
-
-
-def quiet_gc() -> None:
-    """Keep the cyclic garbage collector out of the measuring loop.
-
-    Set-up leaves a large, long-lived heap (prompt corpora, modules) that every full collection
-    would walk again; ``gc.freeze`` moves it out of the collector's view. The hot path allocates
-    a few short-lived, acyclic dicts per SSE event, so the default generation-0 threshold (700)
-    ran a collection every ~100 events for nothing: it is raised, not disabled (cycles from
-    user code are still collected).
-
-    A process's first set-up freezes without a full collection first: at that point one walked
-    ~60,000 objects to find ~120 unreachable ones (class-building leftovers of the imports,
-    measured on ``mix.yaml``), 23 ms of every worker's start-up to free a few kilobytes, which
-    are frozen with the rest instead. A later set-up in the same process (the web UI's next
-    test, an in-process test suite) collects first: its garbage may hold a previous run's
-    objects, sockets among them.
-    """
-    if gc.get_freeze_count():
-        gc.collect()
-    gc.freeze()
-    gc.set_threshold(20000, 20, 20)
 
 
 class _FrameOnlyInspect:
