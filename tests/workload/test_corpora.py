@@ -77,6 +77,29 @@ def test_top_level_definitions_and_documented_functions_are_numbered_by_line_fee
                 ("def ", "async def ")), (rel, f.name)
 
 
+def test_documented_functions_are_the_docstring_defs_that_begin_a_line_whatever_else_holds_def():
+    import re
+
+    from tokenswarm.workload.corpora.builtin import _DOCUMENTED_DEF, _def_lines, _documented_defs
+
+    # the specification: the pattern tried at every line start, matches in order, none overlapping
+    at_every_line = re.compile("^" + _DOCUMENTED_DEF.pattern, _DOCUMENTED_DEF.flags | re.MULTILINE)
+    doc = '"""' + "d" * 45 + '"""'
+    texts = [
+        "def first(x):\n    " + doc + "\n",                                   # the file's first line
+        'x = "def"; y = 1\ndef after_a_string(a, b=(1, 2)):\n  ' + doc + "\n",   # "def" mid-line first
+        "def a():\n    " + '"""short"""; def b():\n    ' + doc + "\n",         # a def after a match, same line
+        "class A:\n    async def m(self):\n\t" + doc + "\n    def\tn(self) -> int:\n      " + doc,
+        "def undocumented():\n    pass\ndefinitely = 1\n  def inner():\n   r" + doc,
+    ]
+    texts += [(stdlib_dir() / rel).read_text(encoding="utf-8", errors="replace") for rel in stdlib_sources()[::25]]
+    for text in texts:
+        found = [(m.start(), m.group("name"), m.group("doc")) for m in _documented_defs(text)]
+        assert found == [(m.start(), m.group("name"), m.group("doc")) for m in at_every_line.finditer(text)]
+    assert [m.group("name") for m in _documented_defs(texts[2])] == ["a"]  # b's line began inside a's match
+    assert list(_def_lines(texts[0])) == [(0, 0)]  # a definition on the first line counts too
+
+
 def test_prose_corpus_is_pydoc_topics():
     corpus = prose_corpus()
     assert len(corpus.topics) > 50
