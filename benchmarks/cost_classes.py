@@ -52,7 +52,7 @@ def row_figures(row: dict[str, Any]) -> str:
     window_us_req = row["window_cpu_s"] / row["window_requests"] * 1e6 if row["window_requests"] else float("nan")
     return (f"{req:>8d} {req / row['seconds']:>7.0f} {chunks / req if req else 0:>10.1f} "
             f"{whole_us_req:>12.0f} {window_us_req:>13.0f} {row['us_per_chunk'] or 0:>14.1f} "
-            f"{row['window_us_per_chunk'] or 0:>15.1f} {row['startup_cpu_s']:>10.2f}")
+            f"{row['window_us_per_chunk'] or 0:>15.1f} {row['startup_cpu_s']:>10.3f}")
 
 
 def run_classes(args: argparse.Namespace, work: Path) -> None:

@@ -94,7 +94,7 @@ def run_compare(args: argparse.Namespace, work: Path, case: str) -> None:
         print(f"{label:<11} {ran:>3} {r['requests']:>8} {r['chunks']:>8} {r['chunks'] / max(1, r['requests']):>10.1f} "
               f"{r['us_per_chunk'] or 0:>14.1f} {r['whole_cpu_s'] / max(1, r['requests']) * 1e6:>12.0f} "
               f"{r['system_us_per_chunk'] or 0:>15.1f} {r['window_us_per_chunk'] or 0:>15.1f} "
-              f"{r['startup_cpu_s']:>10.2f} {errs}")
+              f"{r['startup_cpu_s']:>10.3f} {errs}")
     per_round = len(trees) + 1
     rounds = [rows[i:i + per_round] for i in range(0, len(rows), per_round)]
     for k, (tree, _src) in enumerate(trees):

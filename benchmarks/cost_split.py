@@ -81,7 +81,7 @@ def split_table(args: argparse.Namespace, rows: list[dict[str, Any]], tree: str)
           f"{'window req/s':>12} {'chunks/s':>9} {'CPU share':>9} {'TTFT err p99':>12} {'gap p99':>8} {'e2e p99':>8}")
     for r in rows:
         print(f"{r['length']:>7} {r['requests']:>9} {r['chunks']:>8} {r['chunks'] / max(1, r['requests']):>10.1f} "
-              f"{r['whole_cpu_s']:>11.2f} {r['startup_cpu_s']:>10.2f} {r['us_per_chunk'] or 0:>9.1f} {window_figures(r, 12)}")
+              f"{r['whole_cpu_s']:>11.2f} {r['startup_cpu_s']:>10.3f} {r['us_per_chunk'] or 0:>9.1f} {window_figures(r, 12)}")
     f = fit(rows)
     print(f"whole process: start-up {f['startup_s']:.2f} s of CPU (median, measured), then CPU = "
           f"{f['per_request_us']:.0f} us x requests + {f['per_chunk_us']:.1f} us x chunks (largest residual "

@@ -5,9 +5,9 @@ Each round runs every tree (this one and each ``--src``, in an order that turns 
 round) and then plain Locust (``baseline_locustfile.py`` with the scenario's own bodies), each
 with one user for ``--startup-seconds`` against the truth server, on ``--classes-scenario``
 (``scenarios/mix.yaml``: every task's prompt source, the schema validator, the code corpus).
-Per process: the CPU its tree had spent when the server received its first request (sampled
-every 0.1 s, as every comparison row's start-up) and its whole-process CPU (``getrusage`` of the
-waited tree). tokenswarm's start-up is Locust's plus its own (the plugin, the scenario, the
+Per process: the CPU it had spent when the server received its first request (its CPU-time
+clock read every 5 ms and interpolated, to the nanosecond where ``/proc`` counts 10 ms ticks; as
+every comparison row's start-up) and its whole-process CPU (``getrusage`` of the waited tree). tokenswarm's start-up is Locust's plus its own (the plugin, the scenario, the
 prompt sources), so the baseline's figure is the floor a Locust plugin can reach.
 """
 

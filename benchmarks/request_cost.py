@@ -40,8 +40,8 @@ tokenswarm's timing errors against the server's kernel-stamped truth over the st
 TTFT, chunk gap and e2e error p99 (goal: <= 1 ms each). Each client's kernel (system) CPU per
 chunk is printed too, and the ratio of the user-space CPU alone: reading a chunk costs every
 client a system call and, on loopback, the ACK that read sends, which no client code removes.
-So is each client's start-up: the CPU its process tree had spent when the server received its
-first request (sampled every 0.1 s), part of the whole-process figure.
+So is each client's start-up: the CPU its process had spent when the server received its
+first request (its CPU-time clock read every 5 ms, interpolated), part of the whole-process figure.
 
 With ``--src DIR`` (a checkout with its C extension built in place) the comparison runs that
 tree's tokenswarm too, in every round, between this tree's and the baseline (A B C A B C), and

@@ -80,13 +80,45 @@ def test_the_classes_part_runs_each_task_of_the_mix_alone_and_multi_turn_again_w
     assert "multi_turn (no think)" not in dict(classes.variants(ROOT / "scenarios" / "mix.yaml", no_think=False))
 
 
+def test_the_start_up_is_the_cpu_clock_interpolated_at_the_first_request_and_ticks_only_without_it():
+    costrun = _bench("costrun")
+    truth = {"a": {"received": 10.5, "chunks": [[10.6, 3]]}}
+    ticks = [(9.5, 0.2), (10.4, 0.3), (11.0, 0.5)]
+    row = {"start": 9.0, "end": 20.0, "window": (10.0, 15.0), "whole_cpu_s": 1.0, "whole_system_cpu_s": 0.1,
+           "window_cpu_s": 0.5, "cpu_samples": ticks,
+           "startup_samples": [(10.49, 0.3310), (10.495, 0.3320), (10.505, 0.3340), (10.51, 0.3350)]}
+    costrun.count(row, truth)
+    assert row["startup_cpu_s"] == pytest.approx(0.3330), "halfway between the samples around 10.5 s"
+    row["startup_samples"] = [(9.0, 0.0), (10.4, 0.3)]  # the fine samples end before the first request
+    costrun.count(row, truth)
+    assert row["startup_cpu_s"] == 0.3, "the ticks' last sample before it"
+    assert costrun.cpu_at([(1.0, 0.1), (2.0, 0.2)], 0.5) is None and costrun.cpu_at([(1.0, 0.1)], 1.0) == 0.1
+
+
+def test_a_processes_cpu_clock_counts_its_cpu_in_nanoseconds_and_is_none_once_it_is_gone():
+    import subprocess
+
+    costrun = _bench("costrun")
+    child = subprocess.Popen([sys.executable, "-c", "import sys, time\nt = time.process_time()\n"
+                              "while time.process_time() - t < 0.2: pass\nprint(time.process_time(), flush=True)\n"
+                              "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        own = float(child.stdout.readline())  # what the child counts itself, after its busy 0.2 s
+        seen = costrun.process_cpu_clock_s(child.pid)
+        assert seen is not None and own <= seen < own + 0.05
+        assert seen != round(seen, 2), "finer than /proc's 10 ms ticks"
+    finally:
+        child.communicate("", timeout=30)
+    assert costrun.process_cpu_clock_s(child.pid) is None
+
+
 def test_a_classes_row_prints_cpu_per_request_and_per_chunk_whole_and_in_the_window():
     classes = _bench("cost_classes")
     row = {"requests": 1000, "chunks": 30_000, "seconds": 20.0, "whole_cpu_s": 1.5, "window_cpu_s": 0.4,
            "window_requests": 500, "us_per_chunk": 50.0, "window_us_per_chunk": 26.7, "startup_cpu_s": 0.39}
     fields = classes.row_figures(row).split()
     # requests, requests/s, chunks a request, whole us/request, window us/request, us/chunk twice, start-up
-    assert fields == ["1000", "50", "30.0", "1500", "800", "50.0", "26.7", "0.39"]
+    assert fields == ["1000", "50", "30.0", "1500", "800", "50.0", "26.7", "0.390"]
 
 
 def test_the_startup_table_gives_each_clients_median_its_rounds_and_its_start_up_beyond_the_baseline():
