@@ -5,7 +5,6 @@ per chunk, and tokenswarm's timing errors against the truth."""
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 from typing import Any
@@ -53,13 +52,14 @@ def run_compare(args: argparse.Namespace, work: Path, case: str) -> None:
     with start_truth(truth_path, "--step-ms", str(step_ms), "--tokens-per-chunk", tokens, cpus="1") as srv:
         bodies_env = baseline_bodies_env(args, work / f"compare-{case}-bodies.jsonl", scenario, srv.base_url,
                                          streams, max(8, -(-2000 // streams)))
+        srv.stats(reset=True)  # each run's row gets the server's own lateness during it (server_lag)
         for n in range(args.repeat):
             by_tree: dict[str, dict[str, Any]] = {}
             for tree, src in in_turn(trees, n):
                 run = work / f"compare-{case}-{tree}-{n}"
                 ts = run_process(tree, tokenswarm_command(srv.base_url, scenario, streams, args.seconds, run, [], src),
                                  {}, args.seconds, src)
-                ts.update(run=run, tree=tree, place=len(by_tree) + 1)
+                ts.update(run=run, tree=tree, place=len(by_tree) + 1, server_lag=server_lag(srv))
                 by_tree[tree] = ts
             tree_rows = [by_tree[tree] for tree, _src in trees]  # this tree first, as the ratios below pair them
             srv.flush()
@@ -70,11 +70,11 @@ def run_compare(args: argparse.Namespace, work: Path, case: str) -> None:
             base = run_process("baseline", baseline_command(srv.base_url, streams, args.seconds),
                                {"BENCH_MODEL": "truth", "BENCH_MAX_TOKENS": str(mean_tokens), **bodies_env},
                                args.seconds)
+            base["server_lag"] = server_lag(srv)
             if not bodies_env:
                 base["max_tokens"] = mean_tokens
             rows += [*tree_rows, base]
         srv.flush()
-        lateness = srv.stats()
     truth = load_truth(truth_path)
     for r in rows:
         count(r, truth)
@@ -84,7 +84,7 @@ def run_compare(args: argparse.Namespace, work: Path, case: str) -> None:
           f"finished {stamp()}")
     print(f"{'client':<11} {'ran':>3} {'requests':>8} {'chunks':>8} {'chunks/req':>10} {'whole us/chunk':>14} "
           f"{'whole us/req':>12} {'kernel us/chunk':>15} {'window us/chunk':>15} {'start-up s':>10} {'TTFT err p99':>12} "
-          f"{'gap p99':>8} {'e2e p99':>8}")
+          f"{'gap p99':>8} {'e2e p99':>8} {'server lag p99':>14}")
     for r in rows:
         a = r.get("accuracy")
         errs = (f"{a['ttft_err_p99_ms']:>12.2f} {a['gap_err_p99_ms']:>8.2f} {a['e2e_err_p99_ms']:>8.2f}" if a
@@ -94,7 +94,7 @@ def run_compare(args: argparse.Namespace, work: Path, case: str) -> None:
         print(f"{label:<11} {ran:>3} {r['requests']:>8} {r['chunks']:>8} {r['chunks'] / max(1, r['requests']):>10.1f} "
               f"{r['us_per_chunk'] or 0:>14.1f} {r['whole_cpu_s'] / max(1, r['requests']) * 1e6:>12.0f} "
               f"{r['system_us_per_chunk'] or 0:>15.1f} {r['window_us_per_chunk'] or 0:>15.1f} "
-              f"{r['startup_cpu_s']:>10.3f} {errs}")
+              f"{r['startup_cpu_s']:>10.3f} {errs} {_lag(r.get('server_lag')):>14}")
     per_round = len(trees) + 1
     rounds = [rows[i:i + per_round] for i in range(0, len(rows), per_round)]
     for k, (tree, _src) in enumerate(trees):
@@ -128,4 +128,18 @@ def run_compare(args: argparse.Namespace, work: Path, case: str) -> None:
         print(f"tokenswarm accuracy (worst run): TTFT error p99 {worst['ttft_err_p99_ms']:.2f} ms, chunk gap "
               f"{worst['gap_err_p99_ms']:.2f} ms, e2e {worst['e2e_err_p99_ms']:.2f} ms; goal <= "
               f"{ACCURACY_GOAL_MS:.0f} ms: {'met' if ok else 'NOT met'}")
-    print(f"truth server lateness: {json.dumps(lateness)[:200]}")
+    lags = [r["server_lag"]["p99_ms"] for r in rows if (r.get("server_lag") or {}).get("p99_ms") is not None]
+    if lags:
+        print(f"truth server lateness (an event's emission after it was due), p99 per run: {min(lags):.2f}-"
+              f"{max(lags):.2f} ms")
+
+
+def server_lag(srv: Any) -> dict[str, Any]:
+    """The truth server's emission lag over the run just ended (its samples reset for the next; it
+    keeps the latest 200,000 events, the last ~10 s of a 96-stream run)."""
+    lag: dict[str, Any] = srv.stats(reset=True)["emission_lag"]
+    return lag
+
+
+def _lag(lag: dict[str, Any] | None) -> str:
+    return "-" if not lag or lag.get("p99_ms") is None else f"{lag['p99_ms']:.2f}"

@@ -112,6 +112,22 @@ def test_a_processes_cpu_clock_counts_its_cpu_in_nanoseconds_and_is_none_once_it
     assert costrun.process_cpu_clock_s(child.pid) is None
 
 
+def test_each_comparison_row_carries_the_truth_servers_lateness_during_that_run_only():
+    compare = _bench("cost_compare")
+
+    class Server:
+        calls: list[bool] = []
+
+        def stats(self, reset: bool = False) -> dict:
+            self.calls.append(reset)
+            return {"requests": 7, "emission_lag": {"n": 3, "p50_ms": 0.4, "p99_ms": 2.345, "max_ms": 9.0}}
+
+    srv = Server()
+    lag = compare.server_lag(srv)
+    assert lag["p99_ms"] == 2.345 and srv.calls == [True], "read and reset: the next run's samples are its own"
+    assert compare._lag(lag) == "2.35" and compare._lag(None) == "-" and compare._lag({"p99_ms": None}) == "-"
+
+
 def test_a_classes_row_prints_cpu_per_request_and_per_chunk_whole_and_in_the_window():
     classes = _bench("cost_classes")
     row = {"requests": 1000, "chunks": 30_000, "seconds": 20.0, "whole_cpu_s": 1.5, "window_cpu_s": 0.4,
