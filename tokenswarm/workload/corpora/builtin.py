@@ -162,7 +162,7 @@ _TOP_LEVEL_DEF_AFTER = re.compile(r"\n(?=def |class |async def )")
 def _def_lines(text: str) -> Iterator[tuple[int, int]]:
     """``(0-based line, offset)`` of each line that starts with ``def``, ``class`` or ``async def``
     (a line ends at a line feed only)."""
-    offsets = (m.end() for m in _TOP_LEVEL_DEF_AFTER.finditer(text))
+    offsets: Iterator[int] = (m.end() for m in _TOP_LEVEL_DEF_AFTER.finditer(text))
     if text.startswith(_TOP_LEVEL_KEYWORDS):
         offsets = itertools.chain((0,), offsets)
     line, counted_to = 0, 0
