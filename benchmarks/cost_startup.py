@@ -7,8 +7,9 @@ with one user for ``--startup-seconds`` against the truth server, on ``--classes
 (``scenarios/mix.yaml``: every task's prompt source, the schema validator, the code corpus).
 Per process: the CPU it had spent when the server received its first request (its CPU-time
 clock read every 5 ms and interpolated, to the nanosecond where ``/proc`` counts 10 ms ticks; as
-every comparison row's start-up) and its whole-process CPU (``getrusage`` of the waited tree). tokenswarm's start-up is Locust's plus its own (the plugin, the scenario, the
-prompt sources), so the baseline's figure is the floor a Locust plugin can reach.
+every comparison row's start-up) and its whole-process CPU (``getrusage`` of the waited tree).
+tokenswarm's start-up is Locust's plus its own (the plugin, the scenario, the prompt sources), so
+the baseline's figure is the floor a Locust plugin can reach.
 """
 
 from __future__ import annotations

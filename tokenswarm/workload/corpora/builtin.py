@@ -156,7 +156,7 @@ def top_level_defs(rel: str) -> tuple[tuple[int, int], ...]:
 _TOP_LEVEL_KEYWORDS = ("def ", "class ", "async def ")
 # The line feed before each such line: a literal first character lets the regex engine skip to
 # the line feeds, where ^ under MULTILINE tried every position (5x the time).
-_TOP_LEVEL_DEF_AFTER = re.compile(r"\n(?=def |class |async def )")
+_TOP_LEVEL_DEF_AFTER = re.compile(r"\n(?=" + "|".join(map(re.escape, _TOP_LEVEL_KEYWORDS)) + ")")
 
 
 def _def_lines(text: str) -> Iterator[tuple[int, int]]:
