@@ -176,7 +176,8 @@ def generator_health(manifest: RunManifest, rows: Sequence[Mapping[str, Any]] | 
             "messages": found.messages,
             "cpu_warning": bool(gh.get("cpu_warning")), "max_loop_lag_ms": gh.get("max_loop_lag_ms"),
             "late_dispatches_count": late,
-            "late_send_steps": late_sends, "timing_paths": timing["paths"], "timing_counters": timing["counters"]}
+            "late_send_steps": late_sends, "timing_paths": timing["paths"], "timing_counters": timing["counters"],
+            "sweeps_by_period_ms": timing["sweeps_by_period_ms"]}
 
 
 #: Counters of ``workers[].timing`` that mean some arrival times were coarser than the path
@@ -196,10 +197,12 @@ _TIMING_FALLBACKS = {
 
 
 def timing_summary(manifest: RunManifest) -> dict[str, Any]:
-    """The timing paths the workers ran (``manifest.workers[].timing``), their summed counters,
-    and messages for paths without kernel stamps and for every fallback that happened."""
+    """The timing paths the workers ran (``manifest.workers[].timing``), their summed counters
+    and sweeps by sweep period (milliseconds, as text, in order of period), and messages for
+    paths without kernel stamps and for every fallback that happened."""
     paths: list[str] = []
     counters: dict[str, int] = {}
+    sweeps_by_period: dict[float, int] = {}
     messages: list[str] = []
     for w in manifest.workers:
         t = w.get("timing")
@@ -223,7 +226,11 @@ def timing_summary(manifest: RunManifest) -> dict[str, Any]:
         for k, v in (t.get("counters") or {}).items():
             if isinstance(v, int):
                 counters[k] = counters.get(k, 0) + v
+        for period, n in (t.get("sweeps_by_period_ms") or {}).items():  # older manifests: none
+            if isinstance(n, int):
+                sweeps_by_period[float(period)] = sweeps_by_period.get(float(period), 0) + n
     for k, text in _TIMING_FALLBACKS.items():
         if counters.get(k):
             messages.append(f"Timing: {counters[k]} {text}.")
-    return {"paths": paths, "counters": counters, "messages": messages}
+    return {"paths": paths, "counters": counters, "messages": messages,
+            "sweeps_by_period_ms": {f"{p:g}": n for p, n in sorted(sweeps_by_period.items())}}

@@ -27,6 +27,11 @@ def health_blocks(h: dict[str, Any], heading: bool = False) -> list[Block]:
         out.append(("list", h["messages"]))
     if h.get("timing_paths"):
         out.append(("p", "Timing path (how arrival times were taken): " + "; ".join(h["timing_paths"]) + "."))
+    periods = h.get("sweeps_by_period_ms") or {}
+    swept = sum(periods.values())
+    if swept:  # how long the streams' gaps let the sweep period grow: what a sweep costs per chunk
+        shares = ", ".join(f"{p} ms {pct(n / swept, 0)}" for p, n in periods.items())
+        out.append(("p", f"Sweep period (share of the {swept:,} sweeps): {shares}."))
     return out
 
 

@@ -106,6 +106,18 @@ def test_generator_health_names_the_timing_paths_and_every_fallback_that_happene
     assert "Timing: 2 read(s) held more chunks" in text and "Timing: 3 arrival note(s) were dropped" in text
     blocks = report_doc_health(noisy)
     assert any(b[0] == "p" and b[1].startswith("Timing path") for b in blocks)
+    assert not any(b[0] == "p" and b[1].startswith("Sweep period") for b in blocks), "older manifests: no line"
+
+
+def test_the_sweeps_by_period_of_all_workers_are_summed_and_shown_as_shares():
+    swept = generator_health(RunManifest(run_id="run", workers=(
+        _worker("w0", sweeps_by_period_ms={"1": 10, "2.5": 60}),
+        _worker("w1", sweeps_by_period_ms={"2": 25, "2.5": 5}),
+        _worker("w2"),  # a manifest from before the count
+    )))
+    assert swept["sweeps_by_period_ms"] == {"1": 10, "2": 25, "2.5": 65}, "summed, in order of period"
+    lines = [b[1] for b in report_doc_health(swept) if b[0] == "p" and b[1].startswith("Sweep period")]
+    assert lines == ["Sweep period (share of the 100 sweeps): 1 ms 10%, 2 ms 25%, 2.5 ms 65%."]
 
 
 def report_doc_health(h):

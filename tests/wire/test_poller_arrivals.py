@@ -98,3 +98,14 @@ def test_a_busy_poller_goes_back_to_waking_on_arrivals_only_after_sweeps_in_a_ro
         poller.remove(a.fileno())
         a.close()
         b.close()
+
+
+def test_the_manifest_counts_every_sweep_at_the_period_it_ran_at(monkeypatch):
+    if READ_BATCH_S <= 0 or not kstamp.maps_onto(time.perf_counter):
+        pytest.skip("a sweep period needs kernel stamps and a read batch")
+    from tokenswarm.wire import poller as poller_mod
+    with _watched_pair(on_arrival=False) as (poller, _sender, _calls):
+        monkeypatch.setattr(poller_mod, "_pollers", {("this test",): poller})
+        _sweeps(poller, 7)
+        assert poller_mod.sweeps_by_period_ms() == {f"{READ_BATCH_S * 1000:g}": 7}, "no evidence yet: the floor"
+        assert poller_mod.sweep_stats()["sweeps_count"] == 7

@@ -36,6 +36,17 @@ def test_it_starts_at_the_floor_and_grows_to_three_quarters_of_the_shortest_gap_
     assert q.period_s == pytest.approx(0.0025)
 
 
+def test_each_sweep_is_counted_at_the_period_it_ran_at():
+    p = SweepPeriod(FLOOR, CEILING)
+    p.update(0.0)  # the first sweep opens the window, at the floor
+    for _ in range(20):
+        p.gap(0.005)
+    assert p.update(WINDOW) is True, "this sweep ran at the floor and closed the window: 3.5 ms from now on"
+    for k in range(3):
+        p.update(WINDOW + 0.0035 * (k + 1))
+    assert sorted(p.sweeps_by_period_s.items()) == [(FLOOR, 2), (pytest.approx(0.0035), 3)]
+
+
 def test_it_never_passes_the_ceiling_nor_goes_below_the_floor():
     p = SweepPeriod(FLOOR, CEILING)
     _steady(p, 0.030, 2)

@@ -78,13 +78,18 @@ def test_provenance_names_every_path_and_the_overrides_in_effect(monkeypatch):
     monkeypatch.setenv("TOKENSWARM_READ_BATCH_MS", "1")
     p = timing.provenance()
     assert set(p) == {"reader", "native_fast_path", "native_built", "native_chunks", "kernel_stamps",
-                      "arrival_watcher", "read_batch_ms", "read_batch_max_ms", "head_reader", "overrides", "counters"}
+                      "arrival_watcher", "read_batch_ms", "read_batch_max_ms", "head_reader", "overrides", "counters",
+                      "sweeps_by_period_ms"}
     assert p["overrides"] == {"TOKENSWARM_READ_BATCH_MS": "1"}
     assert p["native_built"] is True and p["reader"] in ("hub", "greenlet")
     assert p["head_reader"] in ("hub", "library")
     assert all(k.endswith("_count") and isinstance(v, int) for k, v in p["counters"].items())
     assert {"sweeps_count", "sweep_crowded_reads_count", "sweep_period_changes_count"} <= set(p["counters"])
     assert p["read_batch_max_ms"] >= p["read_batch_ms"]
+    periods = p["sweeps_by_period_ms"]  # the sweeps again, by period (none if no poller has swept here)
+    assert all(isinstance(n, int) and n > 0 for n in periods.values())
+    assert [float(k) for k in periods] == sorted(float(k) for k in periods), "in order of period"
+    assert sum(periods.values()) <= p["counters"]["sweeps_count"]
 
 
 @pytest.mark.usefixtures("hub_reader")  # the counters count the event-loop reader's reads

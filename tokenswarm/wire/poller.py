@@ -193,6 +193,19 @@ def sweep_stats() -> dict[str, int]:
             "sweep_period_changes_count": sum(p.period.changes_count for p in polls if p.period is not None)}
 
 
+def sweeps_by_period_ms() -> dict[str, int]:
+    """This process's sweeps by the period in force when each ran, summed over its pollers: keys
+    are the period in milliseconds (``"2.5"``), sorted by period (the manifest's
+    ``timing.sweeps_by_period_ms``); they add up to ``sweeps_count``. Empty when no poller has a
+    sweep period (no kernel stamps, or ``TOKENSWARM_READ_BATCH_MS=0``: a read on every arrival)."""
+    counts: dict[float, int] = {}
+    for p in _pollers.values():
+        if p.period is not None:
+            for period_s, n in p.period.sweeps_by_period_s.items():
+                counts[period_s] = counts.get(period_s, 0) + n
+    return {f"{period_s * 1000.0:g}": n for period_s, n in sorted(counts.items())}
+
+
 def stream_poller(clock: Callable[[], float]) -> StreamPoller | None:
     """The poller of this process and hub (created on first use: forked workers get their own)."""
     if _epoll is None:

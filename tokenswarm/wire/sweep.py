@@ -42,7 +42,7 @@ class SweepPeriod:
     the caller passes the time)."""
 
     __slots__ = ("floor_s", "ceiling_s", "window_s", "min_reads", "period_s", "window_start_s", "window_min_s",
-                 "window_reads", "previous_min_s", "crowded_count", "changes_count")
+                 "window_reads", "previous_min_s", "crowded_count", "changes_count", "sweeps_by_period_s")
 
     def __init__(self, floor_s: float, ceiling_s: float, *, window_s: float = 0.25, min_reads: int = 20) -> None:
         if not 0 < floor_s <= ceiling_s:
@@ -58,6 +58,9 @@ class SweepPeriod:
         self.previous_min_s = math.inf  # and of the window before
         self.crowded_count = 0  # crowded reads seen (each one sets the floor)
         self.changes_count = 0  # times the period changed
+        #: sweeps run at each period (the period in force when :meth:`update` was called): what
+        #: the streams' gaps let the sweeps be, for the manifest
+        self.sweeps_by_period_s: dict[float, int] = {}
 
     @property
     def adaptive(self) -> bool:
@@ -77,7 +80,10 @@ class SweepPeriod:
         return self._set(self.floor_s)
 
     def update(self, now_s: float) -> bool:
-        """Close the window if ``window_s`` has passed; True if the period changed."""
+        """A sweep runs now (called once per sweep): count it at the period in force, and close
+        the window if ``window_s`` has passed; True if the period changed."""
+        counts = self.sweeps_by_period_s
+        counts[self.period_s] = counts.get(self.period_s, 0) + 1
         start = self.window_start_s
         if start is None:
             self.window_start_s = now_s

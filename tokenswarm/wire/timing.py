@@ -183,6 +183,10 @@ def provenance() -> dict[str, Any]:
     because their kept-alive connection had been closed by the server, see
     :func:`tokenswarm.wire.send.send_request`); ``kernel_dated_sends_count`` (sends held up
     past ``send.SEND_STALL_S``, dated by the kernel: :func:`tokenswarm.wire.send.kernel_sent_time`).
+
+    ``sweeps_by_period_ms``: the sweeps again, by the sweep period in force when each ran
+    (``{"1": 480, "2.5": 3120}``, :func:`tokenswarm.wire.poller.sweeps_by_period_ms`): how long
+    the streams' gaps let the period grow, which is most of what a sweep costs per chunk.
     """
     counters: dict[str, int] = {}
     fastread = native.extension()  # built, whether or not TOKENSWARM_NATIVE=0 keeps it unused
@@ -214,4 +218,5 @@ def provenance() -> dict[str, Any]:
         "head_reader": "hub" if head.HUB_HEAD else "library",
         "overrides": {name: os.environ[name] for name in OVERRIDES if name in os.environ},
         "counters": {**counters, **poller.sweep_stats(), **send.stats},
+        "sweeps_by_period_ms": poller.sweeps_by_period_ms(),
     }
