@@ -206,8 +206,8 @@ def test_vllm_greedy_output_follows_the_cycle_identically_with_and_without_ngram
     base, spec = baseline_engine.probe, ngram_engine.probe
     assert base["ids"] == expected, "vLLM's greedy output is the successor chain the weights encode"
     assert spec["ids"] == base["ids"], "n-gram speculation must not change greedy output"
-    # Chunk sizes are compared by median: a busy machine makes vLLM merge steps now and then (the
-    # plain server is asked again when it merged most of them: vllm_runs.probe).
+    # Chunk sizes are compared by median: a busy machine makes vLLM merge steps now and then (each
+    # server is asked again when its chunks show merged steps: vllm_runs.probe, steps_merged).
     assert base["accepted_after"] is None, "a server without speculation exposes no spec_decode counters"
     assert statistics.median(base["chunk_tokens"]) == 1, base["chunk_tokens"]
     assert statistics.median(spec["chunk_tokens"]) > 1, f"accepted drafts arrive together: {spec['chunk_tokens']}"
