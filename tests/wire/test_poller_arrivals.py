@@ -109,3 +109,15 @@ def test_the_manifest_counts_every_sweep_at_the_period_it_ran_at(monkeypatch):
         _sweeps(poller, 7)
         assert poller_mod.sweeps_by_period_ms() == {f"{READ_BATCH_S * 1000:g}": 7}, "no evidence yet: the floor"
         assert poller_mod.sweep_stats()["sweeps_count"] == 7
+
+
+def test_periods_a_rounding_apart_are_counted_as_one(monkeypatch):
+    if READ_BATCH_S <= 0 or not kstamp.maps_onto(time.perf_counter):
+        pytest.skip("a sweep period needs kernel stamps and a read batch")
+    from tokenswarm.wire import poller as poller_mod
+    with _watched_pair(on_arrival=False) as (poller, _sender, _calls):
+        monkeypatch.setattr(poller_mod, "_pollers", {("this test",): poller})
+        # a floor of 4.5 ms from the environment, and 9 steps of 0.5 ms above it
+        assert 9 * 0.0005 != 0.0045, "two floats for one period"
+        poller.period.sweeps_by_period_s.update({0.0045: 4, 9 * 0.0005: 5, 0.0025: 1})
+        assert poller_mod.sweeps_by_period_ms() == {"2.5": 1, "4.5": 9}

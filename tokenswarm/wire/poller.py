@@ -198,12 +198,15 @@ def sweeps_by_period_ms() -> dict[str, int]:
     are the period in milliseconds (``"2.5"``), sorted by period (the manifest's
     ``timing.sweeps_by_period_ms``); they add up to ``sweeps_count``. Empty when no poller has a
     sweep period (no kernel stamps, or ``TOKENSWARM_READ_BATCH_MS=0``: a read on every arrival)."""
-    counts: dict[float, int] = {}
+    counts: dict[str, int] = {}
     for p in _pollers.values():
         if p.period is not None:
             for period_s, n in p.period.sweeps_by_period_s.items():
-                counts[period_s] = counts.get(period_s, 0) + n
-    return {f"{period_s * 1000.0:g}": n for period_s, n in sorted(counts.items())}
+                # summed by the key written: two periods a rounding apart (a floor of 4.5 ms from the
+                # environment, 9 steps of 0.5 ms) are one period, and neither count may replace the other
+                key = f"{period_s * 1000.0:g}"
+                counts[key] = counts.get(key, 0) + n
+    return dict(sorted(counts.items(), key=lambda kv: float(kv[0])))
 
 
 def stream_poller(clock: Callable[[], float]) -> StreamPoller | None:
