@@ -59,7 +59,7 @@ def test_a_jsonl_run_and_its_no_slo_verdict_import_neither_pyarrow_nor_numpy_nor
             "from tokenswarm.orchestrate.verdict import evaluate_run\n"
             f"assert evaluate_run({str(run)!r}, {{}}, outcomes={{'ok': 3}})['passed']\n"
             "from tokenswarm.wire.native import ENABLED\n"
-            "heavy = ('pyarrow', 'prometheus_client', 'tokenswarm.analysis', 'jsonschema') + (('numpy',) if ENABLED else ())\n"
+            "heavy = ('pyarrow', 'prometheus_client', 'tokenswarm.analysis', 'jsonschema', 'jsonschema_rs') + (('numpy',) if ENABLED else ())\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in heavy))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]

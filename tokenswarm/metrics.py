@@ -140,7 +140,7 @@ GLOSSARY: dict[str, tuple[str, str]] = {
     "schema_valid_share": (
         "fraction",
         "Successful checked requests whose answer validates against the JSON Schema the request "
-        "asked for (jsonschema, draft 2020-12), over all successful checked requests.",
+        "asked for (JSON Schema draft 2020-12, checked with jsonschema-rs), over all successful checked requests.",
     ),
 }
 

@@ -255,7 +255,7 @@ FIELD_DOCS: dict[str, str] = {
     "headers_ms": "Response headers received (time to first byte), ms after sent_at_s.",
     "chunk_tokens_inferred": "True when chunk_tokens were not sent by the server but proven: as many content events as usage.completion_tokens, so one token per event.",
     "json_valid": "Extraction: the answer parses as JSON (one surrounding Markdown code fence allowed); null when not checked (other tasks, failed requests).",
-    "schema_valid": "Extraction: the answer validates against the JSON Schema the request asked for (jsonschema, draft 2020-12); null when not checked.",
+    "schema_valid": "Extraction: the answer validates against the JSON Schema the request asked for (JSON Schema draft 2020-12, checked with jsonschema-rs); null when not checked.",
     "first_reasoning_token_ms": "Reasoning streams: arrival of the first reasoning_content/reasoning chunk, ms after sent_at_s; null for a stream without reasoning.",
     "first_answer_token_ms": "Reasoning streams: arrival of the first answer (content) chunk, ms after sent_at_s (ttft_ms stays the first chunk of any kind); null without reasoning or without an answer.",
     "reasoning_chunks": "Reasoning streams: content chunks that carried reasoning (they come first: chunk i is reasoning iff i < reasoning_chunks).",

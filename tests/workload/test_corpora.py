@@ -34,6 +34,21 @@ def test_stdlib_sources_exclude_tests_and_site_packages():
     assert (stdlib_dir() / files[0]).is_file()
 
 
+def test_stdlib_sources_are_every_library_file_of_a_useful_size_by_its_path_relative_to_the_library():
+    from tokenswarm.workload.corpora import builtin
+
+    root, expected = stdlib_dir(), []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in builtin._SKIP_DIRS and not d.startswith(".")]
+        for name in filenames:
+            full = os.path.join(dirpath, name)
+            if (name.endswith(".py") and not name.startswith("test_")
+                    and builtin._MIN_SOURCE_BYTES <= os.path.getsize(full) <= builtin._MAX_SOURCE_BYTES):
+                expected.append(os.path.relpath(full, root).replace(os.sep, "/"))
+    assert stdlib_sources() == tuple(sorted(expected))
+    assert any("/" in f for f in stdlib_sources())  # files in packages keep their directory
+
+
 def test_documented_functions_come_from_real_source():
     funcs = documented_functions("json/__init__.py")
     names = {f.name for f in funcs}

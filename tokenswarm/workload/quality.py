@@ -3,10 +3,12 @@
 Used for ``extraction`` requests (and any request that asked for a JSON Schema). The answer
 text is checked as the model sent it, with one allowance models commonly need: a single
 surrounding Markdown code fence (```` ```json ... ``` ````) is removed first. Schema validation
-uses the ``jsonschema`` library (draft 2020-12); validators are built once per schema. The
-library is imported by :func:`preload` at test start, and only when the scenario has extraction
-tasks: its ~90 ms import is not paid by every run (a first import inside the event loop would
-stall it, so it is never left to the first answer).
+uses ``jsonschema-rs`` (draft 2020-12, ``format`` as an annotation, as the draft says); validators
+are built once per schema. It replaced the ``jsonschema`` library, whose import cost a
+``mix.yaml`` worker ~45 ms of start-up CPU against ~12 ms (``tests/workload/test_quality.py``
+checks that both give the same verdicts). The library is imported by :func:`preload` at test
+start, and only when the scenario has extraction tasks (a first import inside the event loop
+would stall it, so it is never left to the first answer).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 import orjson
 
-_validators: dict[bytes, Any] = {}  # jsonschema.Draft202012Validator per schema
+_validators: dict[bytes, Any] = {}  # jsonschema_rs.Draft202012Validator per schema
 
 
 def preload() -> None:
@@ -24,9 +26,23 @@ def preload() -> None:
 
 
 def _validator_class() -> Any:
-    from jsonschema import Draft202012Validator  # jsonschema: only for json_schema checks
+    from jsonschema_rs import Draft202012Validator  # only for json_schema checks
 
     return Draft202012Validator
+
+
+def validator(schema: dict[str, Any]) -> Any:
+    """The draft 2020-12 validator of ``schema``, built once; ValueError naming the schema's
+    ``title`` if it is not a valid schema (the shipped ones are checked by the tests)."""
+    key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+    v = _validators.get(key)
+    if v is None:
+        try:
+            v = _validators[key] = _validator_class()(schema)
+        except Exception as exc:  # jsonschema_rs.ValidationError: the schema breaks the metaschema
+            raise ValueError(f"JSON Schema {schema.get('title', '(untitled)')!r} is not a valid draft "
+                             f"2020-12 schema: {str(exc).splitlines()[0]}") from exc
+    return v
 
 
 def strip_fence(text: str) -> str:
@@ -48,8 +64,4 @@ def check_json(text: str, schema: dict[str, Any] | None) -> tuple[bool, bool | N
         return False, (False if schema is not None else None)
     if schema is None:
         return True, None
-    key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
-    validator = _validators.get(key)
-    if validator is None:
-        validator = _validators[key] = _validator_class()(schema)
-    return True, validator.is_valid(value)
+    return True, validator(schema).is_valid(value)
