@@ -35,9 +35,10 @@ def _packages() -> list[str]:
 
 setup(packages=_packages(),
       ext_modules=[Extension("tokenswarm.wire._fastread", ["tokenswarm/wire/_fastread.c", "tokenswarm/wire/_watch.c",
-                                                             "tokenswarm/wire/_chunks.c", "tokenswarm/wire/_record.c"],
+                                                             "tokenswarm/wire/_chunks.c", "tokenswarm/wire/_record.c",
+                                                             "tokenswarm/wire/_sweep.c"],
                              depends=["tokenswarm/wire/_watch.h", "tokenswarm/wire/_chunks.h",
-                                      "tokenswarm/wire/_record.h"], optional=True,
+                                      "tokenswarm/wire/_record.h", "tokenswarm/wire/_sweep.h"], optional=True,
                              extra_compile_args=["-O2"]),
                    # the store's chunk pass (analysis.chunkhist); without it the numpy path gives the same counts
                    Extension("tokenswarm.analysis._chunkhist", ["analysis/_chunkhist.c"], optional=True,

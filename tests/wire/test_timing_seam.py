@@ -129,7 +129,7 @@ def test_the_watcher_reports_dropped_and_over_cap_notes_as_counters_that_never_g
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
-@pytest.mark.parametrize("source", ["_fastread.c", "_watch.c", "_chunks.c", "_record.c"])
+@pytest.mark.parametrize("source", ["_fastread.c", "_watch.c", "_chunks.c", "_record.c", "_sweep.c"])
 def test_the_c_code_compiles_with_all_warnings_as_errors(source):
     include = sysconfig.get_paths()["include"]
     cmd = ["cc", "-std=c11", "-D_GNU_SOURCE", "-O2", "-fPIC", "-Wall", "-Wextra", "-Werror", f"-I{include}",

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from tokenswarm import cli
 from tokenswarm.workload.scenario import ScenarioError, ScenarioErrors, load_scenario, parse_scenario
+
+ROOT = Path(__file__).resolve().parents[2]
 
 BROKEN = {
     "target": {"timeouts": {"conect_s": 3}},
@@ -104,3 +109,23 @@ def test_aliases_that_expand_modestly_still_load():
 
     data = load_bounded(_alias_bomb(levels=3))
     assert data["target"]["extra_body"]["l1"] == [["x"] * 10] * 10
+
+
+@pytest.mark.skipif(not getattr(yaml, "__with_libyaml__", False), reason="PyYAML built without libyaml")
+@pytest.mark.parametrize("path", sorted((ROOT / "scenarios").glob("*.yaml")), ids=lambda p: p.name)
+def test_libyamls_parser_reads_every_shipped_scenario_as_the_pure_python_one_does(path):
+    from tokenswarm.workload.scenario import yamlsafe
+
+    assert yamlsafe.SAFE_LOADER is yaml.CSafeLoader  # the fast parser is the one in use
+    text = path.read_text()
+    assert yamlsafe.load_bounded(text) == yaml.load(text, Loader=yaml.SafeLoader)
+    assert yamlsafe.load_plain(text) == yaml.load(text, Loader=yaml.SafeLoader)
+
+
+@pytest.mark.parametrize("value, expected", [("[96]", [96]), ("null", None), ("{}", {}), ("0.5", 0.5),
+                                             ("'8'", "8"), ("yes", True), ("{a: [1, 2]}", {"a": [1, 2]})])
+def test_a_set_value_is_read_as_yaml_safe_load_reads_it(value, expected):
+    from tokenswarm.workload.scenario.parse import parse_override
+
+    assert parse_override(f"load.steps={value}") == ("load.steps", expected)
+    assert expected == yaml.safe_load(value)

@@ -49,10 +49,10 @@ def planned_duration_s(sc: Any) -> float:
 
 def sc_data(scenario: Any, overrides: dict[str, Any] | None) -> dict[str, Any]:
     """What a worker needs to rebuild the scenario (the file may not exist on its machine)."""
-    import yaml
+    from tokenswarm.workload.scenario.yamlsafe import load_plain  # the file load_scenario read, bounded
 
     path = scenario.path
-    raw = yaml.safe_load(Path(path).read_text()) if path and os.path.exists(path) else None
+    raw = load_plain(Path(path).read_text()) if path and os.path.exists(path) else None
     return {"raw": raw, "path": path, "overrides": overrides}
 
 

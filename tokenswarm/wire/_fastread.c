@@ -15,6 +15,7 @@
  */
 #include "_chunks.h"
 #include "_record.h"
+#include "_sweep.h"
 #include "_watch.h"
 
 #include <errno.h>
@@ -807,6 +808,11 @@ static PyMethodDef methods[] = {
      "redact_gates(data) -> int: bit i set when tokenswarm.redact's byte pattern i may match data"},
     {"read_stats", read_stats, METH_NOARGS, "read_stats() -> dict of read_events' counters in this process"},
     {"offsets_ms", offsets_ms, METH_VARARGS, "offsets_ms(times, sent_s) -> [ms after sent_s, to the microsecond]"},
+    {"sweep_ready", (PyCFunction)(void (*)(void))sweep_py_ready, METH_FASTCALL,
+     "sweep_ready(epfd, handlers, now_s, offset_s, max_ready) -> int: poll epfd without waiting and call "
+     "handlers[fd](now_s, offset_s) for each ready fd that has one"},
+    {"real_minus_mono", sweep_py_real_minus_mono, METH_NOARGS,
+     "real_minus_mono() -> CLOCK_REALTIME - CLOCK_MONOTONIC in s, the realtime reading bracketed by two monotonic ones"},
     {"itl_buckets", itl_buckets, METH_VARARGS,
      "itl_buckets(offsets_ms, tokens, buckets, inv_log_base) -> (samples, total_ms, min_ms, max_ms)"},
     {NULL, NULL, 0, NULL},

@@ -11,6 +11,9 @@ readable and calls each one's handler with one timestamp for the whole poll.
   stamps, not by when a sweep got to them).
 * **The sweep period follows the streams**, from ``READ_BATCH_S`` up to ``READ_BATCH_MAX_S``
   as their gaps allow (:mod:`tokenswarm.wire.sweep`).
+* **The sweep's poll and dispatch run in C** when the extension is built (``sweep_ready`` and
+  ``real_minus_mono`` of ``_sweep.c``): the same handlers called with the same arguments as
+  the Python loop kept here for builds without it.
 
 Without ``epoll`` (non-Linux) there is no poller (:func:`stream_poller` returns None) and each
 body reader gets its own libev watcher instead.
@@ -25,6 +28,7 @@ import gevent
 from gevent.monkey import get_original
 
 from tokenswarm.wire import kstamp, watch
+from tokenswarm.wire.native import native_function
 from tokenswarm.wire.sweep import SweepPeriod
 
 try:  # monkey-patching removes select.epoll (it would block the hub); we only poll it with timeout 0
@@ -48,6 +52,11 @@ READ_BATCH_MAX_S = max(READ_BATCH_S, float(os.environ.get("TOKENSWARM_READ_BATCH
 #: removal: ADD, EEXIST, DEL, ADD seen in strace) for no wake-up saved: the next arrival wakes it.
 QUIET_SWEEPS = 3
 
+#: The sweep's poll and dispatch, and the clock offset, in C (None: the Python loop below).
+_sweep_ready: Callable[[int, dict[int, Callable[[float, float], None]], float, float, int], int] | None = (
+    native_function("sweep_ready"))
+_real_minus_mono: Callable[[], float] | None = native_function("real_minus_mono")
+
 
 class StreamPoller:
     """All hub-read sockets of one process in one ``epoll`` set behind one libev watcher.
@@ -58,12 +67,13 @@ class StreamPoller:
     ``QUIET_SWEEPS`` sweeps in a row find nothing.
     """
 
-    __slots__ = ("clock", "ep", "handlers", "watcher", "timer", "kernel_stamps", "last_sweep_s", "empty_sweeps",
-                 "period", "sweeps_count")
+    __slots__ = ("clock", "ep", "epfd", "handlers", "watcher", "timer", "kernel_stamps", "last_sweep_s",
+                 "empty_sweeps", "period", "sweeps_count")
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
         self.ep = _epoll()
+        self.epfd = self.ep.fileno()
         self.handlers: dict[int, Callable[[float, float], None]] = {}
         loop = gevent.get_hub().loop
         self.watcher = loop.io(self.ep.fileno(), 1)
@@ -149,13 +159,19 @@ class StreamPoller:
                 watch.alive(period.period_s)
         elif self.kernel_stamps and watch.ENABLED:  # reading on every arrival: stalled 2 ms after one
             watch.alive()
-        offset = kstamp.real_minus_mono(self.clock) if self.kernel_stamps else 0.0  # realtime -> our timeline
+        offset = 0.0  # realtime -> our timeline (kernel stamps: the clock is CLOCK_MONOTONIC, kstamp.maps_onto)
+        if self.kernel_stamps:
+            offset = _real_minus_mono() if _real_minus_mono is not None else kstamp.real_minus_mono(self.clock)
         handlers = self.handlers
-        ready = self.ep.poll(0, MAX_READY)
-        for fd, _mask in ready:
-            h = handlers.get(fd)
-            if h is not None:
-                h(now, offset)
+        if _sweep_ready is not None:
+            ready = _sweep_ready(self.epfd, handlers, now, offset, MAX_READY)
+        else:
+            polled = self.ep.poll(0, MAX_READY)
+            for fd, _mask in polled:
+                h = handlers.get(fd)
+                if h is not None:
+                    h(now, offset)
+            ready = len(polled)
         timer = self.timer
         if timer is None or not self.handlers:
             return

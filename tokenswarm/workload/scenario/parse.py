@@ -28,7 +28,7 @@ from tokenswarm.workload.scenario.model import CostConfig, Scenario
 from tokenswarm.workload.scenario.slo import _parse_slo
 from tokenswarm.workload.scenario.target import _parse_target
 from tokenswarm.workload.scenario.traffic import _parse_traffic
-from tokenswarm.workload.scenario.yamlsafe import MAX_EXPANDED_NODES, YamlTooLarge, load_bounded
+from tokenswarm.workload.scenario.yamlsafe import MAX_EXPANDED_NODES, YamlTooLarge, load_bounded, load_plain
 
 _TOP = ("name", "description", "target", "traffic", "load", "slo", "cost")
 _COST = ("gpu_hour_usd", "gpus")
@@ -39,7 +39,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise ValueError(f"override {text!r}: expected dotted.path=value")
     key, _, value = text.partition("=")
-    return key.strip(), yaml.safe_load(value) if value.strip() else None
+    return key.strip(), load_plain(value) if value.strip() else None
 
 
 def apply_overrides(data: dict[str, Any], overrides: dict[str, Any] | None, file: str = "<scenario>") -> dict[str, Any]:
