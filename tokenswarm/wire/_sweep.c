@@ -91,7 +91,8 @@ PyObject *sweep_py_ready(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 
 /* real_minus_mono() -> CLOCK_REALTIME - CLOCK_MONOTONIC in seconds: the realtime reading
  * bracketed by two monotonic ones, the narrowest of up to three brackets, paired with its
- * midpoint (kstamp.real_minus_mono, in integer nanoseconds: no rounding of epoch seconds) */
+ * midpoint (kstamp.real_minus_mono's reading, computed in integer nanoseconds and converted to
+ * seconds once: a double of epoch seconds resolves ~0.25 us either way) */
 PyObject *sweep_py_real_minus_mono(PyObject *self, PyObject *unused)
 {
     (void)self;
