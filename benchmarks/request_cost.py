@@ -74,6 +74,13 @@ start-up: which task's requests cost what, and what idle streams cost (``cost_cl
 process had spent when the server received its first request, and its whole-process CPU
 (``cost_startup.py``). A short run weighs start-up most; a Locust plugin's floor is Locust's own.
 
+**Together** (``--only together``, with ``--src``): this tree and each ``--src`` at the same time on
+core 0, ``--streams`` users each on ``--classes-scenario``, one truth server, ``--repeat`` rounds:
+each tree's CPU per request and per chunk and its steady share of a core against this tree's in
+the same seconds. The machine's drift between runs (up to 1.45x on this project's VM) hits all
+trees alike, so a difference of a few per cent shows; CPU only, as the clients share a core
+(``cost_together.py``).
+
 **Ceiling** (``--only ceiling``): a worker's load at which accuracy still holds on one core, for
 short and long answers (``--ceiling-lengths``, 12 and 192 tokens): closed-loop runs at more and
 more streams (``--ceiling-streams``) until the TTFT, chunk-gap or e2e error p99 passes 1 ms;
@@ -95,15 +102,16 @@ from cost_compare import CASES, run_compare
 from cost_idle import run_idle
 from cost_split import run_split
 from cost_startup import run_startup
+from cost_together import run_together
 from costrun import stamp
 from spec_workload import compile_trees
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", choices=("split", "compare", "ceiling", "idle", "classes", "startup"),
-                    help="one part only (default: split and compare; the ceiling, idle, classes and startup run only "
-                         "when asked)")
+    ap.add_argument("--only", choices=("split", "compare", "ceiling", "idle", "classes", "startup", "together"),
+                    help="one part only (default: split and compare; the ceiling, idle, classes, startup and together "
+                         "run only when asked)")
     ap.add_argument("--startup-seconds", type=float, default=2.0, help="startup: each one-user run's length")
     ap.add_argument("--ceiling-lengths", type=int, nargs="+", default=[12, 192],
                     help="ceiling: answer lengths, short and long (tokens)")
@@ -122,9 +130,10 @@ def main() -> int:
                          "(default), or the two-word prompt at tokenswarm's mean answer length (the earlier runs)")
     ap.add_argument("--src", action="append", metavar="DIR",
                     help="split, compare, idle and startup: also run the tokenswarm of this checkout (C extension built in "
-                         "place), in the same rounds")
+                         "place), in the same rounds; together: run it at the same time as this tree")
     ap.add_argument("--classes-scenario", default="scenarios/mix.yaml",
-                    help="classes: the mixed scenario whose tasks run one at a time; startup: the scenario run")
+                    help="classes: the mixed scenario whose tasks run one at a time; startup and together: the "
+                         "scenario run")
     ap.add_argument("--classes-no-think", action="store_true",
                     help="classes: run each task that has a think time once more with it set to 0")
     ap.add_argument("--keep", type=Path, help="keep the runs and truth logs here")
@@ -144,6 +153,8 @@ def main() -> int:
         run_classes(args, work)
     if args.only == "startup":
         run_startup(args, work)
+    if args.only == "together":
+        run_together(args, work)
     if args.only in (None, "compare"):
         for case in args.cases:
             run_compare(args, work, case)

@@ -151,3 +151,27 @@ def test_the_startup_table_gives_each_clients_median_its_rounds_and_its_start_up
     assert ts[5] == "0.110", "0.600 against the baseline's median 0.490"
     assert ts[6] == "1.100"
     assert lines[2].split()[5] == "0.000"
+
+
+def test_together_counts_each_trees_requests_and_chunks_from_its_records(tmp_path):
+    together = _bench("cost_together")
+    (tmp_path / "records.jsonl").write_text(
+        '{"outcome": "ok", "chunk_offsets_ms": [1.0, 2.0, 3.5]}\n'
+        '{"outcome": "error", "chunk_offsets_ms": null}\n'
+        '\n'
+        '{"outcome": "ok", "chunk_offsets_ms": [4.0]}\n')
+    assert together._records(tmp_path) == (3, 4)  # a failed request counts, with no chunks
+    assert together._records(tmp_path / "missing") == (0, 0)  # a run that wrote nothing
+
+
+def test_together_refuses_to_run_without_a_second_tree_or_with_two_trees_of_one_name(tmp_path):
+    import argparse
+
+    together = _bench("cost_together")
+    with pytest.raises(SystemExit, match="give at least one --src"):
+        together.run_together(argparse.Namespace(src=None), tmp_path)
+    for side in ("a", "b"):
+        (tmp_path / side / "before").mkdir(parents=True)
+    with pytest.raises(SystemExit, match="share a folder name"):  # each --src is labelled by its folder
+        together.run_together(argparse.Namespace(src=[str(tmp_path / "a" / "before"), str(tmp_path / "b" / "before")]),
+                              tmp_path)
