@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from costrun import process_cpu_clock_s, stamp, start_client, tokenswarm_command, trees_of
+from costrun import cpu_at, process_cpu_clock_s, stamp, start_client, tokenswarm_command, trees_of
+from spec_workload import steady_window
 from truthserver.testing import start_truth
 
 
@@ -60,8 +61,7 @@ def one_round(args: argparse.Namespace, trees: list[tuple[str, Path]], base_url:
         err = (work / f"together-{n}-{label}.stderr").open("w")  # Locust's summary and logs, read on failure
         procs[label] = (start_client(cmd, {}, src, stdout=subprocess.DEVNULL, stderr=err), run)
         err.close()  # the child holds its own copy
-    warm = min(6.0, args.seconds / 3)
-    window = max(2.0, args.seconds - warm - 3.0)
+    wait, window = steady_window(args.seconds)  # the window the one-at-a-time modes read
     marks: dict[str, list[tuple[float, float]]] = {label: [] for label in procs}
     done = threading.Event()
 
@@ -97,11 +97,11 @@ def one_round(args: argparse.Namespace, trees: list[tuple[str, Path]], base_url:
             if proc.returncode is None:
                 proc.kill()
                 proc.wait()
-    t0, t1 = start + warm + 1.0, start + warm + 1.0 + window
+    t0, t1 = start + wait, start + wait + window
     for label, _src in trees:
-        proc, run = procs[label]
-        inside = [(t, c) for t, c in marks[label] if t0 <= t <= t1]
-        share = (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0]) if len(inside) > 1 else float("nan")
+        _proc, run = procs[label]
+        c0, c1 = cpu_at(marks[label], t0), cpu_at(marks[label], t1)  # interpolated at the window's ends
+        share = (c1 - c0) / (t1 - t0) if c0 is not None and c1 is not None else float("nan")
         requests, chunks = _records(run)
         rows.append({"label": label, "requests": requests, "chunks": chunks, "cpu_s": usage[label], "share": share})
     return rows

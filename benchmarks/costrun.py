@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from spec_workload import _children_cpu, process_tree_cpu  # noqa: E402
+from spec_workload import _children_cpu, process_tree_cpu, steady_window  # noqa: E402
 from truthjoin import join  # noqa: E402
 
 #: every timing error's goal: TTFT, chunk gap and e2e error p99 against the truth
@@ -160,9 +160,8 @@ def run_process(label: str, cmd: list[str], env: dict[str, str], seconds: float,
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    warm = min(6.0, seconds / 3)
-    window = max(2.0, seconds - warm - 3.0)
-    time.sleep(warm + 1.0)
+    wait, window = steady_window(seconds)
+    time.sleep(wait)
     c0, t0 = process_tree_cpu(proc.pid), time.monotonic()
     time.sleep(window)
     c1, t1 = process_tree_cpu(proc.pid), time.monotonic()

@@ -70,7 +70,7 @@ sys.path.insert(0, str(ROOT))
 from tokenswarm.sim.testing import SimHandle, start_sim  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from spec_workload import process_tree_cpu  # noqa: E402
+from spec_workload import process_tree_cpu, steady_window  # noqa: E402
 from truthjoin import join, load_truth  # noqa: E402
 
 
@@ -168,9 +168,8 @@ def run_client(kind: str, sim: SimHandle, streams: int, seconds: float, workdir:
 
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=quota.enter if quota is not None else None)
-    warm = warm_s if warm_s is not None else min(6.0, seconds / 3)
-    window = max(2.0, seconds - warm - 3.0)
-    time.sleep(warm + 1.0)
+    wait, window = steady_window(seconds, warm_s)
+    time.sleep(wait)
 
     def tree_cpu() -> float:
         return process_tree_cpu(proc.pid)

@@ -46,6 +46,14 @@ def _cpu_s(p: psutil.Process) -> float:
     return float(t.user + t.system)
 
 
+def steady_window(seconds: float, warm_s: float | None = None) -> tuple[float, float]:
+    """When a client's steady window starts (seconds after its launch) and how long it lasts, for a
+    run of ``seconds``: after start-up and ramp (``warm_s``, default a third of the run up to 6 s,
+    plus 1 s), and ending 2 s or more before shutdown (at least 2 s long)."""
+    warm = warm_s if warm_s is not None else min(6.0, seconds / 3)
+    return warm + 1.0, max(2.0, seconds - warm - 3.0)
+
+
 def process_tree_cpu(pid: int) -> float:
     """CPU seconds (user + system) of a process and its children so far (0 once it is gone)."""
     return process_tree_sum(pid, _cpu_s)
@@ -88,9 +96,8 @@ def run_whole(kind: str, srv, args, work: Path, n: int) -> dict:
         cmd = ["taskset", "-c", "0", *cmd]
     proc = subprocess.Popen(cmd, cwd=cwd, env={**os.environ, **env}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    warm = min(6.0, args.seconds / 3)
-    window = max(2.0, args.seconds - warm - 3.0)
-    time.sleep(warm + 1.0)
+    wait, window = steady_window(args.seconds)
+    time.sleep(wait)
     c0, t0 = process_tree_cpu(proc.pid), time.monotonic()
     time.sleep(window)
     c1, t1 = process_tree_cpu(proc.pid), time.monotonic()

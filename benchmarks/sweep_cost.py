@@ -21,7 +21,6 @@ times the sweeps a second (the manifest's ``timing.sweeps_count``).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -30,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from costrun import stamp  # noqa: E402
 from gevent.monkey import get_original  # noqa: E402
 
 from tokenswarm.wire import poller  # noqa: E402
@@ -73,8 +73,7 @@ def main() -> int:
         return 1
     if any(not 0 < r <= args.sockets for r in args.ready):
         ap.error(f"--ready: each value must be 1..--sockets ({args.sockets})")
-    print(f"started {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, load average "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} cores")
+    print(f"started {stamp()}")
     p = StreamPoller(time.perf_counter)
     pairs = [_socketpair() for _ in range(args.sockets)]
     for a, _b in pairs:

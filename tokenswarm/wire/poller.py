@@ -76,7 +76,7 @@ class StreamPoller:
         self.epfd = self.ep.fileno()
         self.handlers: dict[int, Callable[[float, float], None]] = {}
         loop = gevent.get_hub().loop
-        self.watcher = loop.io(self.ep.fileno(), 1)
+        self.watcher = loop.io(self.epfd, 1)
         # Kernel stamps are CLOCK_REALTIME; an injected test clock gets read-time stamps.
         self.kernel_stamps = kstamp.maps_onto(clock)
         sweep = self.kernel_stamps and READ_BATCH_S > 0  # without kernel stamps, reading late is stamping late
