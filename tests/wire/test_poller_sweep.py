@@ -156,4 +156,16 @@ def test_the_c_clock_offset_agrees_with_the_python_one():
     c_offset = native.native_function("real_minus_mono")
     # the two are read a few microseconds apart; the offset moves only as NTP slews the clocks
     for _ in range(5):
-        assert c_offset() == pytest.approx(kstamp.real_minus_mono(time.perf_counter), abs=1e-3)
+        assert c_offset(kstamp.OFFSET_BRACKET_S, kstamp.OFFSET_ATTEMPTS) == pytest.approx(
+            kstamp.real_minus_mono(time.perf_counter), abs=1e-3)
+
+
+@pytest.mark.skipif(not NATIVE, reason="needs the C extension")
+def test_the_c_clock_offset_refuses_a_bracket_or_attempts_that_cannot_be_right():
+    c_offset = native.native_function("real_minus_mono")
+    with pytest.raises(ValueError, match="attempts >= 1"):
+        c_offset(kstamp.OFFSET_BRACKET_S, 0)
+    with pytest.raises(ValueError, match="bracket_s >= 0"):
+        c_offset(-1.0, kstamp.OFFSET_ATTEMPTS)
+    with pytest.raises(TypeError, match="2 arguments"):
+        c_offset()

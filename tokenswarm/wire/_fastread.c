@@ -811,8 +811,9 @@ static PyMethodDef methods[] = {
     {"sweep_ready", (PyCFunction)(void (*)(void))sweep_py_ready, METH_FASTCALL,
      "sweep_ready(epfd, handlers, now_s, offset_s, max_ready) -> int: poll epfd without waiting and call "
      "handlers[fd](now_s, offset_s) for each ready fd that has one"},
-    {"real_minus_mono", sweep_py_real_minus_mono, METH_NOARGS,
-     "real_minus_mono() -> CLOCK_REALTIME - CLOCK_MONOTONIC in s, the realtime reading bracketed by two monotonic ones"},
+    {"real_minus_mono", (PyCFunction)(void (*)(void))sweep_py_real_minus_mono, METH_FASTCALL,
+     "real_minus_mono(bracket_s, attempts) -> CLOCK_REALTIME - CLOCK_MONOTONIC in s, the realtime reading bracketed by "
+     "two monotonic ones (kstamp.real_minus_mono's rule)"},
     {"itl_buckets", itl_buckets, METH_VARARGS,
      "itl_buckets(offsets_ms, tokens, buckets, inv_log_base) -> (samples, total_ms, min_ms, max_ms)"},
     {NULL, NULL, 0, NULL},

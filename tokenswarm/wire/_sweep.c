@@ -19,10 +19,6 @@
 #include <time.h>
 
 #define SWEEP_READY_MAX 1024 /* the poller's MAX_READY: more stay ready (level-triggered) */
-/* A realtime reading bracketed by two monotonic ones further apart than this was preempted
- * between them: take it again (kstamp.OFFSET_BRACKET_S) */
-#define BRACKET_NS 20000LL
-#define BRACKET_ATTEMPTS 3
 
 static long long ts_ns(const struct timespec *t)
 {
@@ -89,16 +85,33 @@ PyObject *sweep_py_ready(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return PyLong_FromLong(n);
 }
 
-/* real_minus_mono() -> CLOCK_REALTIME - CLOCK_MONOTONIC in seconds: the realtime reading
- * bracketed by two monotonic ones, the narrowest of up to three brackets, paired with its
- * midpoint (kstamp.real_minus_mono's reading, computed in integer nanoseconds and converted to
- * seconds once: a double of epoch seconds resolves ~0.25 us either way) */
-PyObject *sweep_py_real_minus_mono(PyObject *self, PyObject *unused)
+/* real_minus_mono(bracket_s, attempts) -> CLOCK_REALTIME - CLOCK_MONOTONIC in seconds: the
+ * realtime reading bracketed by two monotonic ones, taken again while the bracket is wider than
+ * ``bracket_s`` (a preemption between them), at most ``attempts`` times; the narrowest bracket's
+ * realtime reading paired with its midpoint. kstamp.real_minus_mono's reading, with its
+ * constants passed in (kstamp.OFFSET_BRACKET_S, OFFSET_ATTEMPTS), computed in integer
+ * nanoseconds and converted to seconds once: a double of epoch seconds resolves ~0.25 us either
+ * way. */
+PyObject *sweep_py_real_minus_mono(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    (void)unused;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "real_minus_mono(bracket_s, attempts) takes 2 arguments");
+        return NULL;
+    }
+    double bracket_s = PyFloat_AsDouble(args[0]);
+    if (bracket_s == -1.0 && PyErr_Occurred())
+        return NULL;
+    long attempts = PyLong_AsLong(args[1]);
+    if (attempts == -1 && PyErr_Occurred())
+        return NULL;
+    if (attempts < 1 || !(bracket_s >= 0.0)) {
+        PyErr_SetString(PyExc_ValueError, "real_minus_mono: need attempts >= 1 and bracket_s >= 0");
+        return NULL;
+    }
+    long long bracket_ns = (long long)(bracket_s * 1e9);
     long long best_width = -1, best_ns = 0;
-    for (int i = 0; i < BRACKET_ATTEMPTS; i++) {
+    for (long i = 0; i < attempts; i++) {
         struct timespec before, real, after;
         if (clock_gettime(CLOCK_MONOTONIC, &before) != 0 || clock_gettime(CLOCK_REALTIME, &real) != 0 ||
             clock_gettime(CLOCK_MONOTONIC, &after) != 0)
@@ -109,7 +122,7 @@ PyObject *sweep_py_real_minus_mono(PyObject *self, PyObject *unused)
             best_width = width;
             best_ns = ts_ns(&real) - (b + (a - b) / 2);
         }
-        if (width <= BRACKET_NS)
+        if (width <= bracket_ns)
             break;
     }
     return PyFloat_FromDouble((double)best_ns * 1e-9);
@@ -124,9 +137,9 @@ PyObject *sweep_py_ready(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return NULL;
 }
 
-PyObject *sweep_py_real_minus_mono(PyObject *self, PyObject *unused)
+PyObject *sweep_py_real_minus_mono(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    (void)self, (void)unused;
+    (void)self, (void)args, (void)nargs;
     PyErr_SetString(PyExc_OSError, "real_minus_mono needs CLOCK_MONOTONIC (Linux)");
     return NULL;
 }

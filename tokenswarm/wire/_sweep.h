@@ -7,6 +7,6 @@
 #include <Python.h>
 
 PyObject *sweep_py_ready(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-PyObject *sweep_py_real_minus_mono(PyObject *self, PyObject *unused);
+PyObject *sweep_py_real_minus_mono(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 #endif

@@ -51,10 +51,12 @@ def enable(sock: socket.socket) -> bool:
 #: A realtime reading bracketed by two monotonic readings further apart than this (the process
 #: was preempted between them) is taken again: its offset could be off by the gap.
 OFFSET_BRACKET_S = 20e-6
+#: ...at most this many times in all (the narrowest bracket is kept).
+OFFSET_ATTEMPTS = 3
 
 
 def real_minus_mono(clock: Callable[[], float] = time.perf_counter,
-                    real: Callable[[], float] = time.time, attempts: int = 3) -> float:
+                    real: Callable[[], float] = time.time, attempts: int = OFFSET_ATTEMPTS) -> float:
     """``real() - clock()`` with the realtime reading bracketed by two of ``clock``.
 
     Read as ``real() - now`` after ``now = clock()``, a preemption between the two readings

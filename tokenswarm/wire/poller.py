@@ -55,7 +55,8 @@ QUIET_SWEEPS = 3
 #: The sweep's poll and dispatch, and the clock offset, in C (None: the Python loop below).
 _sweep_ready: Callable[[int, dict[int, Callable[[float, float], None]], float, float, int], int] | None = (
     native_function("sweep_ready"))
-_real_minus_mono: Callable[[], float] | None = native_function("real_minus_mono")
+#: (the offset takes the bracket and attempts of kstamp.real_minus_mono: OFFSET_BRACKET_S, OFFSET_ATTEMPTS)
+_real_minus_mono: Callable[[float, int], float] | None = native_function("real_minus_mono")
 
 
 class StreamPoller:
@@ -161,7 +162,10 @@ class StreamPoller:
             watch.alive()
         offset = 0.0  # realtime -> our timeline (kernel stamps: the clock is CLOCK_MONOTONIC, kstamp.maps_onto)
         if self.kernel_stamps:
-            offset = _real_minus_mono() if _real_minus_mono is not None else kstamp.real_minus_mono(self.clock)
+            if _real_minus_mono is not None:
+                offset = _real_minus_mono(kstamp.OFFSET_BRACKET_S, kstamp.OFFSET_ATTEMPTS)
+            else:
+                offset = kstamp.real_minus_mono(self.clock)
         handlers = self.handlers
         if _sweep_ready is not None:
             ready = _sweep_ready(self.epfd, handlers, now, offset, MAX_READY)
