@@ -257,3 +257,20 @@ def test_an_extraction_source_reads_its_code_files_at_start_without_parsing_thei
     assert all(content(src.next_prompt(rng)) for _ in range(30)) and not parsed
     code = PromptSource(task("code"), None, seed=3, pool_size=8)
     assert sorted(parsed[: len(code.code.files)]) == sorted(code.code.files)  # code generation's, parsed before the run
+
+
+def test_an_extraction_prompt_shows_its_schema_as_compact_json_and_asks_for_that_schema():
+    from tokenswarm.workload.corpora.extraction import SCHEMAS
+
+    src = PromptSource(task("extraction", response_format="json_schema"), None, seed=3, pool_size=8)
+    rng = random.Random(5)
+    seen = set()
+    for _ in range(60):
+        p = src.next_prompt(rng)
+        spec = next(s for s in SCHEMAS if p.schema is s.schema)  # the shipped schema object itself
+        seen.add(spec.name)
+        assert json.dumps(spec.schema, separators=(",", ":")) in content(p)
+        assert p.params["response_format"]["json_schema"] == {"name": spec.name, "schema": spec.schema, "strict": True}
+        if spec.name == "contact_record":  # its notes name topics of the prose corpus
+            assert re.search(r"note_0: the customer asked about .+ and wants an example\.", content(p))
+    assert seen == {s.name for s in SCHEMAS}

@@ -80,3 +80,22 @@ def test_preloading_imports_the_validator_and_not_the_reference_library():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["True", "False"]
+
+
+def test_a_schema_object_is_serialised_once_and_an_equal_copy_finds_the_same_validator(monkeypatch):
+    spec = SCHEMAS[0]
+    first = quality.validator(spec.schema)
+    dumps = []
+    real = orjson.dumps
+    monkeypatch.setattr(quality.orjson, "dumps", lambda *a, **k: dumps.append(a) or real(*a, **k))
+    assert all(quality.validator(spec.schema) is first for _ in range(50))
+    assert dumps == [], "the same schema object is found by its identity, not serialised per answer"
+    assert quality.validator(copy.deepcopy(spec.schema)) is first  # an equal dict: found by its JSON
+    assert len(dumps) == 1
+
+
+def test_schemas_built_per_request_do_not_pile_up_in_the_identity_map():
+    for i in range(3 * quality.MAX_IDENTITIES):
+        schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": i % 3}}}
+        assert quality.validator(schema).is_valid({"n": 5})
+    assert len(quality._by_identity) <= quality.MAX_IDENTITIES

@@ -48,6 +48,9 @@ from tokenswarm.workload.prompttypes import Calibration, Conversation, Prompt
 from tokenswarm.workload.scenario import TaskConfig
 from tokenswarm.workload.tokencount import EstimateCounter, TokenCounter
 
+#: each shipped schema as the prompt shows it (compact JSON), written once, not per prompt
+_SCHEMA_TEXT: dict[str, str] = {s.name: json.dumps(s.schema, separators=(",", ":")) for s in SCHEMAS}
+
 #: max_tokens for the ``huge_max_tokens`` abnormal case: beyond any model's context window
 HUGE_MAX_TOKENS = 10_000_000
 
@@ -370,15 +373,14 @@ class PromptSource:
     def _extraction(self, rng: random.Random, target: int, max_tokens: int) -> Prompt:
         """A document or record plus the instruction to return its fields as JSON (``SCHEMAS``)."""
         spec: ExtractionSchema = SCHEMAS[rng.randrange(len(SCHEMAS))]
-        schema_text = json.dumps(spec.schema, separators=(",", ":"))
-        head = f"{spec.instruction}\nReply with one JSON object only, matching this JSON Schema:\n{schema_text}\n\n"
+        head = (f"{spec.instruction}\nReply with one JSON object only, matching this JSON Schema:\n"
+                f"{_SCHEMA_TEXT[spec.name]}\n\n")
         tail = "\n\nJSON:" if self.api == "completions" else ""
         room = max(24, self._chars(target) - len(head) - len(tail) - 10)
         if spec.corpus == "code":
             source, doc = self.code.excerpt(rng, room)
         elif spec.corpus == "record":
-            topics = [t.title for t in prose_corpus().topics]
-            doc, source = contact_record(rng, topics, room), "record:contact"
+            doc, source = contact_record(rng, prose_corpus().titles, room), "record:contact"
         else:
             source, doc = prose_corpus().excerpt(rng, room)
         text = f"{head}Document:\n{doc}{tail}"

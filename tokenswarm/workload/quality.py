@@ -17,7 +17,14 @@ from typing import Any
 
 import orjson
 
-_validators: dict[bytes, Any] = {}  # jsonschema_rs.Draft202012Validator per schema
+_validators: dict[bytes, Any] = {}  # jsonschema_rs.Draft202012Validator per schema (its sorted JSON)
+#: the same validators by the schema object's identity, with the object kept alive so that its
+#: id cannot be reused: every checked answer of a run asks with one of a few long-lived schema
+#: dicts, which are serialised once instead of per answer
+_by_identity: dict[int, tuple[dict[str, Any], Any]] = {}
+#: identities remembered at most (schemas built per request would otherwise pile up here; past
+#: this they are found by their JSON, as before)
+MAX_IDENTITIES = 64
 
 
 def preload() -> None:
@@ -33,7 +40,11 @@ def _validator_class() -> Any:
 
 def validator(schema: dict[str, Any]) -> Any:
     """The draft 2020-12 validator of ``schema``, built once; ValueError naming the schema's
-    ``title`` if it is not a valid schema (the shipped ones are checked by the tests)."""
+    ``title`` if it is not a valid schema (the shipped ones are checked by the tests). A schema
+    dict is not to be changed once checked: the first answers' lookups remember it by identity."""
+    known = _by_identity.get(id(schema))
+    if known is not None and known[0] is schema:
+        return known[1]
     key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
     v = _validators.get(key)
     if v is None:
@@ -42,6 +53,8 @@ def validator(schema: dict[str, Any]) -> Any:
         except Exception as exc:  # jsonschema_rs.ValidationError: the schema breaks the metaschema
             raise ValueError(f"JSON Schema {schema.get('title', '(untitled)')!r} is not a valid draft "
                              f"2020-12 schema: {str(exc).splitlines()[0]}") from exc
+    if len(_by_identity) < MAX_IDENTITIES:
+        _by_identity[id(schema)] = (schema, v)
     return v
 
 

@@ -254,6 +254,8 @@ class ProseCorpus:
         if len(self.text) < 10_000:
             raise CorpusUnavailable("pydoc_data.topics is unexpectedly small")
         self._starts = [t.start for t in self.topics]
+        #: the topics' titles in order (the contact records of the extraction task draw from them)
+        self.titles: tuple[str, ...] = tuple(t.title for t in self.topics)
         # each topic's index (what topics.index gives): excerpt() looked it up by a linear scan of
         # dataclass comparisons, once per qa prompt
         self._topic_index = {t: i for i, t in reversed(list(enumerate(self.topics)))}

@@ -15,6 +15,7 @@ Nothing is downloaded; the texts are what ships with Python.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,7 +66,7 @@ _LAST = ("Lovelace", "Hopper", "Turing", "Dijkstra", "Liskov", "Knuth", "Allen",
 _CITIES = ("Amsterdam", "Boston", "Cambridge", "Delft", "Edinburgh", "Zurich", "Kyoto", "Lagos", "Lima", "Oslo")
 
 
-def contact_record(rng: random.Random, topics: list[str], n_chars: int) -> str:
+def contact_record(rng: random.Random, topics: Sequence[str], n_chars: int) -> str:
     """A ``key: value`` record of one person, padded with ticket notes to about ``n_chars``."""
     first, last = _FIRST[rng.randrange(len(_FIRST))], _LAST[rng.randrange(len(_LAST))]
     lines = [
