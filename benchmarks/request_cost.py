@@ -85,6 +85,16 @@ trees alike, so a difference of a few per cent shows; CPU only, as the clients s
 short and long answers (``--ceiling-lengths``, 12 and 192 tokens): closed-loop runs at more and
 more streams (``--ceiling-streams``) until the TTFT, chunk-gap or e2e error p99 passes 1 ms;
 the last run that held gives requests/s and chunks/s (and the share of the core it used).
+
+**The host's wake-up charge**: every run prints ``benchmarks/hostidle.py``'s probe at its start
+and end: the CPU a fixed piece of work costs right after an idle of 0.5 and 2.5 ms, against
+the same work back to back, on core 0. A lightly loaded client sleeps between bursts, and on a
+machine where work after an idle runs slow (seen here on 2026-12-07: 2-4x after 2.5 ms, for
+minutes at a time) every client is charged for it; the one that sleeps in longer stretches is
+charged more, so the ratios move with the probe. ``--warm-core`` holds ``/dev/cpu_dma_latency``
+at 0 for the whole run (as ``pyperf system tune`` does; root only): idle CPUs poll instead of
+halting, the polling is charged to no client, and each client pays for its own work only. It is
+a diagnostic, run beside the default, never instead of it.
 """
 
 from __future__ import annotations
@@ -104,6 +114,9 @@ from cost_split import run_split
 from cost_startup import run_startup
 from cost_together import run_together
 from costrun import stamp
+from hostidle import line as idle_line
+from hostidle import probe as idle_probe
+from hostidle import warm_core
 from spec_workload import compile_trees
 
 
@@ -137,9 +150,19 @@ def main() -> int:
     ap.add_argument("--classes-no-think", action="store_true",
                     help="classes: run each task that has a think time once more with it set to 0")
     ap.add_argument("--keep", type=Path, help="keep the runs and truth logs here")
+    ap.add_argument("--warm-core", action="store_true",
+                    help="hold /dev/cpu_dma_latency at 0 for the whole run (idle CPUs poll instead of halting, as "
+                         "pyperf system tune sets it): no client is charged for the machine's slow wake-ups; needs root")
     args = ap.parse_args()
+    with warm_core(args.warm_core):
+        return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The parts asked for, between two readings of the host's wake-up charge (hostidle.py)."""
     print(f"command: {shlex.join([sys.executable, *sys.argv])}")
     print(f"started {stamp()}")
+    print(idle_line(idle_probe(), warm_core=args.warm_core))
     work = args.keep or Path(tempfile.mkdtemp(prefix="tokenswarm-reqcost-"))
     work.mkdir(parents=True, exist_ok=True)
     compile_trees(argparse.Namespace(spec_src=args.src))
@@ -159,6 +182,7 @@ def main() -> int:
         for case in args.cases:
             run_compare(args, work, case)
     print(f"\nfinished {stamp()}")
+    print(idle_line(idle_probe(), warm_core=args.warm_core))
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0
