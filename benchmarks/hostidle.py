@@ -4,9 +4,10 @@ A load generator at a sixth of a core sleeps most of the time: tokenswarm's poll
 2-2.5 ms to sweep its sockets, plain Locust on every arrival (~1 ms apart at 96 streams). On some
 virtual machines the first work after an idle of more than ~1.5 ms runs several times slower
 than the same work done a moment later: the host let the physical core sleep deeply (its caches
-emptied) or ran another guest on it. The process is charged for that slowness as CPU time, so
-two clients with the same work but different idle rhythms are charged differently, and the same
-comparison reads differently from one machine (or day) to the next. Measured on this project's
+emptied) or ran another guest on it. The process is charged for that slowness as CPU time, so a
+client's CPU per chunk reads differently from one machine, or hour, to the next, and two clients
+with different idle rhythms can be charged differently (on 2026-12-07 tokenswarm and plain Locust
+were charged alike: both ~20-25 % more than with the charge taken out). Measured on this project's
 2-core VM on 2026-12-07: 34 µs of work cost ~49 µs right after a 1 ms idle and ~200 µs after
 2-2.5 ms; with the guest kept out of halt (``/dev/cpu_dma_latency`` held at 0) ~50 µs after any
 idle up to 5 ms.

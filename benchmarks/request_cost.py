@@ -90,8 +90,8 @@ the last run that held gives requests/s and chunks/s (and the share of the core 
 and end: the CPU a fixed piece of work costs right after an idle of 0.5 and 2.5 ms, against
 the same work back to back, on core 0. A lightly loaded client sleeps between bursts, and on a
 machine where work after an idle runs slow (seen here on 2026-12-07: 2-4x after 2.5 ms, for
-minutes at a time) every client is charged for it; the one that sleeps in longer stretches is
-charged more, so the ratios move with the probe. ``--warm-core`` holds ``/dev/cpu_dma_latency``
+minutes at a time) every client is charged for it, so each client's CPU per chunk moves with
+the probe (on 2026-12-07 both clients' by ~20-25 %, the ratios not). ``--warm-core`` holds ``/dev/cpu_dma_latency``
 at 0 for the whole run (as ``pyperf system tune`` does; root only): idle CPUs poll instead of
 halting, the polling is charged to no client, and each client pays for its own work only. It is
 a diagnostic, run beside the default, never instead of it.

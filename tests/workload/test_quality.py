@@ -83,6 +83,7 @@ def test_preloading_imports_the_validator_and_not_the_reference_library():
 
 
 def test_a_schema_object_is_serialised_once_and_an_equal_copy_finds_the_same_validator(monkeypatch):
+    monkeypatch.setattr(quality, "_by_identity", {})  # as in a fresh worker, whatever ran before
     spec = SCHEMAS[0]
     first = quality.validator(spec.schema)
     dumps = []
@@ -94,7 +95,8 @@ def test_a_schema_object_is_serialised_once_and_an_equal_copy_finds_the_same_val
     assert len(dumps) == 1
 
 
-def test_schemas_built_per_request_do_not_pile_up_in_the_identity_map():
+def test_schemas_built_per_request_do_not_pile_up_in_the_identity_map(monkeypatch):
+    monkeypatch.setattr(quality, "_by_identity", {})
     for i in range(3 * quality.MAX_IDENTITIES):
         schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": i % 3}}}
         assert quality.validator(schema).is_valid({"n": 5})
