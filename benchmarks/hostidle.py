@@ -32,9 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import random
-import shutil
 import statistics
 import struct
 import subprocess
@@ -119,13 +117,21 @@ def line(summary: dict[str, Any], *, warm_core: bool = False) -> str:
             "a ratio well above 1 charges every sleeping client for its wake-ups (benchmarks/hostidle.py)")
 
 
-def probe(idle_ms: Sequence[float] = IDLE_MS, samples: int = SAMPLES, cpus: str | None = "0") -> dict[str, Any]:
-    """:func:`measure` in a child process pinned to ``cpus`` (where the clients run), summarised."""
+def probe(idle_ms: Sequence[float] = IDLE_MS, samples: int = SAMPLES) -> dict[str, Any]:
+    """:func:`measure` in a child process placed as the cost benchmarks place their clients
+    (``costrun.start_client``: core 0), summarised."""
+    from costrun import ROOT, start_client  # imported here: the child (--raw) needs none of it
+
     cmd = [sys.executable, str(HERE / "hostidle.py"), "--raw", "--samples", str(samples),
            "--idle-ms", *(f"{ms:g}" for ms in idle_ms)]
-    if cpus and shutil.which("taskset"):
-        cmd = ["taskset", "-c", cpus, *cmd]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=120).stdout
+    proc = start_client(cmd, {}, ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    if proc.returncode:
+        raise RuntimeError(f"host idle probe exited with {proc.returncode}: {err[-2000:]}")
     return summarize(json.loads(out))
 
 
@@ -170,5 +176,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("PYTHONHASHSEED", "0")
     raise SystemExit(main())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import struct
+import subprocess
 import sys
 from types import ModuleType
 
@@ -43,6 +44,45 @@ def test_the_probe_times_the_work_back_to_back_and_after_each_idle_asked_for():
     assert set(raw["after_idle_us"]) == {"0", "0.2"}
     assert all(len(v) == 12 for v in raw["after_idle_us"].values()) and len(raw["hot_us"]) >= 10
     assert all(x > 0 for x in raw["hot_us"])
+
+
+def test_the_probe_runs_its_child_where_the_cost_benchmarks_run_their_clients(monkeypatch):
+    h = _hostidle()
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # as when a benchmark script runs
+    costrun = importlib.import_module("costrun")
+    started = []
+
+    class Child:
+        returncode = 0
+
+        def communicate(self, timeout):
+            return '{"hot_us": [10.0], "after_idle_us": {"2.5": [30.0]}}', ""
+
+    def start_client(cmd, env, src, **popen):
+        started.append((cmd, src, popen))
+        return Child()
+
+    monkeypatch.setattr(costrun, "start_client", start_client)
+    assert h.probe(idle_ms=(2.5,), samples=7)["ratio"] == {"2.5": pytest.approx(3.0)}
+    (cmd, src, popen), = started
+    assert cmd[1].endswith("hostidle.py") and cmd[2:] == ["--raw", "--samples", "7", "--idle-ms", "2.5"]
+    assert src == costrun.ROOT and popen["stdout"] is subprocess.PIPE
+
+
+def test_a_probe_child_that_fails_is_reported_with_its_error_output(monkeypatch):
+    h = _hostidle()
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    costrun = importlib.import_module("costrun")
+
+    class Child:
+        returncode = 1
+
+        def communicate(self, timeout):
+            return "", "Traceback: boom"
+
+    monkeypatch.setattr(costrun, "start_client", lambda *a, **k: Child())
+    with pytest.raises(RuntimeError, match="exited with 1: Traceback: boom"):
+        h.probe()
 
 
 def test_warm_core_holds_the_latency_request_at_zero_for_the_block_only(tmp_path):
