@@ -16,7 +16,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from costrun import ROOT, count, run_process, stamp, tokenswarm_command
+from costrun import ROOT, alone, count, run_process, stamp, tokenswarm_command
 from truthjoin import load_truth
 from truthserver.testing import start_truth
 
@@ -36,11 +36,11 @@ def variants(scenario: Path, no_think: bool) -> list[tuple[str, list[str]]]:
     names = [t.name for t in tasks]
     rows: list[tuple[str, list[str]]] = []
     for task in tasks:
-        alone = [f"traffic.classes.{o}.weight=0" for o in names if o != task.name]
-        rows.append((task.name, alone))
+        sets = alone(names, task.name)
+        rows.append((task.name, sets))
         if no_think and thinks(task):
             rows.append((f"{task.name} (no think)",
-                         [*alone, f"traffic.classes.{task.name}.think_time_s={{dist: fixed, value: 0}}"]))
+                         [*sets, f"traffic.classes.{task.name}.think_time_s={{dist: fixed, value: 0}}"]))
     rows.append(("as shipped", []))
     return rows
 

@@ -55,6 +55,12 @@ def tokenswarm_command(host: str, scenario: str, streams: int, seconds: float, r
     return cmd
 
 
+def alone(task_names: list[str], task: str) -> list[str]:
+    """The ``--set`` overrides that leave ``task`` alone among ``task_names``: every other
+    task's weight 0 (its prompts, lengths and think times untouched)."""
+    return [f"traffic.classes.{o}.weight=0" for o in task_names if o != task]
+
+
 def length_field(src: Path) -> str:
     """The scenario field of the requested answer length in the tree at ``src``: ``max_tokens``
     (format 3 on), ``output_tokens`` in older trees (compared with ``--src``)."""
@@ -80,15 +86,16 @@ def in_turn(trees: list[tuple[str, Path]], n: int) -> list[tuple[str, Path]]:
 
 
 def baseline_bodies_env(args: argparse.Namespace, path: Path, scenario: str, base_url: str, users: int,
-                        per_user: int) -> dict[str, str]:
+                        per_user: int, sets: list[str] | None = None) -> dict[str, str]:
     """The baseline's environment for its request bodies: with ``--baseline-bodies scenario`` (the
-    default) ``users x per_user`` bodies of ``scenario`` built by tokenswarm's own workload code
-    into ``path`` (``bench_bodies.py``); with ``plain``, none (its two-word prompt)."""
+    default) ``users x per_user`` bodies of ``scenario`` (with the ``sets`` overrides tokenswarm
+    runs it with) built by tokenswarm's own workload code into ``path`` (``bench_bodies.py``);
+    with ``plain``, none (its two-word prompt)."""
     if args.baseline_bodies != "scenario":
         return {}
     from bench_bodies import build_bodies, write_bodies
 
-    bodies = build_bodies(ROOT / scenario, base_url, users, per_user)
+    bodies = build_bodies(ROOT / scenario, base_url, users, per_user, sets)
     write_bodies(path, bodies)
     print(f"baseline bodies: {len(bodies)} built from {scenario} ({path})")
     return {"BENCH_BODIES_FILE": str(path)}

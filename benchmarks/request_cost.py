@@ -25,6 +25,12 @@ plan becomes ``--streams`` users for ``--seconds``), A B A B:
 * ``mix``: ``scenarios/mix.yaml``, 3-token chunks every 5 ms;
 * ``one-token``: ``scenarios/qa.yaml`` at ``--one-token-streams`` (256), one-token chunks every 10 ms.
 
+**For which traffic**: ``CASE:TASK`` runs a case with one task of its scenario alone (every other
+task's weight 0 for both clients: the same prompts, lengths and think times as in the mix), and
+``CASE:all`` each task in turn -- ``--cases mix:all`` shows which of ``mix.yaml``'s tasks hold the
+ratio and which pull it down (short answers weigh the per-request cost, think times leave streams
+idle). With more than one case, a table of every case's ratios ends the comparison.
+
 The baseline sends **the same request bodies** tokenswarm sends in that case
 (``--baseline-bodies scenario``, the default): before the first round,
 ``benchmarks/bench_bodies.py`` builds them from the scenario with tokenswarm's own workload
@@ -54,6 +60,7 @@ On a shared machine absolute figures are noisy; ratios from one run are what to 
     python benchmarks/request_cost.py --only split --seconds 15 --repeat 2
     python benchmarks/request_cost.py --only compare --cases qa one-token --seconds 20
     python benchmarks/request_cost.py --only compare --cases qa mix --src /tmp/before
+    python benchmarks/request_cost.py --only compare --cases mix:all --seconds 15 --repeat 2
     python benchmarks/request_cost.py --only ceiling --seconds 15
     python benchmarks/request_cost.py --only idle --seconds 10 --repeat 2 --src /tmp/before
     python benchmarks/request_cost.py --only classes --seconds 20 --classes-no-think
@@ -108,7 +115,7 @@ from pathlib import Path
 
 from cost_ceiling import run_ceiling
 from cost_classes import run_classes
-from cost_compare import CASES, run_compare
+from cost_compare import CASES, expand_cases, run_compare, summary_lines
 from cost_idle import run_idle
 from cost_split import run_split
 from cost_startup import run_startup
@@ -137,7 +144,9 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=2, help="rounds (the split's lengths, the comparison's pairs)")
     ap.add_argument("--step-ms", type=float, default=5.0)
     ap.add_argument("--tokens-per-chunk", default="3")
-    ap.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    ap.add_argument("--cases", nargs="+", default=list(CASES), metavar="CASE",
+                    help=f"compare: {', '.join(CASES)} (default: all three), each also as CASE:TASK (one task of "
+                         "its scenario alone, e.g. mix:multi_turn) or CASE:all (every task alone, in turn)")
     ap.add_argument("--baseline-bodies", choices=("scenario", "plain"), default="scenario",
                     help="the baseline's requests: the scenario's own bodies, built by tokenswarm's workload code "
                          "(default), or the two-word prompt at tokenswarm's mean answer length (the earlier runs)")
@@ -154,6 +163,10 @@ def main() -> int:
                     help="hold /dev/cpu_dma_latency at 0 for the whole run (idle CPUs poll instead of halting, as "
                          "pyperf system tune sets it): no client is charged for the machine's slow wake-ups; needs root")
     args = ap.parse_args()
+    try:
+        args.cases = expand_cases(args.cases)
+    except ValueError as exc:
+        ap.error(str(exc))
     with warm_core(args.warm_core):
         return run(args)
 
@@ -179,8 +192,10 @@ def run(args: argparse.Namespace) -> int:
     if args.only == "together":
         run_together(args, work)
     if args.only in (None, "compare"):
-        for case in args.cases:
-            run_compare(args, work, case)
+        results = [run_compare(args, work, case) for case in args.cases]
+        if len(results) > 1:
+            print("\n== the cases' ratios (whole-process and steady-window CPU per chunk, baseline / tokenswarm)")
+            print("\n".join(summary_lines(results)))
     print(f"\nfinished {stamp()}")
     print(idle_line(idle_probe(), warm_core=args.warm_core))
     if not args.keep:

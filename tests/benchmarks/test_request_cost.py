@@ -112,6 +112,63 @@ def test_a_processes_cpu_clock_counts_its_cpu_in_nanoseconds_and_is_none_once_it
     assert costrun.process_cpu_clock_s(child.pid) is None
 
 
+def test_a_comparison_case_runs_a_shipped_scenario_whole_or_one_of_its_tasks_alone_for_both_clients():
+    compare = _bench("cost_compare")
+    tasks = ["qa", "summarization", "code", "multi_turn", "extraction"]
+    cases = compare.expand_cases(["qa", "mix:multi_turn", "one-token"])
+    assert [c.name for c in cases] == ["qa", "mix:multi_turn", "one-token"]
+    qa, multi, one = cases
+    assert (qa.scenario, qa.task, qa.sets) == ("scenarios/qa.yaml", None, ())
+    assert (one.tokens, one.step_ms, one.streams_opt) == ("1", 10.0, "one_token_streams")
+    assert (multi.scenario, multi.tokens, multi.step_ms, multi.task) == ("scenarios/mix.yaml", "3", 5.0, "multi_turn")
+    assert sorted(multi.sets) == sorted(f"traffic.classes.{o}.weight=0" for o in tasks if o != "multi_turn")
+    assert multi.slug == "mix-multi_turn", "a name fit for the run's files"
+    every = compare.expand_cases(["mix:all"])
+    assert [c.name for c in every] == [f"mix:{t}" for t in tasks], "every task alone, in the scenario's order"
+    assert [c.task for c in every] == tasks
+
+
+@pytest.mark.parametrize(("asked", "named"), [
+    ("mixed", ["'mixed'", "qa, mix, one-token"]),
+    ("mix:chat", ["scenarios/mix.yaml", "'chat'", "qa, summarization, code, multi_turn, extraction"]),
+    ("qa:code", ["scenarios/qa.yaml", "'code'", "its tasks: qa"]),
+])
+def test_an_unknown_case_or_task_is_refused_naming_what_there_is(asked, named):
+    compare = _bench("cost_compare")
+    with pytest.raises(ValueError) as err:
+        compare.expand_cases(["qa", asked])
+    assert f"--cases {asked}" in str(err.value) and all(n in str(err.value) for n in named), str(err.value)
+
+
+def test_the_baselines_bodies_are_built_with_the_overrides_tokenswarm_runs_the_case_with(tmp_path, monkeypatch):
+    costrun = _bench("costrun")
+    bodies = _bench("bench_bodies")
+    asked: list[tuple] = []
+    monkeypatch.setattr(bodies, "build_bodies", lambda *a: asked.append(a) or [b'{"a": 1}'])
+    args = type("Args", (), {"baseline_bodies": "scenario"})()
+    sets = ["traffic.classes.qa.weight=0"]
+    env = costrun.baseline_bodies_env(args, tmp_path / "b.jsonl", "scenarios/mix.yaml", "http://x", 4, 2, sets)
+    assert env == {"BENCH_BODIES_FILE": str(tmp_path / "b.jsonl")}
+    assert asked == [(ROOT / "scenarios" / "mix.yaml", "http://x", 4, 2, sets)]
+    assert (tmp_path / "b.jsonl").read_bytes() == b'{"a": 1}\n'
+
+
+def test_the_cases_table_gives_each_cases_ratios_and_a_dash_for_what_was_not_measured():
+    compare = _bench("cost_compare")
+    results = [
+        {"case": "mix:summarization", "trees": {"tokenswarm": {
+            "whole": 1.49, "steady": 1.65, "us_per_chunk": 37.7, "baseline_us_per_chunk": 56.2,
+            "chunks_per_request": 22.0, "requests_per_s": 741.0}}},
+        {"case": "qa", "trees": {"tokenswarm": {
+            "whole": None, "steady": None, "us_per_chunk": None, "baseline_us_per_chunk": None,
+            "chunks_per_request": None, "requests_per_s": 0.0}}},
+    ]
+    head, summ, qa = compare.summary_lines(results)
+    assert head.split() == ["case", "tree", "req/s", "chunks/req", "us/chunk", "baseline", "whole", "steady"]
+    assert summ.split() == ["mix:summarization", "tokenswarm", "741", "22.0", "37.7", "56.2", "1.49x", "1.65x"]
+    assert qa.split() == ["qa", "tokenswarm", "0", "-", "-", "-", "-", "-"]
+
+
 def test_each_comparison_row_carries_the_truth_servers_lateness_during_that_run_only():
     compare = _bench("cost_compare")
 
