@@ -1,5 +1,11 @@
 """``request_cost.py --only split``: CPU per request and per chunk, apart, from runs at several
-answer lengths and a least-squares fit (``numpy.linalg.lstsq``)."""
+answer lengths and a least-squares fit (``numpy.linalg.lstsq``).
+
+With ``--split-baseline`` plain Locust runs at every length too, in the same rounds, sending the
+same request bodies (``bench_bodies.py`` with the split's overrides), and gets the same fit: each
+client's cost per request and per chunk on the same machine in the same minutes, so the ratio
+per request and per chunk holds whatever the machine's speed (an absolute goal in µs does not).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from costrun import accuracy, count, length_field, run_process, stamp, tokenswarm_command, trees_of, window_figures
+from costrun import (
+    ROOT,
+    accuracy,
+    baseline_bodies_env,
+    baseline_command,
+    count,
+    length_field,
+    run_process,
+    stamp,
+    tokenswarm_command,
+    trees_of,
+    window_figures,
+)
 from truthjoin import load_truth
 from truthserver.testing import start_truth
 
@@ -41,38 +59,78 @@ def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "w3_per_request_us": w3_req * 1e6, "w3_per_chunk_us": w3_chunk * 1e6}
 
 
+#: the name the split's plain-Locust rows go by
+PLAIN = "plain Locust"
+
+
+def length_sets(length: int, src: Path = ROOT) -> list[str]:
+    """The overrides of ``scenarios/qa.yaml`` for answers of exactly ``length`` tokens (the tree at
+    ``src`` names the field), which tokenswarm runs with and the baseline's bodies are built with."""
+    out = json.dumps({"dist": "fixed", "value": length})
+    return [f"traffic.classes.qa.{length_field(src)}={out}",
+            'traffic.classes.qa.sampling={"ignore_eos": true, "temperature": 0.7}']
+
+
 def run_split(args: argparse.Namespace, work: Path) -> None:
     """The same server and streams at each answer length, alternately; the per-request/per-chunk fit
-    of each tree (this one, and ``--src`` trees side by side)."""
+    of each tree (this one, and ``--src`` trees side by side) and, with ``--split-baseline``, of
+    plain Locust run after them in each round."""
     truth_path = work / "split-truth.jsonl"
     trees = trees_of(args)
+    plain = bool(getattr(args, "split_baseline", False))
     rows: list[dict[str, Any]] = []
-    print(f"\n== split: per request and per chunk ({stamp()})")
+    print(f"\n== split: per request and per chunk ({stamp()}){'; plain Locust too' if plain else ''}")
     with start_truth(truth_path, "--step-ms", str(args.step_ms), "--tokens-per-chunk", args.tokens_per_chunk,
                      cpus="1") as srv:
+        bodies = {length: baseline_bodies_env(args, work / f"split-bodies-{length}.jsonl", "scenarios/qa.yaml",
+                                              srv.base_url, args.streams, max(8, -(-2000 // args.streams)),
+                                              length_sets(length))
+                  for length in (args.lengths if plain else [])}
         for n in range(args.repeat):
             for length in args.lengths:
                 for tree, src in trees:
                     run = work / f"split-{tree}-{length}-{n}"
-                    out = json.dumps({"dist": "fixed", "value": length})
                     cmd = tokenswarm_command(srv.base_url, "scenarios/qa.yaml", args.streams, args.seconds, run,
-                                             [f"traffic.classes.qa.{length_field(src)}={out}",
-                                              'traffic.classes.qa.sampling={"ignore_eos": true, "temperature": 0.7}'],
-                                             src)
+                                             length_sets(length, src), src)
                     row = run_process(f"{tree} {length} tokens", cmd, {}, args.seconds, src)
                     row.update(run=run, length=length, tree=tree)
+                    rows.append(row)
+                if plain:
+                    env = {"BENCH_MODEL": "truth", "BENCH_MAX_TOKENS": str(length), **bodies[length]}
+                    row = run_process(f"{PLAIN} {length} tokens", baseline_command(srv.base_url, args.streams,
+                                                                                   args.seconds), env, args.seconds)
+                    row.update(length=length, tree=PLAIN)
                     rows.append(row)
         srv.flush()
     truth = load_truth(truth_path)
     for r in rows:
         count(r, truth)
-        accuracy(r, truth)
-    for tree, _src in trees:
-        split_table(args, [r for r in rows if r["tree"] == tree], tree)
+        if "run" in r:  # tokenswarm's records joined to the truth (plain Locust writes none)
+            accuracy(r, truth)
+    fits = {tree: split_table(args, [r for r in rows if r["tree"] == tree], tree)
+            for tree in [*(t for t, _src in trees), *([PLAIN] if plain else [])]}
+    if plain:
+        for tree, _src in trees:
+            print(versus_line(fits[tree], fits[PLAIN], tree))
 
 
-def split_table(args: argparse.Namespace, rows: list[dict[str, Any]], tree: str) -> None:
-    """One tree's split: its runs, the two fits and the ceilings they give."""
+def versus_line(ours: dict[str, Any], theirs: dict[str, Any], tree: str) -> str:
+    """A tree's per-request and per-chunk cost against plain Locust's from the same rounds (both
+    fits), as plain Locust / tokenswarm: above 1, tokenswarm costs less."""
+
+    def ratio(key: str) -> str:
+        return f"{theirs[key] / ours[key]:.2f}x" if ours[key] > 0 and theirs[key] > 0 else "-"
+
+    return (f"{tree} against {PLAIN} (their cost / ours), whole process: per request {theirs['per_request_us']:.0f} / "
+            f"{ours['per_request_us']:.0f} us = {ratio('per_request_us')}, per chunk {theirs['per_chunk_us']:.1f} / "
+            f"{ours['per_chunk_us']:.1f} us = {ratio('per_chunk_us')}; steady window: per request "
+            f"{theirs['window_per_request_us']:.0f} / {ours['window_per_request_us']:.0f} us = "
+            f"{ratio('window_per_request_us')}, per chunk {theirs['window_per_chunk_us']:.1f} / "
+            f"{ours['window_per_chunk_us']:.1f} us = {ratio('window_per_chunk_us')}")
+
+
+def split_table(args: argparse.Namespace, rows: list[dict[str, Any]], tree: str) -> dict[str, Any]:
+    """One client's split: its runs, the two fits and the ceilings they give (the fits returned)."""
     print(f"\n-- tree: {tree}")
     print(f"truth server: one event every {args.step_ms:g} ms of {args.tokens_per_chunk} token(s), {args.streams} "
           f"streams, scenarios/qa.yaml prompts, fixed answer lengths (ignore_eos), {args.seconds:g} s each; "
@@ -90,11 +148,13 @@ def split_table(args: argparse.Namespace, rows: list[dict[str, Any]], tree: str)
           f"{f['window_per_chunk_us']:.1f} us x chunks/s (largest residual {f['window_resid_max_share']:.3f}); "
           f"with a per-second term: {f['per_second_share']:.3f} + {f['w3_per_request_us']:.0f} us x requests/s + "
           f"{f['w3_per_chunk_us']:.1f} us x chunks/s")
-    print(f"goal: fixed CPU per request <= 250 us: {'met' if f['window_per_request_us'] <= 250 else 'NOT met'} "
-          f"(steady); per chunk ~5 us")
+    if tree != PLAIN:
+        print(f"goal: fixed CPU per request <= 250 us: {'met' if f['window_per_request_us'] <= 250 else 'NOT met'} "
+              f"(steady); per chunk ~5 us")
     req_us, chunk_us = f["window_per_request_us"], f["window_per_chunk_us"]
     if req_us > 0 and chunk_us > 0:
         print("ceiling of one core (1 s of CPU / (per request + chunks x per chunk), steady fit):")
         for chunks in (1, 4, 16, 64, 256):
             rps = 1e6 / (req_us + chunks * chunk_us)
             print(f"  {chunks:>4} chunks/request: {rps:>7.0f} requests/s, {rps * chunks:>7.0f} chunks/s")
+    return f

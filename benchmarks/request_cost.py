@@ -15,6 +15,10 @@ and a cost per chunk; a least-squares fit over the runs (``numpy.linalg.lstsq``)
 
 Requests and chunks come from the server's truth log (what it sent this client), not from the
 client. The fits are printed with the residual and the per-run table so a poor fit shows.
+With ``--split-baseline`` plain Locust (``baseline_locustfile.py``, sending the same request
+bodies) runs at every length after the trees in each round and gets the same fits, and a line
+gives plain Locust's cost over tokenswarm's, per request and per chunk: a comparison that holds
+on any machine, where the 250 µs goal moves with the machine's speed.
 
 **Against plain Locust** (``--compare``): ``benchmarks/baseline_locustfile.py`` (FastHttpUser,
 ``readline`` and ``json.loads`` per event) and tokenswarm on the shipped scenarios *as shipped*
@@ -58,6 +62,7 @@ On a shared machine absolute figures are noisy; ratios from one run are what to 
 
     python benchmarks/request_cost.py                                  # split and comparison
     python benchmarks/request_cost.py --only split --seconds 15 --repeat 2
+    python benchmarks/request_cost.py --only split --split-baseline --seconds 15 --repeat 2
     python benchmarks/request_cost.py --only compare --cases qa one-token --seconds 20
     python benchmarks/request_cost.py --only compare --cases qa mix --src /tmp/before
     python benchmarks/request_cost.py --only compare --cases mix:all --seconds 15 --repeat 2
@@ -138,6 +143,9 @@ def main() -> int:
     ap.add_argument("--ceiling-streams", type=int, nargs="+", default=[8, 16, 24, 32, 48, 64, 96, 128, 192, 256],
                     help="ceiling: the loads tried, lowest first")
     ap.add_argument("--lengths", type=int, nargs="+", default=[12, 48, 192], help="answer lengths of the split (tokens)")
+    ap.add_argument("--split-baseline", action="store_true",
+                    help="split: plain Locust at every length too, in the same rounds, with the same request bodies, "
+                         "and its own fit: per request and per chunk against tokenswarm's on the same machine")
     ap.add_argument("--streams", type=int, default=96)
     ap.add_argument("--one-token-streams", type=int, default=256)
     ap.add_argument("--seconds", type=float, default=15)

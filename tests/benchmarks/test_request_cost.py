@@ -42,6 +42,39 @@ def test_the_split_recovers_the_per_request_and_per_chunk_cost_of_runs_at_three_
     assert f["whole_resid_max_s"] < 1e-9
 
 
+def test_the_split_sets_a_fixed_answer_length_for_tokenswarm_and_the_baselines_bodies_alike():
+    split = _bench("cost_split")
+    length, sampling = split.length_sets(48)
+    assert length == 'traffic.classes.qa.max_tokens={"dist": "fixed", "value": 48}'
+    assert sampling == 'traffic.classes.qa.sampling={"ignore_eos": true, "temperature": 0.7}'
+
+
+def test_plain_locusts_split_is_fitted_like_tokenswarms_and_the_line_gives_its_cost_over_ours(capsys):
+    split = _bench("cost_split")
+    args = type("Args", (), {"step_ms": 5.0, "tokens_per_chunk": "3", "streams": 96, "seconds": 20.0})()
+    shape = [(40_000, 4), (14_000, 16), (4_000, 64)]
+
+    def rows(per_request_s: float, per_chunk_s: float) -> list[dict]:
+        out = []
+        for length, (r, c) in zip((12, 48, 192), shape):
+            row = _run(r, r * c, per_request_s, per_chunk_s, 0.4)
+            row.update(length=length, us_per_chunk=row["whole_cpu_s"] / (r * c) * 1e6)
+            out.append(row)
+        return out
+
+    ours = split.split_table(args, [dict(r, accuracy={"ttft_err_p99_ms": 0.05, "gap_err_p99_ms": 0.03,
+                                                      "e2e_err_p99_ms": 0.06}) for r in rows(280e-6, 10e-6)], "this")
+    theirs = split.split_table(args, rows(350e-6, 28e-6), split.PLAIN)
+    printed = capsys.readouterr().out
+    assert printed.count("goal: fixed CPU per request") == 1, "the goal is tokenswarm's, not plain Locust's"
+    assert "-- tree: plain Locust" in printed and "     -        -        -" in printed, "no records: no errors"
+    assert ours["per_request_us"] == pytest.approx(280.0) and theirs["per_chunk_us"] == pytest.approx(28.0)
+    line = split.versus_line(ours, theirs, "this")
+    assert "per request 350 / 280 us = 1.25x" in line and "per chunk 28.0 / 10.0 us = 2.80x" in line, line
+    assert line.count("1.25x") == 2 and line.count("2.80x") == 2, "whole process and steady window alike"
+    assert "= -" in split.versus_line(dict(ours, per_request_us=0.0), theirs, "this"), "no ratio of a failed fit"
+
+
 def test_per_second_work_shows_as_the_three_term_fits_intercept():
     split = _bench("cost_split")
     rows = [_run(r, r * c, 150e-6, 6e-6, 0.3, per_second_share=0.02) for r, c in [(40_000, 4), (14_000, 16), (4_000, 64)]]
