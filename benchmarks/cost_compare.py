@@ -92,7 +92,7 @@ def expand_cases(names: list[str]) -> list[Case]:
 
 def run_compare(args: argparse.Namespace, work: Path, case: Case) -> dict[str, Any]:
     """Plain Locust and tokenswarm on one shipped scenario (or one of its tasks alone), A B A B;
-    ratios and accuracy, printed and returned (:func:`summary_line` prints the return).
+    ratios and accuracy, printed and returned (:func:`summary_lines` tabulates the returns).
 
     With ``--src`` trees, each round runs every tree, then the baseline (A B C B A C ...): every
     tree's ratio comes from the same rounds, so a change's effect on the ratio is measured in one
@@ -204,6 +204,7 @@ def run_compare(args: argparse.Namespace, work: Path, case: Case) -> dict[str, A
 
 
 def _median(values: Any) -> float | None:
+    """The median of the values that were measured (None or 0: not measured), or None."""
     got = [v for v in values if v]
     return statistics.median(got) if got else None
 
