@@ -33,6 +33,16 @@ TRAILER = b'data: {"id":"chatcmpl-scripted","choices":[],"usage":{"prompt_tokens
 DONE = b"data: [DONE]\n\n"
 
 
+def pace(seconds: float) -> None:
+    """Sleep ``seconds`` from now. gevent's timers count from the event loop's cached time, which
+    is as old as the loop's last turn: a write made late (the process descheduled between its
+    wake-up and the write) would be followed by the next one less than ``seconds`` later, two
+    events close enough to arrive together, and a client test would blame the client. Reading
+    the clock first keeps every pause at least ``seconds`` long; a late server only widens gaps."""
+    gevent.get_hub().loop.update_now()
+    gevent.sleep(seconds)
+
+
 def flood_events():
     """``flood``: one-token content events without end or pause (a runaway server)."""
     yield ROLE
@@ -154,13 +164,13 @@ def handle(sock, _addr) -> None:
                 body, glue = b"".join(frames) + b"0\r\n\r\n", int(q.get("glue", "0"))
                 gevent.sleep(float(q.get("delay_ms", "0")) / 1000.0)
                 sock.sendall(head + body[:glue])
-                gevent.sleep(gap)
+                pace(gap)
                 pos = 0
                 for frame in frames + [b"0\r\n\r\n"]:
                     pos += len(frame)
                     if pos > glue:
                         sock.sendall(body[max(glue, pos - len(frame)):pos])
-                        gevent.sleep(gap)
+                        pace(gap)
                 continue
             sock.sendall(head)
             # together=k: every k content events in one write (llama.cpp's server writes a
@@ -180,7 +190,7 @@ def handle(sock, _addr) -> None:
                         if written % together == 0:
                             sock.sendall(pending)
                             pending = b""
-                            gevent.sleep(gap)
+                            pace(gap)
                     continue
                 if pending:
                     sock.sendall(pending)
@@ -192,16 +202,16 @@ def handle(sock, _addr) -> None:
                     gevent.sleep(60)
                     return
                 if isinstance(item, float):
-                    gevent.sleep(item)
+                    pace(item)
                     continue
                 data = item if close_delimited else b"%x\r\n%s\r\n" % (len(item), item)
                 if name == "cut_frames":  # every HTTP chunk in two writes: reads end inside chunks
                     sock.sendall(data[:len(data) // 2])
-                    gevent.sleep(0.002)
+                    pace(0.002)
                     data = data[len(data) // 2:]
                 sock.sendall(data)
                 if gap and item.startswith(b"data: {") and b'"content": "' in item:
-                    gevent.sleep(gap)
+                    pace(gap)
             if close_delimited:
                 sock.close()
                 return
