@@ -19,7 +19,7 @@ from tests.helpers.runs import ROOT, describe_run, read_manifest, read_records, 
 from tests.helpers.waiting import wait_until
 from tokenswarm.collect.relay import Collector
 from tokenswarm.commands.workers import DEFAULT_WORKER_WAIT_S, distributed_argv, option_value, preflight
-from tokenswarm.load.lifecycle import watch_parent
+from tokenswarm.load.lifecycle import master_pid, parent_unchanged, watch_parent
 from tokenswarm.sim.testing import start_sim
 
 TRAFFIC = {"seed": 5, "classes": {"qa": {"weight": 1, "prompt_tokens": {"dist": "uniform", "min": 20, "max": 60},
@@ -35,6 +35,23 @@ def test_a_local_worker_acts_once_its_parent_process_has_ended():
     watch_parent(lambda: gone.append(True), getppid=lambda: next(ppids), sleep=slept.append, poll_s=0.25)
     assert gone == [True]
     assert slept == [0.25, 0.25]
+
+
+def test_a_local_worker_whose_master_ended_before_its_set_up_stops_at_once():
+    slept: list[float] = []
+    gone: list[bool] = []
+    # the master (pid 100) ended before the watch began: the worker's parent is already PID 1
+    watch_parent(lambda: gone.append(True), parent=100, getppid=lambda: 1, sleep=slept.append)
+    assert gone == [True] and slept == [], "no poll: the master is known to be gone"
+    assert not parent_unchanged(lambda: 1, parent=100)(), "and its last messages are not waited for"
+
+
+def test_a_local_workers_master_is_the_process_that_imported_tokenswarm_before_the_fork():
+    assert master_pid(imported_in=100, getpid=lambda: 200, getppid=lambda: 1) == 100, \
+        "a worker forked by the master: the master, even once it has ended"
+    assert master_pid(imported_in=200, getpid=lambda: 200, getppid=lambda: 100) == 100, \
+        "imported after the fork: the parent now"
+    assert master_pid() == os.getppid(), "this process imported it itself: its parent"
 
 
 def test_local_workers_dial_the_port_the_master_binds():

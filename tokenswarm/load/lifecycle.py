@@ -28,24 +28,41 @@ log = logging.getLogger("tokenswarm")
 #: How often a local worker looks at its parent's PID (seconds).
 PARENT_POLL_S = 0.5
 
+#: The process that imported this module. Locust imports the locustfile, and with it tokenswarm,
+#: in the master before it forks the ``--processes`` workers, so in such a worker this is the
+#: master's PID from the fork on. Read at the worker's set-up instead, the parent could already be
+#: PID 1: a master killed between the worker's connection and its set-up went unnoticed, and the
+#: worker ran on, re-parented (seen in CI98, 2026-12-08: alive 33 minutes after its master).
+_IMPORTED_IN_PID = os.getpid()
+
 #: How long a worker's exit waits, at most, for its queued messages to reach the master (seconds).
 EXIT_FLUSH_LINGER_S = 5.0
 
 
-def parent_unchanged(getppid: Callable[[], int] = os.getppid) -> Callable[[], bool]:
-    """A check that is true while the process that is our parent now is still our parent."""
-    parent = getppid()
+def master_pid(*, imported_in: int | None = None, getpid: Callable[[], int] = os.getpid,
+               getppid: Callable[[], int] = os.getppid) -> int:
+    """The PID of the master that forked this local worker: the process that imported tokenswarm
+    before the fork (``imported_in``, default: this module's import). Imported after a fork,
+    where that process is this one, the parent now is the best there is."""
+    imported_in = _IMPORTED_IN_PID if imported_in is None else imported_in
+    return imported_in if imported_in != getpid() else getppid()
+
+
+def parent_unchanged(getppid: Callable[[], int] = os.getppid, *, parent: int | None = None) -> Callable[[], bool]:
+    """A check that is true while ``parent`` (default: our parent now) is still our parent."""
+    parent = getppid() if parent is None else parent
     return lambda: getppid() == parent
 
 
-def watch_parent(on_gone: Callable[[], None], *, getppid: Callable[[], int] = os.getppid,
+def watch_parent(on_gone: Callable[[], None], *, parent: int | None = None, getppid: Callable[[], int] = os.getppid,
                  sleep: Callable[[float], object] = gevent.sleep, poll_s: float = PARENT_POLL_S) -> None:
-    """Call ``on_gone`` once the process that was our parent at the call has ended.
+    """Call ``on_gone`` once ``parent`` (default: our parent at the call) is no longer our parent:
+    at once if it already ended before the call.
 
     Blocks (run it in a greenlet). A process whose parent ended is re-parented, so its
     parent PID changes; that is the whole test (no signal, no platform-specific call).
     """
-    parent = getppid()
+    parent = getppid() if parent is None else parent
     while getppid() == parent:
         sleep(poll_s)
     log.warning("tokenswarm: the master process (pid %d) has ended; this local worker stops too", parent)

@@ -31,7 +31,7 @@ from tokenswarm.collect.relay import MSG_FINAL, MSG_RECORDS, RelaySink, spool_di
 from tokenswarm.load import runtime
 from tokenswarm.load.context import make_worker_id
 from tokenswarm.load.health import HealthMonitor
-from tokenswarm.load.lifecycle import ExitFlush, is_local_worker, parent_unchanged, watch_parent
+from tokenswarm.load.lifecycle import ExitFlush, is_local_worker, master_pid, parent_unchanged, watch_parent
 from tokenswarm.load.preflight import PreflightError, PromptTooLongError, check_prompt_lengths, preflight
 from tokenswarm.load.setup import (  # noqa: F401  (planned_duration_s, scenario_slos: part of this module's API)
     apply_user_settings,
@@ -229,10 +229,11 @@ def _init_worker(environment: Any, token: str | None) -> None:
     # the master's hard stop: read before its stop/quit message, so users are killed, not waited for
     runner.register_message(MSG_HARD_STOP, lambda environment, msg, **kw: setattr(environment, "stop_timeout", 0))
     local = is_local_worker(environment.parsed_options)
+    master = master_pid() if local else None  # known from the fork: it may have ended by now
     # the last records and counts reach the master before exit (a local worker knows when it is gone)
-    ExitFlush(runner, master_alive=parent_unchanged() if local else None).install()
+    ExitFlush(runner, master_alive=parent_unchanged(parent=master) if local else None).install()
     if local:
-        gevent.spawn(watch_parent, runner.quit)
+        gevent.spawn(watch_parent, runner.quit, parent=master)
     environment.events.test_start.add_listener(worker.on_start)
     environment.events.test_stopping.add_listener(worker.on_stopping)
     environment.events.test_stop.add_listener(worker.on_stop)
