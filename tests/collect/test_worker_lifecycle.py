@@ -46,12 +46,35 @@ def test_a_local_worker_whose_master_ended_before_its_set_up_stops_at_once():
     assert not parent_unchanged(lambda: 1, parent=100)(), "and its last messages are not waited for"
 
 
-def test_a_local_workers_master_is_the_process_that_imported_tokenswarm_before_the_fork():
-    assert master_pid(imported_in=100, getpid=lambda: 200, getppid=lambda: 1) == 100, \
-        "a worker forked by the master: the master, even once it has ended"
-    assert master_pid(imported_in=200, getpid=lambda: 200, getppid=lambda: 100) == 100, \
-        "imported after the fork: the parent now"
-    assert master_pid() == os.getppid(), "this process imported it itself: its parent"
+def test_a_local_workers_master_is_the_process_that_forked_it_even_once_it_has_ended():
+    assert master_pid(forked_from=100, getppid=lambda: 1) == 100, "noted at the fork, not read now"
+    assert master_pid(forked_from=None, getppid=lambda: 100) == 100, "not forked since the import: the parent"
+
+
+_FORK_SCRIPT = """
+import os, sys, tokenswarm.load.lifecycle as lifecycle
+before = lifecycle._forked_from
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.write(write, str(lifecycle.master_pid()).encode())
+    os._exit(0)
+os.close(write)
+told = os.read(read, 64).decode()
+os.waitpid(pid, 0)
+print(told, os.getpid(), before, lifecycle._forked_from)
+"""
+
+
+def test_a_forked_child_knows_its_forker_and_the_forker_keeps_its_own_note():
+    """The fork hooks in a real fork, in a fresh interpreter (a fork of the test process would copy
+    its threads' locks): the child names the parent's PID, and the parent keeps its own value (a
+    worker that forks a helper does not take itself for its own master)."""
+    out = subprocess.run([sys.executable, "-c", _FORK_SCRIPT], capture_output=True, text=True, timeout=60,
+                         cwd=ROOT, check=True).stdout.split()
+    told, parent, before, after = out
+    assert told == parent, "the child's master is the process that forked it"
+    assert before == after == "None", "the parent's own note is untouched by its fork"
 
 
 def test_local_workers_dial_the_port_the_master_binds():

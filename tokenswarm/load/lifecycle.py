@@ -28,24 +28,40 @@ log = logging.getLogger("tokenswarm")
 #: How often a local worker looks at its parent's PID (seconds).
 PARENT_POLL_S = 0.5
 
-#: The process that imported this module. Locust imports the locustfile, and with it tokenswarm,
-#: in the master before it forks the ``--processes`` workers, so in such a worker this is the
-#: master's PID from the fork on. Read at the worker's set-up instead, the parent could already be
-#: PID 1: a master killed between the worker's connection and its set-up went unnoticed, and the
-#: worker ran on, re-parented (seen in CI98, 2026-12-08: alive 33 minutes after its master).
-_IMPORTED_IN_PID = os.getpid()
+#: The PID of the process that forked this one (None: not forked since this module was imported).
+#: Locust imports the locustfile, and with it tokenswarm, in the master before it forks the
+#: ``--processes`` workers, so in such a worker this is the master's PID from the fork on. Read as
+#: the parent at the worker's set-up instead, it could already be PID 1: a master killed between
+#: the worker's connection and its set-up went unnoticed, and the worker ran on, re-parented
+#: (seen in CI98, 2026-12-08: alive 33 minutes after its master).
+_forked_from: int | None = None
+_pid_at_fork: int | None = None  # the forking process's PID, noted in it just before each fork
+
+
+def _note_forker() -> None:
+    global _pid_at_fork
+    _pid_at_fork = os.getpid()
+
+
+def _child_knows_forker() -> None:
+    # the value the parent noted just before this fork: exact, whatever happened to it since;
+    # a later fork of this process notes its own PID for its child and leaves this one alone
+    global _forked_from
+    _forked_from = _pid_at_fork
+
+
+os.register_at_fork(before=_note_forker, after_in_child=_child_knows_forker)
 
 #: How long a worker's exit waits, at most, for its queued messages to reach the master (seconds).
 EXIT_FLUSH_LINGER_S = 5.0
 
 
-def master_pid(*, imported_in: int | None = None, getpid: Callable[[], int] = os.getpid,
-               getppid: Callable[[], int] = os.getppid) -> int:
-    """The PID of the master that forked this local worker: the process that imported tokenswarm
-    before the fork (``imported_in``, default: this module's import). Imported after a fork,
-    where that process is this one, the parent now is the best there is."""
-    imported_in = _IMPORTED_IN_PID if imported_in is None else imported_in
-    return imported_in if imported_in != getpid() else getppid()
+def master_pid(*, forked_from: int | None = None, getppid: Callable[[], int] = os.getppid) -> int:
+    """The PID of the master that forked this local worker: the process that forked this one
+    (``forked_from``, default: noted at the fork). Not forked since tokenswarm was imported, the
+    parent now is the best there is."""
+    forked_from = _forked_from if forked_from is None else forked_from
+    return forked_from if forked_from is not None else getppid()
 
 
 def parent_unchanged(getppid: Callable[[], int] = os.getppid, *, parent: int | None = None) -> Callable[[], bool]:
