@@ -79,7 +79,8 @@ def watch_parent(on_gone: Callable[[], None], *, parent: int | None = None, getp
     parent PID changes; that is the whole test (no signal, no platform-specific call).
     """
     parent = getppid() if parent is None else parent
-    while getppid() == parent:
+    still_parent = parent_unchanged(getppid, parent=parent)
+    while still_parent():
         sleep(poll_s)
     log.warning("tokenswarm: the master process (pid %d) has ended; this local worker stops too", parent)
     on_gone()
